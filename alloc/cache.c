@@ -1,0 +1,1316 @@
+/* cache.c - the caching device allocator (alloc.h).
+ *
+ * Data model
+ *   segment  one provider allocation; belongs to one pool. Its usable range
+ *            [start, start + usable) is tiled exactly by a doubly linked list
+ *            of blocks in address order.
+ *   block    FREE (in its pool's bins), LIVE (in the pointer hash) or
+ *            PENDING (freed, waiting for events recorded on the other streams
+ *            that used it; in neither). A PENDING block with `held` set had an
+ *            event that could not be created or recorded: it stays out of the
+ *            cache until empty_cache, which is told the caller has synced.
+ *   pool     one per (stream, small/large): segregated free bins (16 per
+ *            power of two, sizes in 512-B units, exact below 8 KiB) with a
+ *            two-level bitmap. Lookup = bin of the size, best fit in that bin,
+ *            else the first non-empty bin above it (best fit inside it).
+ *
+ * Invariants (all verified by l8_alloc_check)
+ *   - blocks tile each segment; no two address-neighbours are both FREE
+ *     (freeing coalesces at once, PENDING blocks coalesce when they finish);
+ *   - a block is in a bin iff it is FREE; in the hash iff it is LIVE;
+ *   - the statistics equal their recomputation from the blocks;
+ *   - every failing path returns before changing anything, or after a change
+ *     that is itself complete and valid (a released cached segment).
+ *
+ * Hot path (warm cache, one stream): lock, bin lookup, split, hash insert,
+ * unlock; free is the mirror. Block structs come from a free list refilled in
+ * slabs, the hash grows ahead of need, so no host malloc happens there, and
+ * the provider is called only for segments and events.
+ *
+ * Large-pool segments (seg_grow, seg_policy, consolidate). Activations are
+ * a stack pushed in forward and popped in backward, a little bigger or
+ * smaller every step. Cut into many segments, every segment boundary loses a
+ * tail and a slightly bigger step needs a new segment (PyTorch: reserved
+ * about 1.3x allocated). So: (1) a new segment is at least 1/16 of what the
+ * pool holds (growth is geometric, the overshoot of the last one is at most
+ * about 6%); (2) when a request lands in a wholly free segment while the
+ * pool has other wholly free segments, those are replaced by one segment of
+ * their total size, so after the step that grew, the next one runs as one
+ * contiguous stack; (3) at growth, wholly free segments too small for the
+ * request are folded into the new one. (2) and (3) lower the segment count
+ * and only growth raises it, so provider calls stay bounded by growths. On
+ * the replay trace (alloc/replay.h) this gives reserved/allocated peaks of
+ * 1.01-1.07 (1.05 for the default config).
+ *
+ * Errors: l8_alloc_free after a failed event create/record still takes the
+ * block (it is held, see above) and returns the error; the pointer is no
+ * longer live either way, and `frees` counts it.
+ *
+ * Trace events (when cfg->trace is set): ALLOC (aux = requested),
+ * FREE_REQUESTED (aux = requested), FREE_COMPLETED, SEGMENT_ALLOC and
+ * SEGMENT_FREE (aux = reserved bytes after the call), OOM (size = request,
+ * aux = reserved bytes).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "alloc/alloc.h"
+#include "alloc/trace.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+#define GIB ((size_t)1 << 30)
+
+#define MIN_BLOCK     ((size_t)512)     /* rounding unit and block alignment */
+#define SMALL_SIZE    MIB               /* requests up to this use the small pool */
+#define SMALL_SEGMENT (2 * MIB)         /* small-pool segment size */
+#define LARGE_ROUND   (2 * MIB)         /* large segments are multiples of this */
+#define MID_LIMIT     (10 * MIB)        /* requests below this ... */
+#define MID_SEGMENT   (20 * MIB)        /* ... get at least this much (PyTorch's rule) */
+#define GROW_DIV      16                /* new large segment >= pool reserved / GROW_DIV */
+#define GROW_CAP      (8 * GIB)         /* ... but the geometric part at most this */
+/* Larger requests fail at once: no device is this big, and every size below
+ * it can be rounded and summed without overflow. */
+#define MAX_REQUEST   ((size_t)1 << 50)
+
+/* Bins: size in 512-B units u; u < 16 exact, then 16 bins per power of two. */
+#define SUB_BITS 4
+#define NSUB     (1u << SUB_BITS)
+#define NBINS    ((50 - 9 - SUB_BITS + 2) * NSUB)      /* u < 2^41: 624 bins */
+#define NWORDS   ((NBINS + 63) / 64)
+
+#define SLAB_BLOCKS 256
+#define HASH_MIN    1024
+#define DESCRIBE_OOM 1600   /* bytes of state in an OOM message (it is capped at 2 KiB) */
+
+enum { B_FREE = 0, B_LIVE = 1, B_PENDING = 2 };
+
+typedef struct segment segment;
+typedef struct pool pool;
+
+typedef struct block {
+    uintptr_t addr;
+    size_t size;                  /* rounded, a multiple of 512 */
+    size_t requested;             /* LIVE: bytes asked for; else 0 */
+    segment *seg;
+    struct block *prev, *next;    /* address neighbours in the segment */
+    struct block *fprev, *fnext;  /* bin list while FREE; fnext: spare list */
+    l8_stream_id *xs;             /* other streams that used it (record_stream) */
+    uint32_t nxs, capxs;
+    l8_stream_id xs_inline[2];
+    uint32_t events;              /* PENDING: events not yet complete */
+    uint8_t state;
+    uint8_t held;                 /* PENDING until empty_cache (event failure) */
+    uint16_t bin;
+} block;
+
+struct segment {
+    uintptr_t base;               /* what the provider returned */
+    size_t bytes;                 /* what the provider was asked for */
+    uintptr_t start;              /* 512-aligned start of the tiled range */
+    size_t usable;
+    pool *pool;
+    block *head;
+    segment *prev, *next;         /* all segments of the allocator */
+    size_t busy;                  /* LIVE + PENDING blocks */
+    size_t free_bytes;            /* bytes in FREE blocks */
+    size_t nblocks;
+};
+
+struct pool {
+    l8_stream_id stream;
+    int small;
+    size_t reserved;
+    size_t nfree;                 /* blocks in the bins */
+    size_t nidle;                 /* wholly free segments */
+    uint64_t summary;             /* bit w: map[w] != 0 */
+    uint64_t map[NWORDS];         /* bit b: bins[b] != NULL */
+    block *bins[NBINS];
+};
+
+typedef struct pend {             /* one recorded event of a PENDING block */
+    void *event;
+    block *b;
+    struct pend *next;
+} pend;
+
+typedef struct slab {
+    struct slab *next;
+    block blocks[SLAB_BLOCKS];
+} slab;
+
+typedef struct hslot {
+    uintptr_t key;                /* 0: empty */
+    block *b;
+} hslot;
+
+struct l8_alloc {
+    pthread_mutex_t mu;
+    l8_segment_provider prov;
+    size_t memory_limit;
+    l8_trace *trace;
+    pool **pools;
+    size_t npools, cap_pools;
+    pool *last[2];                /* last pool used, per small/large */
+    segment *segs;
+    hslot *htab;
+    size_t hcap, hcount;
+    unsigned hshift;
+    block *spare;                 /* free block structs */
+    size_t nspare;
+    slab *slabs;
+    pend *pend_head, *pend_tail;  /* recorded events, oldest first */
+    pend *pend_spare;             /* completed: their events are reused */
+    size_t nblocks;
+    l8_alloc_stats st;
+};
+
+/* The hot path is a handful of these small helpers: inline them. */
+#define HOT inline __attribute__((always_inline))
+
+#define TRACE(a, kind, stream, addr, size, aux)                                               \
+    do {                                                                                      \
+        if ((a)->trace)                                                                       \
+            l8_trace_record((a)->trace, (kind), (a)->prov.device, (uint64_t)(stream),         \
+                            (uint64_t)(addr), (uint64_t)(size), (uint64_t)(aux));            \
+    } while (0)
+
+static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+/* ---- bins ---- */
+
+static HOT unsigned bin_of(size_t size)
+{
+    uint64_t u = size >> 9;
+    if (u < NSUB) return (unsigned)u;
+    unsigned fl = 63u - (unsigned)__builtin_clzll(u);
+    unsigned sl = (unsigned)(u >> (fl - SUB_BITS)) & (NSUB - 1);
+    unsigned b = (fl - SUB_BITS + 1) * NSUB + sl;
+    /* Requests stay below MAX_REQUEST, but a merged segment may not: the
+     * last bin takes everything above (lookups check sizes anyway). */
+    return b < NBINS ? b : NBINS - 1;
+}
+
+static HOT void bin_insert(pool *p, block *b)
+{
+    unsigned i = bin_of(b->size);
+    b->bin = (uint16_t)i;
+    b->fprev = NULL;
+    b->fnext = p->bins[i];
+    if (b->fnext) b->fnext->fprev = b;
+    p->bins[i] = b;
+    p->map[i >> 6] |= 1ull << (i & 63);
+    p->summary |= 1ull << (i >> 6);
+    p->nfree++;
+}
+
+static HOT void bin_remove(pool *p, block *b)
+{
+    unsigned i = b->bin;
+    if (b->fprev) b->fprev->fnext = b->fnext;
+    else p->bins[i] = b->fnext;
+    if (b->fnext) b->fnext->fprev = b->fprev;
+    b->fprev = b->fnext = NULL;
+    if (!p->bins[i]) {
+        p->map[i >> 6] &= ~(1ull << (i & 63));
+        if (!p->map[i >> 6]) p->summary &= ~(1ull << (i >> 6));
+    }
+    p->nfree--;
+}
+
+/* First non-empty bin >= from, or NBINS. */
+static HOT unsigned next_bin(const pool *p, unsigned from)
+{
+    if (from >= NBINS) return NBINS;
+    unsigned w = from >> 6;
+    uint64_t bits = p->map[w] & (~0ull << (from & 63));
+    if (bits) return w * 64 + (unsigned)__builtin_ctzll(bits);
+    uint64_t s = w + 1 < 64 ? p->summary & (~0ull << (w + 1)) : 0;
+    if (!s) return NBINS;
+    w = (unsigned)__builtin_ctzll(s);
+    return w * 64 + (unsigned)__builtin_ctzll(p->map[w]);
+}
+
+/* Smallest free block >= size, lowest address on ties. */
+static HOT block *pool_find(const pool *p, size_t size)
+{
+    unsigned i = bin_of(size);
+    block *best = NULL;
+    for (block *x = p->bins[i]; x; x = x->fnext)
+        if (x->size >= size &&
+            (!best || x->size < best->size || (x->size == best->size && x->addr < best->addr)))
+            best = x;
+    if (best) return best;
+    i = next_bin(p, i + 1);
+    if (i >= NBINS) return NULL;
+    best = p->bins[i];   /* every block here is larger than size */
+    for (block *x = best->fnext; x; x = x->fnext)
+        if (x->size < best->size || (x->size == best->size && x->addr < best->addr)) best = x;
+    return best;
+}
+
+/* ---- pointer hash (live blocks): linear probing, backward-shift deletion ---- */
+
+static HOT size_t hash_idx(const l8_alloc *a, uintptr_t key)
+{
+    return (size_t)(((uint64_t)key >> 9) * 0x9E3779B97F4A7C15ull >> a->hshift);
+}
+
+static HOT size_t hash_find(const l8_alloc *a, uintptr_t key)
+{
+    size_t mask = a->hcap - 1;
+    for (size_t i = hash_idx(a, key);; i = (i + 1) & mask) {
+        if (a->htab[i].key == key) return i;
+        if (!a->htab[i].key) return SIZE_MAX;
+    }
+}
+
+static HOT void hash_put(l8_alloc *a, block *b)
+{
+    size_t mask = a->hcap - 1;
+    size_t i = hash_idx(a, b->addr);
+    while (a->htab[i].key) i = (i + 1) & mask;
+    a->htab[i].key = b->addr;
+    a->htab[i].b = b;
+    a->hcount++;
+}
+
+static HOT void hash_del(l8_alloc *a, size_t i)
+{
+    size_t mask = a->hcap - 1;
+    for (size_t j = (i + 1) & mask; a->htab[j].key; j = (j + 1) & mask) {
+        size_t k = hash_idx(a, a->htab[j].key);
+        /* Entry j may move into the hole at i unless its home k lies
+         * cyclically in (i, j]. */
+        int stays = i <= j ? (k > i && k <= j) : (k > i || k <= j);
+        if (!stays) {
+            a->htab[i] = a->htab[j];
+            i = j;
+        }
+    }
+    a->htab[i].key = 0;
+    a->htab[i].b = NULL;
+    a->hcount--;
+}
+
+/* Make room for one more entry (load <= 1/2). Host OOM: nothing changed. */
+static l8_status hash_reserve(l8_alloc *a)
+{
+    if ((a->hcount + 1) * 2 <= a->hcap) return L8_OK;
+    size_t ncap = a->hcap * 2;
+    hslot *nt = calloc(ncap, sizeof *nt);
+    if (!nt) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a %zu-slot hash", ncap);
+    hslot *old = a->htab;
+    size_t ocap = a->hcap;
+    a->htab = nt;
+    a->hcap = ncap;
+    a->hshift--;
+    a->hcount = 0;
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i].key) hash_put(a, old[i].b);
+    free(old);
+    return L8_OK;
+}
+
+/* ---- block structs ---- */
+
+static l8_status spare_reserve(l8_alloc *a, size_t n)
+{
+    if (a->nspare >= n) return L8_OK;
+    slab *s = calloc(1, sizeof *s);
+    if (!s) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for block metadata");
+    s->next = a->slabs;
+    a->slabs = s;
+    for (size_t i = 0; i < SLAB_BLOCKS; i++) {
+        s->blocks[i].fnext = a->spare;
+        a->spare = &s->blocks[i];
+    }
+    a->nspare += SLAB_BLOCKS;
+    return L8_OK;
+}
+
+/* Caller has reserved it. */
+static HOT block *block_get(l8_alloc *a)
+{
+    block *b = a->spare;
+    a->spare = b->fnext;
+    a->nspare--;
+    /* Field by field: a memset here was a tenth of the hot path. */
+    b->requested = 0;
+    b->prev = b->next = b->fprev = b->fnext = NULL;
+    b->xs = b->xs_inline;
+    b->nxs = 0;
+    b->capxs = 2;
+    b->events = 0;
+    b->held = 0;
+    a->nblocks++;
+    return b;
+}
+
+static HOT void block_put(l8_alloc *a, block *b)
+{
+    if (b->xs != b->xs_inline) free(b->xs);
+    b->xs = NULL;
+    b->fnext = a->spare;
+    a->spare = b;
+    a->nspare++;
+    a->nblocks--;
+}
+
+/* ---- statistics ---- */
+
+/* Change a segment's busy count and free bytes, keeping inactive_split (free
+ * bytes of segments that are not wholly free) in step. */
+static HOT void seg_account(l8_alloc *a, segment *s, int dbusy, size_t free_add, size_t free_sub)
+{
+    if (s->busy) a->st.inactive_split_bytes -= s->free_bytes;
+    else s->pool->nidle--;
+    s->busy = (size_t)((long long)s->busy + dbusy);
+    s->free_bytes = s->free_bytes + free_add - free_sub;
+    if (s->busy) a->st.inactive_split_bytes += s->free_bytes;
+    else s->pool->nidle++;
+}
+
+static HOT void update_peaks(l8_alloc *a)
+{
+    l8_alloc_stats *s = &a->st;
+    if (s->allocated_bytes > s->allocated_peak) s->allocated_peak = s->allocated_bytes;
+    if (s->requested_bytes > s->requested_peak) s->requested_peak = s->requested_bytes;
+    if (s->reserved_bytes > s->reserved_peak) s->reserved_peak = s->reserved_bytes;
+    if (s->active_bytes > s->active_peak) s->active_peak = s->active_bytes;
+    if (s->inactive_split_bytes > s->inactive_split_peak)
+        s->inactive_split_peak = s->inactive_split_bytes;
+}
+
+/* A free lowers every statistic but inactive_split. */
+static HOT void update_peaks_free(l8_alloc *a)
+{
+    l8_alloc_stats *s = &a->st;
+    if (s->inactive_split_bytes > s->inactive_split_peak)
+        s->inactive_split_peak = s->inactive_split_bytes;
+}
+
+/* ---- pools ---- */
+
+static l8_status pool_get(l8_alloc *a, l8_stream_id stream, int small, pool **out)
+{
+    pool *p = a->last[small];
+    if (p && p->stream == stream) {
+        *out = p;
+        return L8_OK;
+    }
+    for (size_t i = 0; i < a->npools; i++) {
+        p = a->pools[i];
+        if (p->stream == stream && p->small == small) {
+            a->last[small] = p;
+            *out = p;
+            return L8_OK;
+        }
+    }
+    if (a->npools == a->cap_pools) {
+        size_t ncap = a->cap_pools ? a->cap_pools * 2 : 8;
+        pool **np = realloc(a->pools, ncap * sizeof *np);
+        if (!np) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a pool");
+        a->pools = np;
+        a->cap_pools = ncap;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a pool");
+    p->stream = stream;
+    p->small = small;
+    a->pools[a->npools++] = p;
+    a->last[small] = p;
+    *out = p;
+    return L8_OK;
+}
+
+/* ---- blocks: take, release ---- */
+
+/* Split rule. Small pool: any 512-B remainder is useful. Large pool: only a
+ * remainder above 1 MiB can serve a large-pool request, so a smaller one
+ * would be a splinter that only waits for coalescing; it rides with the
+ * block instead (at most 1 MiB of slack on a > 1 MiB block). */
+static HOT int should_split(const pool *p, size_t remainder)
+{
+    return p->small ? remainder >= MIN_BLOCK : remainder > SMALL_SIZE;
+}
+
+/* Hand out free block b for `size` (rounded) bytes. Needs one spare block
+ * struct and one hash slot reserved. */
+static HOT void take(l8_alloc *a, pool *p, block *b, size_t size, size_t requested)
+{
+    segment *s = b->seg;
+    bin_remove(p, b);
+    size_t rem = b->size - size;
+    if (should_split(p, rem)) {
+        block *r = block_get(a);
+        r->addr = b->addr + size;
+        r->size = rem;
+        r->seg = s;
+        r->state = B_FREE;
+        r->prev = b;
+        r->next = b->next;
+        if (b->next) b->next->prev = r;
+        b->next = r;
+        b->size = size;
+        s->nblocks++;
+        bin_insert(p, r);
+    }
+    b->state = B_LIVE;
+    b->requested = requested;
+    b->nxs = 0;
+    seg_account(a, s, +1, 0, b->size);
+    hash_put(a, b);
+    a->st.allocated_bytes += b->size;
+    a->st.requested_bytes += requested;
+    a->st.active_bytes += b->size;
+    a->st.live_blocks++;
+    a->st.allocations++;
+    TRACE(a, L8_TRACE_ALLOC, p->stream, b->addr, b->size, requested);
+}
+
+/* Merge free neighbour n into b (n follows b). */
+static HOT void absorb_next(l8_alloc *a, block *b, block *n)
+{
+    bin_remove(b->seg->pool, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    b->seg->nblocks--;
+    block_put(a, n);
+}
+
+/* A LIVE or PENDING block becomes FREE: coalesce and put it in its bin. */
+static HOT void release_block(l8_alloc *a, block *b)
+{
+    segment *s = b->seg;
+    pool *p = s->pool;
+    TRACE(a, L8_TRACE_FREE_COMPLETED, p->stream, b->addr, b->size, 0);
+    a->st.active_bytes -= b->size;
+    seg_account(a, s, -1, b->size, 0);
+    b->state = B_FREE;
+    b->held = 0;
+    b->events = 0;
+    b->requested = 0;
+    b->nxs = 0;
+    if (b->next && b->next->state == B_FREE) absorb_next(a, b, b->next);
+    if (b->prev && b->prev->state == B_FREE) {
+        block *pr = b->prev;
+        bin_remove(p, pr);
+        pr->size += b->size;
+        pr->next = b->next;
+        if (b->next) b->next->prev = pr;
+        s->nblocks--;
+        block_put(a, b);
+        b = pr;
+    }
+    bin_insert(p, b);
+}
+
+/* ---- pending events ---- */
+
+static void pend_done(l8_alloc *a, pend *prev, pend *e)
+{
+    if (prev) prev->next = e->next;
+    else a->pend_head = e->next;
+    if (a->pend_tail == e) a->pend_tail = prev;
+    block *b = e->b;
+    e->b = NULL;
+    e->next = a->pend_spare;
+    a->pend_spare = e;
+    if (--b->events == 0 && !b->held) release_block(a, b);
+}
+
+/* Query (sync = 0) or wait for (sync = 1) every recorded event; blocks whose
+ * events are all done go back to their pools. Returns the first failure of
+ * the provider; such events stay pending, so nothing is handed out early. */
+static l8_status pending_process(l8_alloc *a, int sync)
+{
+    l8_status first = L8_OK;
+    pend *prev = NULL, *e = a->pend_head;
+    while (e) {
+        pend *next = e->next;
+        int done = 0;
+        l8_status st = sync ? a->prov.event_sync(a->prov.user, e->event)
+                            : a->prov.event_query(a->prov.user, e->event, &done);
+        if (st == L8_OK && sync) done = 1;
+        if (st != L8_OK && first == L8_OK) first = st;
+        if (st == L8_OK && done) pend_done(a, prev, e);
+        else prev = e;
+        e = next;
+    }
+    return first;
+}
+
+/* A node with a created event, from the spare list or new. */
+static l8_status pend_get(l8_alloc *a, pend **out)
+{
+    pend *e = a->pend_spare;
+    if (e) {
+        a->pend_spare = e->next;
+        e->next = NULL;
+        *out = e;
+        return L8_OK;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for an event record");
+    l8_status st = a->prov.event_create(a->prov.user, &e->event);
+    if (st != L8_OK) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    return L8_OK;
+}
+
+/* Record one event per extra stream of b (now PENDING). On any failure b is
+ * held out of the cache and the first failure is returned. */
+static l8_status pending_start(l8_alloc *a, block *b)
+{
+    l8_status first = L8_OK;
+    b->state = B_PENDING;
+    b->events = 0;
+    for (uint32_t i = 0; i < b->nxs; i++) {
+        pend *e = NULL;
+        l8_status st = pend_get(a, &e);
+        if (st == L8_OK) {
+            st = a->prov.event_record(a->prov.user, e->event, b->xs[i]);
+            if (st != L8_OK) {
+                e->next = a->pend_spare;
+                a->pend_spare = e;
+            }
+        }
+        if (st != L8_OK) {
+            b->held = 1;
+            if (first == L8_OK) first = st;
+            continue;
+        }
+        e->b = b;
+        e->next = NULL;
+        if (a->pend_tail) a->pend_tail->next = e;
+        else a->pend_head = e;
+        a->pend_tail = e;
+        b->events++;
+    }
+    b->nxs = 0;
+    return first;
+}
+
+/* ---- segments ---- */
+
+static int seg_wholly_free(const segment *s)
+{
+    return s->busy == 0;
+}
+
+/* Get a segment of `bytes` for pool p that can hold `need` bytes and insert
+ * its single free block. L8_ERR_OOM without a provider call when the
+ * allocator's memory limit would be passed. */
+static int over_limit(const l8_alloc *a, size_t bytes)
+{
+    return a->memory_limit &&
+           (bytes > a->memory_limit || a->st.reserved_bytes > a->memory_limit - bytes);
+}
+
+static l8_status seg_new(l8_alloc *a, pool *p, size_t bytes, size_t need, segment **out)
+{
+    if (over_limit(a, bytes))
+        return L8_FAIL(L8_ERR_OOM, "allocator: %zu more bytes would pass the memory limit", bytes);
+    segment *s = calloc(1, sizeof *s);
+    if (!s) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a segment record");
+    l8_status st = L8_OK;
+    for (int attempt = 0;; attempt++) {
+        void *ptr = NULL;
+        L8_TRY(st, a->prov.segment_alloc(a->prov.user, bytes, &ptr), fail);
+        if (!ptr) {
+            st = L8_FAIL(L8_ERR_INTERNAL, "provider %s returned L8_OK and a NULL segment",
+                         a->prov.name ? a->prov.name : "?");
+            goto fail;
+        }
+        /* alloc.h lets a provider align to 256 B only; blocks promise 512. */
+        s->base = (uintptr_t)ptr;
+        s->bytes = bytes;
+        s->start = round_up(s->base, MIN_BLOCK);
+        s->usable = (bytes - (s->start - s->base)) & ~(MIN_BLOCK - 1);
+        if (s->usable >= need) break;
+        (void)a->prov.segment_free(a->prov.user, ptr, bytes);
+        bytes += LARGE_ROUND;   /* once more, with room to align */
+        if (attempt == 1 || over_limit(a, bytes)) {
+            st = L8_FAIL(L8_ERR_OOM, "allocator: provider segment misaligned, too small");
+            goto fail;
+        }
+    }
+    s->pool = p;
+    block *b = block_get(a);  /* reserved by the caller */
+    b->addr = s->start;
+    b->size = s->usable;
+    b->seg = s;
+    b->state = B_FREE;
+    s->head = b;
+    s->nblocks = 1;
+    s->free_bytes = s->usable;
+    s->next = a->segs;
+    if (a->segs) a->segs->prev = s;
+    a->segs = s;
+    bin_insert(p, b);
+    p->nidle++;
+    p->reserved += bytes;
+    a->st.reserved_bytes += bytes;
+    a->st.segments++;
+    a->st.segment_allocs++;
+    TRACE(a, L8_TRACE_SEGMENT_ALLOC, p->stream, s->base, bytes, a->st.reserved_bytes);
+    *out = s;
+    return L8_OK;
+fail:
+    free(s);
+    return st;
+}
+
+/* Return a wholly free segment to the provider. On provider failure the
+ * segment stays as it was. */
+static l8_status seg_release(l8_alloc *a, segment *s)
+{
+    l8_status st = a->prov.segment_free(a->prov.user, (void *)s->base, s->bytes);
+    if (st != L8_OK) return st;
+    pool *p = s->pool;
+    bin_remove(p, s->head);
+    block_put(a, s->head);
+    p->nidle--;
+    if (s->prev) s->prev->next = s->next;
+    else a->segs = s->next;
+    if (s->next) s->next->prev = s->prev;
+    p->reserved -= s->bytes;
+    a->st.reserved_bytes -= s->bytes;
+    a->st.segments--;
+    a->st.segment_frees++;
+    TRACE(a, L8_TRACE_SEGMENT_FREE, p->stream, s->base, s->bytes, a->st.reserved_bytes);
+    free(s);
+    return L8_OK;
+}
+
+/* Free every wholly free segment (of pool `only`, or all when NULL) smaller
+ * than `below` (0: any). Adds the bytes freed to *freed when non-NULL. */
+static l8_status seg_release_free(l8_alloc *a, pool *only, size_t below, size_t *freed)
+{
+    l8_status first = L8_OK;
+    segment *s = a->segs;
+    while (s) {
+        segment *next = s->next;
+        if (seg_wholly_free(s) && (!only || s->pool == only) && (!below || s->usable < below)) {
+            size_t bytes = s->bytes;
+            l8_status st = seg_release(a, s);
+            if (st != L8_OK && first == L8_OK) first = st;
+            if (st == L8_OK && freed) *freed += bytes;
+        }
+        s = next;
+    }
+    return first;
+}
+
+/* Segment size for `size` in pool p: (big, exact). */
+static void seg_policy(const pool *p, size_t size, size_t merged, size_t *big, size_t *exact)
+{
+    if (p->small) {
+        *big = *exact = SMALL_SEGMENT;
+        return;
+    }
+    size_t e = round_up(size, LARGE_ROUND);
+    size_t geo = (p->reserved + merged) / GROW_DIV;
+    if (geo > GROW_CAP) geo = GROW_CAP;
+    size_t want = size + merged;
+    if (want < geo) want = geo;
+    if (size < MID_LIMIT && want < MID_SEGMENT) want = MID_SEGMENT;
+    *exact = e;
+    *big = round_up(want, LARGE_ROUND);
+}
+
+/* Add a segment that can hold `size`, preferring the policy's big size. */
+static l8_status seg_grow(l8_alloc *a, pool *p, size_t size, segment **out)
+{
+    size_t merged = 0;
+    if (!p->small) {
+        /* Wholly free segments here are all smaller than size (else
+         * pool_find would have used them): fold them into the new one. */
+        l8_status st = seg_release_free(a, p, size, &merged);
+        if (st != L8_OK) merged = 0;   /* keep going: those that failed stay cached */
+    }
+    size_t big, exact;
+    seg_policy(p, size, merged, &big, &exact);
+    l8_status st = L8_ERR_OOM;
+    if (big > exact) st = seg_new(a, p, big, size, out);
+    if (st == L8_ERR_OOM) st = seg_new(a, p, exact, size, out);
+    return st;
+}
+
+/* Large pool: the best fit lies in a wholly free segment and the pool has
+ * other wholly free segments, i.e. it is between two waves of a stack-like
+ * pattern (a training step ended, and an earlier one made it grow). Replace
+ * the idle segments by one of their total size, so that the next wave is one
+ * contiguous stack instead of a stack per segment that loses each segment's
+ * tail. Each call lowers the pool's segment count and only growth raises it,
+ * so this costs at most one provider alloc (and the frees) per growth: rare
+ * once warm. On failure to get the merged segment, *out is NULL and the
+ * caller grows as usual (the idle memory went back to the provider first,
+ * so nothing is lost). */
+static void consolidate(l8_alloc *a, pool *p, size_t size, block **out)
+{
+    *out = NULL;
+    size_t freed = 0;
+    (void)seg_release_free(a, p, 0, &freed);
+    segment *s = NULL;
+    if (freed >= size && seg_new(a, p, round_up(freed, LARGE_ROUND), size, &s) == L8_OK)
+        *out = s->head;
+}
+
+/* ---- describe ---- */
+
+static void fmt_bytes(char *buf, size_t n, uint64_t v)
+{
+    if (v >= GIB) snprintf(buf, n, "%.2f GiB", (double)v / GIB);
+    else if (v >= MIB) snprintf(buf, n, "%.2f MiB", (double)v / MIB);
+    else if (v >= KIB) snprintf(buf, n, "%.1f KiB", (double)v / KIB);
+    else snprintf(buf, n, "%llu B", (unsigned long long)v);
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t n, len;
+} sbuf;
+
+static void L8_PRINTF(2, 3) sb_add(sbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(sb->len < sb->n ? sb->p + sb->len : NULL,
+                      sb->len < sb->n ? sb->n - sb->len : 0, fmt, ap);
+    va_end(ap);
+    if (r > 0) sb->len += (size_t)r;
+}
+
+static size_t describe_locked(l8_alloc *a, char *buf, size_t n)
+{
+    sbuf sb = { n ? buf : NULL, n, 0 };
+    if (n) buf[0] = '\0';
+    const l8_alloc_stats *s = &a->st;
+    char r[32], rp[32], al[32], ap[32], ac[32], is[32], lim[32];
+    fmt_bytes(r, sizeof r, s->reserved_bytes);
+    fmt_bytes(rp, sizeof rp, s->reserved_peak);
+    fmt_bytes(al, sizeof al, s->allocated_bytes);
+    fmt_bytes(ap, sizeof ap, s->allocated_peak);
+    fmt_bytes(ac, sizeof ac, s->active_bytes);
+    fmt_bytes(is, sizeof is, s->inactive_split_bytes);
+    fmt_bytes(lim, sizeof lim, a->memory_limit);
+    size_t npend = 0, nheld = 0;
+    for (pend *e = a->pend_head; e; e = e->next) npend++;
+    for (segment *g = a->segs; g; g = g->next)
+        for (block *b = g->head; b; b = b->next) nheld += b->state == B_PENDING && b->held;
+    sb_add(&sb, "allocator[%s, device %d]: reserved %s (peak %s) in %llu segments, allocated %s "
+                "(peak %s) in %llu blocks, active %s, inactive split %s, limit %s, "
+                "%zu events pending, %zu blocks held; %llu allocs, %llu frees, %llu retries, "
+                "%llu ooms\n",
+           a->prov.name ? a->prov.name : "?", a->prov.device, r, rp,
+           (unsigned long long)s->segments, al, ap, (unsigned long long)s->live_blocks, ac, is,
+           a->memory_limit ? lim : "none", npend, nheld, (unsigned long long)s->allocations,
+           (unsigned long long)s->frees, (unsigned long long)s->retries,
+           (unsigned long long)s->ooms);
+    for (segment *g = a->segs; g; g = g->next) {
+        size_t live = 0, live_b = 0, pendb = 0, freeb = 0, largest = 0;
+        for (block *b = g->head; b; b = b->next) {
+            if (b->state == B_LIVE) { live++; live_b += b->size; }
+            else if (b->state == B_PENDING) pendb += b->size;
+            else { freeb += b->size; if (b->size > largest) largest = b->size; }
+        }
+        char sz[32], lb[32], fb[32], lg[32], pb[32];
+        fmt_bytes(sz, sizeof sz, g->bytes);
+        fmt_bytes(lb, sizeof lb, live_b);
+        fmt_bytes(fb, sizeof fb, freeb);
+        fmt_bytes(lg, sizeof lg, largest);
+        fmt_bytes(pb, sizeof pb, pendb);
+        sb_add(&sb, "  segment 0x%llx %s %s stream 0x%llx: %zu blocks, %zu live (%s), pending %s, "
+                    "free %s (largest %s)\n",
+               (unsigned long long)g->base, sz, g->pool->small ? "small" : "large",
+               (unsigned long long)g->pool->stream, g->nblocks, live, lb, pb, fb, lg);
+    }
+    return sb.len;
+}
+
+size_t l8_alloc_describe(l8_alloc *a, char *buf, size_t n)
+{
+    if (!a) {
+        if (n) snprintf(buf, n, "allocator: (null)");
+        return n ? strlen(buf) : 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    size_t len = describe_locked(a, buf, n);
+    pthread_mutex_unlock(&a->mu);
+    return len;
+}
+
+/* Record an OOM and return L8_ERR_OOM with the state in the message. */
+static l8_status oom_fail(l8_alloc *a, size_t bytes, l8_stream_id stream, const char *why)
+{
+    a->st.ooms++;
+    TRACE(a, L8_TRACE_OOM, stream, 0, bytes, a->st.reserved_bytes);
+    char state[DESCRIBE_OOM];
+    size_t len = describe_locked(a, state, sizeof state);
+    if (len >= sizeof state) memcpy(state + sizeof state - 5, "...\n", 5);
+    char sz[32];
+    fmt_bytes(sz, sizeof sz, bytes);
+    return L8_FAIL(L8_ERR_OOM, "out of memory: cannot allocate %zu bytes (%s) on stream 0x%llx "
+                   "(%s); state: %s", bytes, sz, (unsigned long long)stream, why, state);
+}
+
+/* ---- public API ---- */
+
+l8_status l8_alloc_create(const l8_alloc_config *cfg, const l8_segment_provider *prov,
+                          l8_alloc **out)
+{
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(prov != NULL);
+    L8_ARG(prov->segment_alloc && prov->segment_free && prov->event_create &&
+           prov->event_record && prov->event_query && prov->event_sync && prov->event_destroy);
+    l8_alloc_config c = L8_ALLOC_CONFIG_INIT;
+    if (cfg) {
+        /* Older, shorter versions of the struct are fine. */
+        L8_ARG(cfg->size >= sizeof(size_t) && cfg->size <= sizeof c);
+        memcpy(&c, cfg, cfg->size);
+    }
+    l8_status st = L8_OK;
+    l8_alloc *a = calloc(1, sizeof *a);
+    if (!a) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory");
+    a->prov = *prov;
+    a->memory_limit = c.memory_limit;
+    a->trace = c.trace;
+    a->st.size = sizeof a->st;
+    a->hcap = HASH_MIN;
+    a->hshift = 64 - 10;
+    a->htab = calloc(a->hcap, sizeof *a->htab);
+    if (!a->htab) {
+        st = L8_FAIL(L8_ERR_OOM, "allocator: no host memory");
+        goto fail;
+    }
+    if (pthread_mutex_init(&a->mu, NULL) != 0) {
+        st = L8_FAIL(L8_ERR_OOM, "allocator: pthread_mutex_init failed");
+        goto fail;
+    }
+    *out = a;
+    return L8_OK;
+fail:
+    free(a->htab);
+    free(a);
+    return st;
+}
+
+static void pend_free_list(l8_alloc *a, pend *e)
+{
+    while (e) {
+        pend *next = e->next;
+        a->prov.event_destroy(a->prov.user, e->event);
+        free(e);
+        e = next;
+    }
+}
+
+void l8_alloc_destroy(l8_alloc *a)
+{
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    (void)pending_process(a, 1);
+    /* Events whose wait failed are destroyed anyway: the memory goes too. */
+    pend_free_list(a, a->pend_head);
+    pend_free_list(a, a->pend_spare);
+    while (a->segs) {
+        segment *s = a->segs;
+        a->segs = s->next;
+        TRACE(a, L8_TRACE_SEGMENT_FREE, s->pool->stream, s->base, s->bytes,
+              a->st.reserved_bytes - s->bytes);
+        a->st.reserved_bytes -= s->bytes;
+        (void)a->prov.segment_free(a->prov.user, (void *)s->base, s->bytes);
+        for (block *b = s->head; b; b = b->next)
+            if (b->xs && b->xs != b->xs_inline) free(b->xs);
+        free(s);
+    }
+    while (a->slabs) {
+        slab *s = a->slabs;
+        a->slabs = s->next;
+        free(s);
+    }
+    for (size_t i = 0; i < a->npools; i++) free(a->pools[i]);
+    free(a->pools);
+    free(a->htab);
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* Find a block for `size` on pool p, adding a segment (and going through the
+ * OOM path) when needed. */
+static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
+                              l8_stream_id stream, block **out)
+{
+    block *b = pool_find(p, size);
+    if (b && !p->small && b->seg->busy == 0 && p->nidle >= 2) {
+        consolidate(a, p, size, &b);
+        if (b) {
+            *out = b;
+            return L8_OK;
+        }
+    } else if (b) {
+        a->st.cache_hits++;
+        *out = b;
+        return L8_OK;
+    }
+    segment *s = NULL;
+    l8_status st = seg_grow(a, p, size, &s);
+    if (st == L8_ERR_OOM) {
+        /* Wait for every pending free; one may fit now. Else give back all
+         * cached segments and retry. */
+        a->st.retries++;
+        (void)pending_process(a, 1);
+        b = pool_find(p, size);
+        if (b) {
+            a->st.cache_hits++;
+            *out = b;
+            return L8_OK;
+        }
+        (void)seg_release_free(a, NULL, 0, NULL);
+        st = seg_grow(a, p, size, &s);
+        if (st == L8_ERR_OOM) return oom_fail(a, bytes, stream, l8_last_error()->message);
+    }
+    if (st != L8_OK) return st;
+    *out = s->head;
+    return L8_OK;
+}
+
+l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void **ptr)
+{
+    L8_ARG(ptr != NULL);
+    *ptr = NULL;
+    L8_ARG(a != NULL);
+    if (bytes == 0) return L8_OK;
+    pthread_mutex_lock(&a->mu);
+    l8_status st;
+    if (bytes > MAX_REQUEST || (a->memory_limit && round_up(bytes, MIN_BLOCK) > a->memory_limit)) {
+        /* Can never succeed: fail without releasing the cache. */
+        st = oom_fail(a, bytes, stream, bytes > MAX_REQUEST ? "larger than any device"
+                                                            : "larger than the memory limit");
+        goto out;
+    }
+    size_t size = round_up(bytes, MIN_BLOCK);
+    if (a->pend_head) (void)pending_process(a, 0);
+    /* Metadata first: after this point nothing below can fail for want of
+     * host memory, so a failure leaves the allocator untouched. */
+    st = spare_reserve(a, 2);
+    if (st == L8_OK) st = hash_reserve(a);
+    pool *p = NULL;
+    if (st == L8_OK) st = pool_get(a, stream, size <= SMALL_SIZE, &p);
+    if (st == L8_ERR_OOM) {
+        st = oom_fail(a, bytes, stream, "host memory for allocator metadata");
+        goto out;
+    }
+    block *b = NULL;
+    if (st == L8_OK) st = find_or_grow(a, p, size, bytes, stream, &b);
+    if (st != L8_OK) goto out;
+    take(a, p, b, size, bytes);
+    update_peaks(a);
+    *ptr = (void *)b->addr;
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_free(l8_alloc *a, void *ptr)
+{
+    L8_ARG(a != NULL);
+    if (!ptr) return L8_OK;
+    pthread_mutex_lock(&a->mu);
+    l8_status st = L8_OK;
+    size_t i = hash_find(a, (uintptr_t)ptr);
+    if (i == SIZE_MAX) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_free: %p is not a live block of this "
+                     "allocator (double free or foreign pointer)", ptr);
+        goto out;
+    }
+    block *b = a->htab[i].b;
+    hash_del(a, i);
+    a->st.allocated_bytes -= b->size;
+    a->st.requested_bytes -= b->requested;
+    a->st.live_blocks--;
+    a->st.frees++;
+    TRACE(a, L8_TRACE_FREE_REQUESTED, b->seg->pool->stream, b->addr, b->size, b->requested);
+    b->requested = 0;
+    if (b->nxs == 0) release_block(a, b);
+    else st = pending_start(a, b);   /* still counted active until the events finish */
+    update_peaks_free(a);
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_record_stream(l8_alloc *a, void *ptr, l8_stream_id stream)
+{
+    L8_ARG(a != NULL);
+    L8_ARG(ptr != NULL);
+    pthread_mutex_lock(&a->mu);
+    l8_status st = L8_OK;
+    size_t i = hash_find(a, (uintptr_t)ptr);
+    if (i == SIZE_MAX) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_record_stream: %p is not a live block", ptr);
+        goto out;
+    }
+    block *b = a->htab[i].b;
+    if (stream == b->seg->pool->stream) goto out;
+    for (uint32_t k = 0; k < b->nxs; k++)
+        if (b->xs[k] == stream) goto out;
+    if (b->nxs == b->capxs) {
+        uint32_t ncap = b->capxs * 2;
+        l8_stream_id *nx = malloc(ncap * sizeof *nx);
+        if (!nx) {
+            st = L8_FAIL(L8_ERR_OOM, "allocator: no host memory to record a stream");
+            goto out;
+        }
+        memcpy(nx, b->xs, b->nxs * sizeof *nx);
+        if (b->xs != b->xs_inline) free(b->xs);
+        b->xs = nx;
+        b->capxs = ncap;
+    }
+    b->xs[b->nxs++] = stream;
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_block_info(l8_alloc *a, const void *ptr, size_t *bytes, l8_stream_id *stream)
+{
+    L8_ARG(a != NULL);
+    L8_ARG(ptr != NULL);
+    pthread_mutex_lock(&a->mu);
+    l8_status st = L8_OK;
+    size_t i = hash_find(a, (uintptr_t)ptr);
+    if (i == SIZE_MAX) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_block_info: %p is not a live block", ptr);
+    } else {
+        if (bytes) *bytes = a->htab[i].b->size;
+        if (stream) *stream = a->htab[i].b->seg->pool->stream;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_empty_cache(l8_alloc *a)
+{
+    L8_ARG(a != NULL);
+    pthread_mutex_lock(&a->mu);
+    l8_status st = pending_process(a, 1);
+    /* The caller has synchronized: held blocks (an event failed) whose
+     * remaining events are done can come back now. */
+    for (segment *s = a->segs; s; s = s->next) {
+    again:
+        for (block *b = s->head; b; b = b->next)
+            if (b->state == B_PENDING && b->held && b->events == 0) {
+                release_block(a, b);   /* may merge b away: rescan the segment */
+                goto again;
+            }
+    }
+    l8_status st2 = seg_release_free(a, NULL, 0, NULL);
+    if (st == L8_OK) st = st2;
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_get_stats(l8_alloc *a, l8_alloc_stats *stats)
+{
+    L8_ARG(a != NULL);
+    L8_ARG(stats != NULL);
+    L8_ARG(stats->size >= sizeof(size_t) && stats->size <= sizeof *stats);
+    size_t n = stats->size;
+    pthread_mutex_lock(&a->mu);
+    l8_alloc_stats s = a->st;
+    pthread_mutex_unlock(&a->mu);
+    s.size = n;
+    memcpy(stats, &s, n);
+    return L8_OK;
+}
+
+void l8_alloc_reset_peaks(l8_alloc *a)
+{
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    l8_alloc_stats *s = &a->st;
+    s->allocated_peak = s->allocated_bytes;
+    s->requested_peak = s->requested_bytes;
+    s->reserved_peak = s->reserved_bytes;
+    s->active_peak = s->active_bytes;
+    s->inactive_split_peak = s->inactive_split_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+l8_status l8_alloc_visit(l8_alloc *a, void (*fn)(void *arg, const l8_block_info *b), void *arg)
+{
+    L8_ARG(a != NULL);
+    L8_ARG(fn != NULL);
+    /* Copy under the lock, call outside it: fn may call the allocator. */
+    pthread_mutex_lock(&a->mu);
+    size_t n = a->nblocks;
+    l8_block_info *v = n ? malloc(n * sizeof *v) : NULL;
+    if (n && !v) {
+        pthread_mutex_unlock(&a->mu);
+        return L8_FAIL(L8_ERR_OOM, "l8_alloc_visit: no host memory for %zu blocks", n);
+    }
+    size_t k = 0;
+    for (segment *s = a->segs; s; s = s->next)
+        for (block *b = s->head; b && k < n; b = b->next) {
+            l8_block_info *o = &v[k++];
+            o->segment = s->base;
+            o->segment_bytes = s->bytes;
+            o->addr = b->addr;
+            o->bytes = b->size;
+            o->requested = b->state == B_LIVE ? b->requested : 0;
+            o->stream = s->pool->stream;
+            o->allocated = b->state == B_LIVE;
+            o->pending = b->state == B_PENDING;
+            o->small_pool = s->pool->small;
+        }
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < k; i++) fn(arg, &v[i]);
+    free(v);
+    return L8_OK;
+}
+
+/* ---- check ---- */
+
+#define INV(cond, ...)                                                                        \
+    do {                                                                                      \
+        if (!(cond)) return L8_FAIL(L8_ERR_INTERNAL, "allocator check: " __VA_ARGS__);        \
+    } while (0)
+
+static l8_status check_segment(l8_alloc *a, segment *s, l8_alloc_stats *r, size_t *nfree,
+                               size_t *nblocks)
+{
+    INV(s->start % MIN_BLOCK == 0 && s->start >= s->base &&
+        s->start - s->base + s->usable <= s->bytes, "segment 0x%llx range",
+        (unsigned long long)s->base);
+    INV(s->head && s->head->prev == NULL && s->head->addr == s->start,
+        "segment 0x%llx does not start with its first block", (unsigned long long)s->base);
+    uintptr_t at = s->start;
+    size_t busy = 0, freeb = 0, n = 0;
+    for (block *b = s->head; b; b = b->next) {
+        INV(b->seg == s && b->addr == at, "block 0x%llx does not tile segment 0x%llx",
+            (unsigned long long)b->addr, (unsigned long long)s->base);
+        INV(b->size >= MIN_BLOCK && b->size % MIN_BLOCK == 0, "block 0x%llx size %zu",
+            (unsigned long long)b->addr, b->size);
+        INV(!b->next || b->next->prev == b, "block 0x%llx: broken neighbour links",
+            (unsigned long long)b->addr);
+        INV(b->state <= B_PENDING, "block 0x%llx: bad state", (unsigned long long)b->addr);
+        if (b->state == B_FREE) {
+            INV(!b->next || b->next->state != B_FREE, "free blocks 0x%llx and its successor "
+                "are not coalesced", (unsigned long long)b->addr);
+            INV(b->bin == bin_of(b->size), "free block 0x%llx in the wrong bin",
+                (unsigned long long)b->addr);
+            freeb += b->size;
+            (*nfree)++;
+        } else {
+            busy++;
+            r->active_bytes += b->size;
+        }
+        if (b->state == B_LIVE) {
+            size_t i = hash_find(a, b->addr);
+            INV(i != SIZE_MAX && a->htab[i].b == b, "live block 0x%llx missing from the hash",
+                (unsigned long long)b->addr);
+            INV(b->requested > 0 && b->requested <= b->size, "live block 0x%llx requested %zu",
+                (unsigned long long)b->addr, b->requested);
+            r->allocated_bytes += b->size;
+            r->requested_bytes += b->requested;
+            r->live_blocks++;
+        } else {
+            INV(hash_find(a, b->addr) == SIZE_MAX, "block 0x%llx in the hash but not live",
+                (unsigned long long)b->addr);
+        }
+        if (b->state == B_PENDING) {
+            size_t ev = 0;
+            for (pend *e = a->pend_head; e; e = e->next) ev += e->b == b;
+            INV(ev == b->events && (ev > 0 || b->held), "pending block 0x%llx: %zu events "
+                "queued, %u counted", (unsigned long long)b->addr, ev, b->events);
+        }
+        at += b->size;
+        n++;
+    }
+    INV(at == s->start + s->usable, "blocks of segment 0x%llx cover %llu of %zu bytes",
+        (unsigned long long)s->base, (unsigned long long)(at - s->start), s->usable);
+    INV(busy == s->busy && freeb == s->free_bytes && n == s->nblocks,
+        "segment 0x%llx counters", (unsigned long long)s->base);
+    r->reserved_bytes += s->bytes;
+    r->segments++;
+    if (busy) r->inactive_split_bytes += freeb;
+    *nblocks += n;
+    return L8_OK;
+}
+
+static l8_status check_pool(const pool *p, size_t *members, size_t *reserved_sum)
+{
+    size_t n = 0;
+    uint64_t summary = 0;
+    for (unsigned i = 0; i < NBINS; i++) {
+        int bit = (p->map[i >> 6] >> (i & 63)) & 1;
+        INV(bit == (p->bins[i] != NULL), "pool bitmap bit %u", i);
+        if (p->bins[i]) summary |= 1ull << (i >> 6);
+        for (block *b = p->bins[i]; b; b = b->fnext) {
+            INV(b->state == B_FREE && b->bin == i && b->seg->pool == p,
+                "block 0x%llx listed in bin %u is not a free block of this pool",
+                (unsigned long long)b->addr, i);
+            INV(!b->fnext || b->fnext->fprev == b, "bin %u: broken links", i);
+            n++;
+        }
+    }
+    INV(summary == p->summary, "pool summary bitmap");
+    INV(n == p->nfree, "pool free count %zu, %zu listed", p->nfree, n);
+    *members += n;
+    *reserved_sum += p->reserved;
+    return L8_OK;
+}
+
+l8_status l8_alloc_check(l8_alloc *a)
+{
+    L8_ARG(a != NULL);
+    pthread_mutex_lock(&a->mu);
+    l8_status st = L8_OK;
+    l8_alloc_stats r = { 0 };
+    size_t nfree = 0, nblocks = 0, listed = 0, pool_reserved = 0;
+    for (segment *s = a->segs; s && st == L8_OK; s = s->next) {
+        if (s->next && s->next->prev != s) st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: "
+                                                        "segment list links");
+        if (st == L8_OK) st = check_segment(a, s, &r, &nfree, &nblocks);
+    }
+    for (size_t i = 0; i < a->npools && st == L8_OK; i++)
+        st = check_pool(a->pools[i], &listed, &pool_reserved);
+    if (st != L8_OK) goto out;
+    const l8_alloc_stats *s = &a->st;
+#define SAME(f) if (r.f != s->f) { st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: " #f \
+        " is %llu, blocks say %llu", (unsigned long long)s->f, (unsigned long long)r.f); goto out; }
+    SAME(allocated_bytes) SAME(requested_bytes) SAME(reserved_bytes) SAME(active_bytes)
+    SAME(inactive_split_bytes) SAME(live_blocks) SAME(segments)
+#undef SAME
+    if (listed != nfree) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: %zu free blocks, %zu in free lists",
+                     nfree, listed);
+    } else if (a->hcount != r.live_blocks) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: hash holds %zu, %llu blocks live",
+                     a->hcount, (unsigned long long)r.live_blocks);
+    } else if (nblocks != a->nblocks || pool_reserved != r.reserved_bytes) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: block count or pool reserved bytes");
+    } else if (a->memory_limit && s->reserved_bytes > a->memory_limit) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: reserved above the memory limit");
+    } else {
+        for (pend *e = a->pend_head; e; e = e->next)
+            if (!e->b || e->b->state != B_PENDING) {
+                st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: event of a non-pending block");
+                break;
+            }
+    }
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}

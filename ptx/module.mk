@@ -1,0 +1,1 @@
+PTX_SRCS += ptx/copy.ptx

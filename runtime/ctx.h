@@ -1,0 +1,123 @@
+/* ctx.h - devices, contexts, streams and events.
+ *
+ * A context is bound to one device, "cuda:N" or "host". It owns three
+ * streams (compute, comm, copy), a caching device allocator and a pinned-host
+ * pool. On the CUDA backend it retains the device's primary context and its
+ * streams are non-blocking; on the host backend work runs at once in the
+ * calling thread and events are always complete.
+ *
+ * Work crosses streams only through events: record an event on the producer
+ * stream, make the consumer stream wait on it.
+ *
+ * Thread safety: a context may be used from several threads; each call makes
+ * the device's context current on the calling thread.
+ */
+#ifndef L8_CTX_H
+#define L8_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/status.h"
+#include "alloc/alloc.h"
+#include "alloc/pinned.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct l8_ctx l8_ctx;
+typedef struct l8_stream l8_stream;
+typedef struct l8_event l8_event;
+
+typedef enum l8_backend { L8_BACKEND_HOST = 0, L8_BACKEND_CUDA = 1 } l8_backend;
+typedef enum l8_stream_kind {
+    L8_STREAM_COMPUTE = 0,
+    L8_STREAM_COMM = 1,
+    L8_STREAM_COPY = 2
+} l8_stream_kind;
+
+typedef struct l8_ctx_config {
+    size_t size;                  /* sizeof(l8_ctx_config) */
+    const char *device;           /* "cuda:N", "cuda" (= cuda:0), "host"; NULL: L8_DEVICE, else
+                                     the first CUDA device when one is usable, else host */
+    size_t memory_limit;          /* device allocator cap in bytes; 0: none */
+    size_t pinned_limit;          /* pinned pool cap; 0: none */
+    const l8_segment_provider *provider;  /* NULL: the backend's own (tests inject faults here) */
+} l8_ctx_config;
+#define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL }
+
+/* Create a context. cfg may be NULL. The caller owns *out.
+ * Errors: L8_ERR_INVALID_ARG (malformed device string), L8_ERR_NO_DEVICE (cuda
+ * asked for but no driver/GPU, or N out of range), L8_ERR_CUDA, L8_ERR_OOM. */
+L8_NODISCARD l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out);
+
+/* Synchronize all streams, release the allocator, the pool, the streams and
+ * the primary context. Every storage of the context must be released first.
+ * NULL: no-op. */
+void l8_ctx_destroy(l8_ctx *ctx);
+
+l8_backend l8_ctx_backend(const l8_ctx *ctx);
+int l8_ctx_device(const l8_ctx *ctx);                 /* CUDA ordinal, -1 for host */
+const char *l8_ctx_device_name(const l8_ctx *ctx);    /* "NVIDIA H200" / "host" */
+l8_alloc *l8_ctx_allocator(l8_ctx *ctx);
+l8_pinned *l8_ctx_pinned(l8_ctx *ctx);
+l8_stream *l8_ctx_stream(l8_ctx *ctx, l8_stream_kind kind);
+
+/* Number of CUDA devices usable (0 without a driver or GPU; never fails). */
+int l8_cuda_device_count(void);
+
+/* The libraries lean8 opens at run time. */
+typedef enum l8_library {
+    L8_LIB_DRIVER = 0,            /* libcuda.so.1: version as cuDriverGetVersion (13000) */
+    L8_LIB_CUBLASLT = 1,          /* libcublasLt: cublasLtGetVersion (130100) */
+    L8_LIB_NCCL = 2               /* libnccl.so.2: ncclGetVersion (22800) */
+} l8_library;
+
+/* Load the library if not yet done and report its version and the path it
+ * came from (*where, library-owned; on failure the reason). Never fails the
+ * process: L8_ERR_NO_DEVICE when it is not there. */
+L8_NODISCARD l8_status l8_library_info(l8_library lib, int *version, const char **where);
+
+/* Block until all of ctx's streams are idle. Errors: L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_ctx_synchronize(l8_ctx *ctx);
+
+/* ---- streams ---- */
+l8_ctx *l8_stream_ctx(const l8_stream *s);
+/* The stream as the allocator knows it: the CUstream as an integer on CUDA,
+ * a small distinct integer per stream kind on the host. */
+l8_stream_id l8_stream_handle(const l8_stream *s);
+L8_NODISCARD l8_status l8_stream_synchronize(l8_stream *s);
+/* Enqueue on s a wait for e; does not block the host. Errors: L8_ERR_CUDA,
+ * L8_ERR_INVALID_ARG (different contexts). */
+L8_NODISCARD l8_status l8_stream_wait_event(l8_stream *s, l8_event *e);
+
+/* ---- events ---- */
+/* timing: 1 to allow l8_event_elapsed_ms (slower to record). */
+L8_NODISCARD l8_status l8_event_create(l8_ctx *ctx, int timing, l8_event **out);
+void l8_event_destroy(l8_event *e);                   /* NULL: no-op */
+L8_NODISCARD l8_status l8_event_record(l8_event *e, l8_stream *s);
+/* *done = 1 when the recorded work is complete (also for a never-recorded event). */
+L8_NODISCARD l8_status l8_event_query(l8_event *e, int *done);
+L8_NODISCARD l8_status l8_event_synchronize(l8_event *e);
+/* Milliseconds between two completed timing events (0 on host). */
+L8_NODISCARD l8_status l8_event_elapsed_ms(l8_event *start, l8_event *end, float *ms);
+
+/* ---- raw memory (device memory from the caching allocator) ---- */
+/* Allocate on stream s's free list. Errors: as l8_alloc_malloc. */
+L8_NODISCARD l8_status l8_ctx_malloc(l8_ctx *ctx, size_t bytes, l8_stream *s, void **ptr);
+L8_NODISCARD l8_status l8_ctx_free(l8_ctx *ctx, void *ptr);
+
+/* Copies enqueued on s. Host pointers should come from the pinned pool for
+ * the copy to be asynchronous; pageable host memory makes the call block
+ * until the copy is done. kind is implied by the arguments' names.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_memcpy_htod(l8_stream *s, void *dst_dev, const void *src_host, size_t n);
+L8_NODISCARD l8_status l8_memcpy_dtoh(l8_stream *s, void *dst_host, const void *src_dev, size_t n);
+L8_NODISCARD l8_status l8_memcpy_dtod(l8_stream *s, void *dst_dev, const void *src_dev, size_t n);
+/* Set n bytes of device memory to `value`. */
+L8_NODISCARD l8_status l8_memset_d8(l8_stream *s, void *dst_dev, uint8_t value, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_CTX_H */

@@ -1,0 +1,35 @@
+/* lean8.h - the umbrella header: include this one.
+ *
+ * lean8 is a lean C runtime for FP8 training on NVIDIA GPUs: the CUDA Driver
+ * API opened at run time, a caching device allocator and pinned-host pool,
+ * refcounted tensors, hand-written PTX kernels, cuBLASLt GEMMs, NCCL
+ * collectives. Every public name starts with l8_; every function returns an
+ * l8_status (see status.h) unless it cannot fail.
+ *
+ * Installed as <lean8/lean8.h>; link with -llean8 (pkg-config lean8).
+ */
+#ifndef L8_LEAN8_H
+#define L8_LEAN8_H
+
+#include "runtime/status.h"
+#include "alloc/alloc.h"
+#include "alloc/pinned.h"
+#include "alloc/trace.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+
+/* Version of the library this header belongs to. */
+#define L8_VERSION_MAJOR 0
+#define L8_VERSION_MINOR 1
+#define L8_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The library's version string ("0.1.0"), for checking header vs library. */
+const char *l8_version(void);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1 @@
+LIB_SRCS += runtime/status.c runtime/cuda.c runtime/ctx.c runtime/tensor.c

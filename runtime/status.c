@@ -1,0 +1,118 @@
+/* status.c - status names and the thread-local last-error record.
+ *
+ * The record's strings live in fixed thread-local buffers, so recording an
+ * error never allocates (it must work when memory is exhausted) and the
+ * pointers handed out stay valid until the next failure on the thread.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "runtime/status.h"
+#include "runtime/lean8.h"
+
+typedef struct err_slot {
+    l8_error rec;
+    char foreign_name[64];
+    char call[64];
+    char message[2048];
+    char line[2400];
+} err_slot;
+
+static _Thread_local err_slot g_err;
+
+const char *l8_status_name(l8_status st)
+{
+    switch (st) {
+    case L8_OK: return "L8_OK";
+    case L8_ERR_INVALID_ARG: return "L8_ERR_INVALID_ARG";
+    case L8_ERR_UNSUPPORTED: return "L8_ERR_UNSUPPORTED";
+    case L8_ERR_STATE: return "L8_ERR_STATE";
+    case L8_ERR_OOM: return "L8_ERR_OOM";
+    case L8_ERR_CUDA: return "L8_ERR_CUDA";
+    case L8_ERR_CUBLAS: return "L8_ERR_CUBLAS";
+    case L8_ERR_NCCL: return "L8_ERR_NCCL";
+    case L8_ERR_IO: return "L8_ERR_IO";
+    case L8_ERR_TIMEOUT: return "L8_ERR_TIMEOUT";
+    case L8_ERR_NO_DEVICE: return "L8_ERR_NO_DEVICE";
+    case L8_ERR_COMM: return "L8_ERR_COMM";
+    case L8_ERR_INTERNAL: return "L8_ERR_INTERNAL";
+    }
+    return "L8_ERR_UNKNOWN";
+}
+
+int l8_status_is_caller_error(l8_status st)
+{
+    return st >= 1 && st < 100;
+}
+
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    if (!src) src = "";
+    size_t len = strlen(src);
+    if (len >= n) len = n - 1;
+    memmove(dst, src, len);
+    dst[len] = '\0';
+}
+
+const l8_error *l8_last_error(void)
+{
+    err_slot *e = &g_err;
+    if (!e->rec.foreign_name) {         /* first use on this thread */
+        e->rec.foreign_name = e->foreign_name;
+        e->rec.call = e->call;
+        e->rec.message = e->message;
+        e->rec.file = "";
+    }
+    return &e->rec;
+}
+
+const char *l8_last_error_string(void)
+{
+    const l8_error *r = l8_last_error();
+    err_slot *e = &g_err;
+    if (r->status == L8_OK) return "no error";
+    int n = snprintf(e->line, sizeof e->line, "%s: ", l8_status_name(r->status));
+    if (r->call[0] && n < (int)sizeof e->line) {
+        if (r->foreign_name[0])
+            n += snprintf(e->line + n, sizeof e->line - n, "%s failed with %s (%d): ", r->call,
+                          r->foreign_name, r->foreign_code);
+        else
+            n += snprintf(e->line + n, sizeof e->line - n, "%s failed: ", r->call);
+    }
+    if (n < (int)sizeof e->line)
+        snprintf(e->line + n, sizeof e->line - n, "%s (%s:%d)", r->message, r->file, r->line);
+    return e->line;
+}
+
+void l8_error_clear(void)
+{
+    l8_last_error();
+    g_err.rec.status = L8_OK;
+    g_err.rec.foreign_code = 0;
+    g_err.foreign_name[0] = g_err.call[0] = g_err.message[0] = '\0';
+}
+
+l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name, const char *call,
+                       const char *file, int line, const char *fmt, ...)
+{
+    l8_last_error();
+    err_slot *e = &g_err;
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt ? fmt : "", ap);   /* fmt may name the old message */
+    va_end(ap);
+    memcpy(e->message, msg, sizeof msg);
+    e->rec.status = st;
+    e->rec.foreign_code = foreign_code;
+    copy_str(e->foreign_name, sizeof e->foreign_name, foreign_name);
+    copy_str(e->call, sizeof e->call, call);
+    e->rec.file = file ? file : "";
+    e->rec.line = line;
+    return st;
+}
+
+#ifndef L8_VERSION
+#define L8_VERSION "unknown"
+#endif
+const char *l8_version(void) { return L8_VERSION; }

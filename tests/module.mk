@@ -1,0 +1,2 @@
+TEST_SRCS += tests/main.c tests/test_status.c tests/test_alloc.c tests/test_pinned.c \
+             tests/test_trace.c tests/test_tensor.c tests/test_gpu.c

@@ -1,0 +1,1251 @@
+/* test_alloc.c - the caching allocator (alloc/alloc.h), its providers and
+ * the training-like replay (alloc/replay.h).
+ *
+ * Most tests run over `tp`, a test provider whose segments come from the host
+ * provider (or are fake addresses) and whose events complete only when the
+ * test says so; the fault provider wraps it where failures are injected.
+ * Every test frees what it allocates: valgrind runs these with
+ * --leak-check=full.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "tests/tests.h"
+#include "alloc/alloc.h"
+#include "alloc/replay.h"
+#include "alloc/trace.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+/* ---- the test provider ---- */
+
+typedef struct tp_event {
+    int done;
+    struct tp_event *next;
+} tp_event;
+
+typedef struct tp {
+    l8_segment_provider base;
+    l8_segment_provider host;
+    int fake_addrs;               /* fake addresses instead of host memory */
+    int misalign;                 /* hand out base + 256 */
+    int auto_complete;            /* events complete when recorded */
+    int fail_record, fail_create; /* event calls fail with L8_ERR_CUDA */
+    int fail_record_at;           /* > 0: only the record call with this number fails */
+    uintptr_t next_fake;
+    tp_event *events;             /* every live event */
+    int creates, destroys, records, queries, syncs;
+    size_t live_bytes;
+} tp;
+
+static l8_status tp_seg_alloc(void *user, size_t bytes, void **ptr)
+{
+    tp *t = user;
+    if (t->fake_addrs) {
+        *ptr = (void *)(t->next_fake + (t->misalign ? 256 : 0));
+        t->next_fake += (bytes + 4 * MIB) & ~(2 * MIB - 1);
+    } else {
+        void *p = NULL;
+        L8_CHECK(t->host.segment_alloc(t->host.user, bytes + (t->misalign ? 512 : 0), &p));
+        *ptr = (char *)p + (t->misalign ? 256 : 0);
+    }
+    t->live_bytes += bytes;
+    return L8_OK;
+}
+
+static l8_status tp_seg_free(void *user, void *ptr, size_t bytes)
+{
+    tp *t = user;
+    t->live_bytes -= bytes;
+    if (t->fake_addrs) return L8_OK;
+    return t->host.segment_free(t->host.user, (char *)ptr - (t->misalign ? 256 : 0), bytes);
+}
+
+static l8_status tp_ev_create(void *user, void **ev)
+{
+    tp *t = user;
+    if (t->fail_create) return L8_FAIL(L8_ERR_CUDA, "tp: event_create fails");
+    tp_event *e = calloc(1, sizeof *e);
+    if (!e) return L8_FAIL(L8_ERR_OOM, "tp: no memory");
+    e->next = t->events;
+    t->events = e;
+    t->creates++;
+    *ev = e;
+    return L8_OK;
+}
+
+static l8_status tp_ev_record(void *user, void *ev, l8_stream_id s)
+{
+    tp *t = user;
+    (void)s;
+    if (t->fail_record || (t->fail_record_at && t->records + 1 == t->fail_record_at)) {
+        t->fail_record_at = 0;
+        return L8_FAIL(L8_ERR_CUDA, "tp: event_record fails");
+    }
+    ((tp_event *)ev)->done = t->auto_complete;
+    t->records++;
+    return L8_OK;
+}
+
+static l8_status tp_ev_query(void *user, void *ev, int *done)
+{
+    tp *t = user;
+    t->queries++;
+    *done = ((tp_event *)ev)->done;
+    return L8_OK;
+}
+
+static l8_status tp_ev_sync(void *user, void *ev)
+{
+    tp *t = user;
+    t->syncs++;
+    ((tp_event *)ev)->done = 1;   /* waiting = the other stream finished */
+    return L8_OK;
+}
+
+static void tp_ev_destroy(void *user, void *ev)
+{
+    tp *t = user;
+    for (tp_event **pp = &t->events; *pp; pp = &(*pp)->next)
+        if (*pp == ev) {
+            *pp = ((tp_event *)ev)->next;
+            break;
+        }
+    free(ev);
+    t->destroys++;
+}
+
+static void tp_init(tp *t, int fake_addrs)
+{
+    memset(t, 0, sizeof *t);
+    l8_host_provider(&t->host);
+    t->fake_addrs = fake_addrs;
+    t->next_fake = (uintptr_t)1 << 40;
+    t->base.size = sizeof t->base;
+    t->base.user = t;
+    t->base.name = "tp";
+    t->base.device = -1;
+    t->base.segment_alloc = tp_seg_alloc;
+    t->base.segment_free = tp_seg_free;
+    t->base.event_create = tp_ev_create;
+    t->base.event_record = tp_ev_record;
+    t->base.event_query = tp_ev_query;
+    t->base.event_sync = tp_ev_sync;
+    t->base.event_destroy = tp_ev_destroy;
+}
+
+/* The other streams have finished everything recorded so far. */
+static void tp_complete_all(tp *t)
+{
+    for (tp_event *e = t->events; e; e = e->next) e->done = 1;
+}
+
+/* After the allocator is destroyed: nothing of the provider is left. */
+static void tp_check_released(const tp *t)
+{
+    ck_assert_uint_eq(t->live_bytes, 0);
+    ck_assert_ptr_null(t->events);
+    ck_assert_int_eq(t->creates, t->destroys);
+}
+
+/* ---- helpers ---- */
+
+static l8_alloc_stats stats_of(l8_alloc *a)
+{
+    l8_alloc_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    L8_CK(l8_alloc_get_stats(a, &s));
+    return s;
+}
+
+static l8_alloc *make_alloc(const l8_segment_provider *p, size_t limit)
+{
+    l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
+    cfg.memory_limit = limit;
+    l8_alloc *a = NULL;
+    L8_CK(l8_alloc_create(&cfg, p, &a));
+    ck_assert_ptr_nonnull(a);
+    return a;
+}
+
+static size_t round512(size_t n) { return (n + 511) & ~(size_t)511; }
+
+typedef struct visit_sum {
+    size_t blocks, free_blocks, pending, live, segments_single_free;
+    uintptr_t last_seg;
+    size_t seg_blocks;
+    int bad;
+    const void *pending_addr;
+    int pending_seen;
+} visit_sum;
+
+static void visit_fn(void *arg, const l8_block_info *b)
+{
+    visit_sum *v = arg;
+    v->blocks++;
+    v->free_blocks += !b->allocated && !b->pending;
+    v->pending += b->pending;
+    v->live += b->allocated;
+    if (b->addr % 512 || b->bytes % 512 || b->addr < b->segment ||
+        b->addr + b->bytes > b->segment + b->segment_bytes)
+        v->bad++;
+    if (b->allocated && (b->requested == 0 || b->requested > b->bytes)) v->bad++;
+    if (b->pending && (const void *)b->addr == v->pending_addr) v->pending_seen = 1;
+    if (!b->allocated && !b->pending && b->addr == b->segment && b->bytes == b->segment_bytes)
+        v->segments_single_free++;
+}
+
+static visit_sum visit_all(l8_alloc *a)
+{
+    visit_sum v;
+    memset(&v, 0, sizeof v);
+    L8_CK(l8_alloc_visit(a, visit_fn, &v));
+    ck_assert_int_eq(v.bad, 0);
+    return v;
+}
+
+/* ---- basics ---- */
+
+START_TEST(test_basic_alloc_free)
+{
+    l8_segment_provider hp;
+    l8_host_provider(&hp);
+    ck_assert_str_eq(hp.name, "host");
+    ck_assert_int_eq(hp.device, -1);
+    l8_alloc *a = make_alloc(&hp, 0);
+    void *p = (void *)1;
+    L8_CK(l8_alloc_malloc(a, 0, 0, &p));
+    ck_assert_ptr_null(p);
+    const size_t sizes[] = { 1, 511, 512, 513, 4000, MIB, MIB + 1, 3 * MIB + 7, 25 * MIB };
+    void *ptrs[9];
+    size_t want_alloc = 0, want_req = 0;
+    for (int i = 0; i < 9; i++) {
+        L8_CK(l8_alloc_malloc(a, sizes[i], 7, &ptrs[i]));
+        ck_assert_ptr_nonnull(ptrs[i]);
+        ck_assert_uint_eq((uintptr_t)ptrs[i] % 512, 0);
+        size_t bytes = 0;
+        l8_stream_id s = 0;
+        L8_CK(l8_alloc_block_info(a, ptrs[i], &bytes, &s));
+        ck_assert_uint_eq(s, 7);
+        ck_assert_uint_ge(bytes, round512(sizes[i]));
+        if (sizes[i] <= MIB) ck_assert_uint_eq(bytes, round512(sizes[i]));
+        else ck_assert_uint_le(bytes, round512(sizes[i]) + MIB);
+        memset(ptrs[i], 0xA5, sizes[i]);   /* host memory: really usable */
+        want_alloc += bytes;
+        want_req += sizes[i];
+    }
+    l8_alloc_stats st = stats_of(a);
+    ck_assert_uint_eq(st.allocated_bytes, want_alloc);
+    ck_assert_uint_eq(st.requested_bytes, want_req);
+    ck_assert_uint_eq(st.active_bytes, want_alloc);
+    ck_assert_uint_eq(st.live_blocks, 9);
+    ck_assert_uint_eq(st.allocations, 9);
+    ck_assert_uint_ge(st.reserved_bytes, want_alloc);
+    ck_assert_uint_eq(st.segments, st.segment_allocs);
+    L8_CK(l8_alloc_check(a));
+    for (int i = 0; i < 9; i++) L8_CK(l8_alloc_free(a, ptrs[i]));
+    L8_CK(l8_alloc_free(a, NULL));
+    st = stats_of(a);
+    ck_assert_uint_eq(st.allocated_bytes, 0);
+    ck_assert_uint_eq(st.requested_bytes, 0);
+    ck_assert_uint_eq(st.active_bytes, 0);
+    ck_assert_uint_eq(st.inactive_split_bytes, 0);
+    ck_assert_uint_eq(st.frees, 9);
+    ck_assert_uint_eq(st.allocated_peak, want_alloc);
+    ck_assert_uint_eq(st.requested_peak, want_req);
+    visit_sum v = visit_all(a);
+    ck_assert_uint_eq(v.segments_single_free, st.segments);
+    ck_assert_uint_eq(v.blocks, st.segments);
+    L8_CK(l8_alloc_empty_cache(a));
+    st = stats_of(a);
+    ck_assert_uint_eq(st.reserved_bytes, 0);
+    ck_assert_uint_eq(st.segments, 0);
+    ck_assert_uint_eq(st.segment_frees, st.segment_allocs);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    l8_alloc_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_same_stream_immediate_reuse)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    const size_t sizes[] = { 4096, 700 * KIB, 3 * MIB, 64 * MIB };
+    for (int i = 0; i < 4; i++) {
+        void *p = NULL, *q = NULL;
+        L8_CK(l8_alloc_malloc(a, sizes[i], 1, &p));
+        /* recording the allocation stream itself changes nothing */
+        L8_CK(l8_alloc_record_stream(a, p, 1));
+        L8_CK(l8_alloc_free(a, p));
+        l8_alloc_stats before = stats_of(a);
+        L8_CK(l8_alloc_malloc(a, sizes[i], 1, &q));
+        ck_assert_ptr_eq(p, q);
+        l8_alloc_stats after = stats_of(a);
+        ck_assert_uint_eq(after.segment_allocs, before.segment_allocs);
+        ck_assert_uint_eq(after.cache_hits, before.cache_hits + 1);
+        L8_CK(l8_alloc_free(a, q));
+    }
+    ck_assert_int_eq(t.records, 0);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_stats_inactive_split_and_peaks)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    void *x = NULL, *y = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, 0, &x));
+    L8_CK(l8_alloc_malloc(a, 4096, 0, &y));
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.reserved_bytes, 2 * MIB);
+    ck_assert_uint_eq(s.inactive_split_bytes, 2 * MIB - 8192);
+    L8_CK(l8_alloc_free(a, x));
+    s = stats_of(a);
+    /* x's hole and the tail: free bytes of a segment that is still in use */
+    ck_assert_uint_eq(s.inactive_split_bytes, 2 * MIB - 4096);
+    ck_assert_uint_eq(s.inactive_split_peak, 2 * MIB - 4096);
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, y));
+    s = stats_of(a);
+    ck_assert_uint_eq(s.inactive_split_bytes, 0);   /* wholly free now */
+    ck_assert_uint_eq(s.allocated_peak, 8192);
+    l8_alloc_reset_peaks(a);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_peak, 0);
+    ck_assert_uint_eq(s.inactive_split_peak, 0);
+    ck_assert_uint_eq(s.reserved_peak, 2 * MIB);
+    L8_CK(l8_alloc_malloc(a, 1000, 0, &x));
+    s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_peak, 1024);
+    ck_assert_uint_eq(s.requested_peak, 1000);
+    L8_CK(l8_alloc_free(a, x));
+    /* an older, shorter stats struct is filled up to its size */
+    l8_alloc_stats small;
+    memset(&small, 0xEE, sizeof small);
+    small.size = offsetof(l8_alloc_stats, requested_bytes);
+    L8_CK(l8_alloc_get_stats(a, &small));
+    ck_assert_uint_eq(small.allocated_peak, 1024);
+    ck_assert_uint_eq(small.requested_bytes, 0xEEEEEEEEEEEEEEEEull);
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* ---- streams ---- */
+
+START_TEST(test_cross_stream_pending)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    const l8_stream_id A = 0xA, B = 0xB;
+    void *x = NULL, *y = NULL, *z = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, A, &x));
+    L8_CK(l8_alloc_malloc(a, 4096, A, &y));   /* pins the segment, keeps x's slot exact */
+    L8_CK(l8_alloc_record_stream(a, x, B));
+    L8_CK(l8_alloc_record_stream(a, x, B));   /* twice: still one stream */
+    L8_CK(l8_alloc_free(a, x));
+    ck_assert_int_eq(t.records, 1);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 4096);
+    ck_assert_uint_eq(s.active_bytes, 8192);   /* x is still active: pending */
+    ck_assert_uint_eq(s.frees, 1);
+    visit_sum v;
+    memset(&v, 0, sizeof v);
+    v.pending_addr = x;
+    L8_CK(l8_alloc_visit(a, visit_fn, &v));
+    ck_assert_int_eq(v.pending_seen, 1);
+    ck_assert_uint_eq(v.pending, 1);
+    /* x is pending: never handed out, however often we ask */
+    for (int i = 0; i < 5; i++) {
+        L8_CK(l8_alloc_malloc(a, 4096, A, &z));
+        ck_assert_ptr_ne(z, x);
+        ck_assert((uintptr_t)z + 4096 <= (uintptr_t)x || (uintptr_t)z >= (uintptr_t)x + 4096);
+        L8_CK(l8_alloc_free(a, z));
+    }
+    ck_assert_int_gt(t.queries, 0);   /* malloc polls pending events */
+    L8_CK(l8_alloc_check(a));
+    /* B finished its work: x comes back (exact fit, nothing else fits as well) */
+    tp_complete_all(&t);
+    L8_CK(l8_alloc_malloc(a, 4096, A, &z));
+    ck_assert_ptr_eq(z, x);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.active_bytes, 8192);
+    L8_CK(l8_alloc_free(a, z));
+    L8_CK(l8_alloc_free(a, y));
+    /* Many pending cycles reuse one event object. */
+    for (int i = 0; i < 50; i++) {
+        L8_CK(l8_alloc_malloc(a, 8192, A, &x));
+        L8_CK(l8_alloc_record_stream(a, x, B));
+        L8_CK(l8_alloc_free(a, x));
+        tp_complete_all(&t);
+    }
+    ck_assert_int_le(t.creates, 2);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_streams_keep_their_blocks)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    void *x = NULL, *y = NULL;
+    L8_CK(l8_alloc_malloc(a, 64 * KIB, 1, &x));
+    L8_CK(l8_alloc_free(a, x));
+    L8_CK(l8_alloc_malloc(a, 64 * KIB, 2, &y));   /* another stream: not x */
+    ck_assert_ptr_ne(x, y);
+    l8_stream_id s = 0;
+    L8_CK(l8_alloc_block_info(a, y, NULL, &s));
+    ck_assert_uint_eq(s, 2);
+    ck_assert_uint_eq(stats_of(a).segments, 2);
+    L8_CK(l8_alloc_free(a, y));
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_event_failure_holds_block)
+{
+    /* mode 0: record fails; 1: create fails; 2: one of two records fails,
+     * so the block has one live event and is held as well */
+    for (int mode = 0; mode < 3; mode++) {
+        tp t;
+        tp_init(&t, 1);
+        l8_alloc *a = make_alloc(&t.base, 0);
+        void *x = NULL, *y = NULL, *z = NULL;
+        L8_CK(l8_alloc_malloc(a, 4096, 1, &x));
+        L8_CK(l8_alloc_malloc(a, 4096, 1, &y));
+        L8_CK(l8_alloc_record_stream(a, x, 2));
+        L8_CK(l8_alloc_record_stream(a, x, 3));
+        if (mode == 0) t.fail_record = 1;
+        else if (mode == 1) t.fail_create = 1;
+        else t.fail_record_at = 2;
+        L8_CK_ST(l8_alloc_free(a, x), L8_ERR_CUDA);
+        t.fail_record = t.fail_create = 0;
+        /* the pointer is gone ... */
+        L8_CK_ST(l8_alloc_free(a, x), L8_ERR_INVALID_ARG);
+        ck_assert_uint_eq(stats_of(a).frees, 1);
+        /* ... but never handed out while held, even with no events left */
+        if (mode == 2) ck_assert_int_eq(t.records, 1);
+        tp_complete_all(&t);
+        for (int i = 0; i < 3; i++) {
+            L8_CK(l8_alloc_malloc(a, 4096, 1, &z));
+            ck_assert_ptr_ne(z, x);
+            L8_CK(l8_alloc_free(a, z));
+        }
+        ck_assert_uint_eq(stats_of(a).active_bytes, 8192);
+        L8_CK(l8_alloc_check(a));
+        L8_CK(l8_alloc_empty_cache(a));   /* the caller synced: held blocks come back */
+        L8_CK(l8_alloc_check(a));
+        ck_assert_uint_eq(stats_of(a).active_bytes, 4096);
+        L8_CK(l8_alloc_malloc(a, 4096, 1, &z));
+        ck_assert_ptr_eq(z, x);
+        L8_CK(l8_alloc_free(a, z));
+        L8_CK(l8_alloc_free(a, y));
+        L8_CK(l8_alloc_empty_cache(a));
+        l8_alloc_stats s = stats_of(a);
+        ck_assert_uint_eq(s.active_bytes, 0);
+        ck_assert_uint_eq(s.reserved_bytes, 0);
+        l8_alloc_destroy(a);
+        tp_check_released(&t);
+    }
+}
+END_TEST
+
+/* ---- the randomized model test ---- */
+
+typedef struct mlive {
+    uintptr_t p;
+    size_t req, size;
+    l8_stream_id s;
+    int extra;                    /* recorded on another stream */
+} mlive;
+
+typedef struct model {
+    mlive live[512];
+    size_t nlive;
+    uintptr_t pend_p[4096];       /* freed with events the test has not completed */
+    size_t pend_n[4096];
+    size_t npend;
+    uint64_t allocations, frees;
+    size_t allocated, requested;
+} model;
+
+static void model_check_fresh(const model *m, uintptr_t p, size_t size)
+{
+    for (size_t i = 0; i < m->nlive; i++)
+        ck_assert_msg(p + size <= m->live[i].p || p >= m->live[i].p + m->live[i].size,
+                      "block %#lx+%zu overlaps live %#lx+%zu", (unsigned long)p, size,
+                      (unsigned long)m->live[i].p, m->live[i].size);
+    for (size_t i = 0; i < m->npend; i++)
+        ck_assert_msg(p + size <= m->pend_p[i] || p >= m->pend_p[i] + m->pend_n[i],
+                      "block %#lx+%zu overlaps a block still pending on another stream",
+                      (unsigned long)p, size);
+}
+
+static void model_compare(l8_alloc *a, const model *m, size_t limit, const l8_fault_provider *fp)
+{
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, m->allocated);
+    ck_assert_uint_eq(s.requested_bytes, m->requested);
+    ck_assert_uint_eq(s.live_blocks, m->nlive);
+    ck_assert_uint_eq(s.allocations, m->allocations);
+    ck_assert_uint_eq(s.frees, m->frees);
+    ck_assert_uint_ge(s.active_bytes, s.allocated_bytes);
+    ck_assert_uint_le(s.reserved_bytes, limit);
+    ck_assert_uint_eq(s.reserved_bytes, fp->live_bytes);
+    ck_assert_uint_le(s.allocated_peak, s.reserved_peak);
+    ck_assert_uint_ge(s.allocated_peak, s.allocated_bytes);
+}
+
+static size_t random_size(l8_rng *r)
+{
+    uint64_t k = l8_rng_below(r, 100);
+    if (k < 55) return 1 + (size_t)l8_rng_below(r, 64 * KIB);
+    if (k < 80) return 64 * KIB + (size_t)l8_rng_below(r, MIB - 64 * KIB + 1);
+    return MIB + 1 + (size_t)l8_rng_below(r, 11 * MIB);
+}
+
+/* limit_in_cfg: the allocator's own memory_limit; else the provider's. */
+static void run_stress(uint64_t salt, int limit_in_cfg)
+{
+    l8_rng r;
+    l8_rng_init(&r, salt);
+    const size_t limit = 48 * MIB;
+    tp t;
+    tp_init(&t, 0);   /* real host memory: the blocks are written to */
+    l8_fault_provider fp;
+    l8_fault_provider_init(&fp, &t.base);
+    if (!limit_in_cfg) fp.memory_limit = limit;
+    l8_alloc *a = make_alloc(&fp.base, limit_in_cfg ? limit : 0);
+    model *m = calloc(1, sizeof *m);
+    ck_assert_ptr_nonnull(m);
+    const int ops = l8_test_quick() ? 1500 : 12000;
+    const int every = l8_test_quick() ? 16 : 1;
+    uint64_t ooms = 0;
+    for (int op = 0; op < ops; op++) {
+        uint64_t k = l8_rng_below(&r, 100);
+        if ((k < 48 && m->nlive < 512) || m->nlive == 0) {
+            size_t n = random_size(&r);
+            l8_stream_id s = (l8_stream_id)l8_rng_below(&r, 3);
+            void *p = NULL;
+            uint64_t retries = stats_of(a).retries;
+            l8_status st = l8_alloc_malloc(a, n, s, &p);
+            if (stats_of(a).retries != retries) m->npend = 0;   /* the OOM path waited */
+            if (st == L8_ERR_OOM) {
+                ck_assert_ptr_null(p);
+                ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "reserved"));
+                ooms++;
+            } else {
+                ck_assert_msg(st == L8_OK, "%s", l8_last_error_string());
+                size_t bytes = 0;
+                L8_CK(l8_alloc_block_info(a, p, &bytes, NULL));
+                ck_assert_uint_eq((uintptr_t)p % 512, 0);
+                ck_assert_uint_ge(bytes, round512(n));
+                model_check_fresh(m, (uintptr_t)p, bytes);
+                memset(p, (int)(op & 0xFF), n < 4096 ? n : 4096);
+                m->live[m->nlive++] = (mlive){ (uintptr_t)p, n, bytes, s, 0 };
+                m->allocations++;
+                m->allocated += bytes;
+                m->requested += n;
+            }
+        } else if (k < 80) {
+            size_t i = (size_t)l8_rng_below(&r, m->nlive);
+            mlive b = m->live[i];
+            L8_CK(l8_alloc_free(a, (void *)b.p));
+            m->live[i] = m->live[--m->nlive];
+            m->frees++;
+            m->allocated -= b.size;
+            m->requested -= b.req;
+            if (b.extra && m->npend < 4096) {
+                m->pend_p[m->npend] = b.p;
+                m->pend_n[m->npend++] = b.size;
+            } else if (b.extra) {
+                tp_complete_all(&t);   /* the model's list is full: let them all go */
+                m->npend = 0;
+            }
+            if (l8_rng_below(&r, 4) == 0)   /* and a double free is refused */
+                L8_CK_ST(l8_alloc_free(a, (void *)b.p), L8_ERR_INVALID_ARG);
+        } else if (k < 92) {
+            size_t i = (size_t)l8_rng_below(&r, m->nlive);
+            l8_stream_id s = (l8_stream_id)l8_rng_below(&r, 3);
+            L8_CK(l8_alloc_record_stream(a, (void *)m->live[i].p, s));
+            if (s != m->live[i].s) m->live[i].extra = 1;
+        } else if (k < 98) {
+            tp_complete_all(&t);
+            m->npend = 0;
+        } else {
+            L8_CK(l8_alloc_empty_cache(a));   /* waits for every pending event */
+            m->npend = 0;
+        }
+        model_compare(a, m, limit, &fp);
+        if (op % every == 0) L8_CK(l8_alloc_check(a));
+    }
+    /* Free everything: every segment becomes one free block. */
+    while (m->nlive) {
+        L8_CK(l8_alloc_free(a, (void *)m->live[--m->nlive].p));
+        m->frees++;
+    }
+    m->allocated = m->requested = 0;
+    tp_complete_all(&t);
+    void *p = NULL;
+    L8_CK(l8_alloc_malloc(a, 512, 0, &p));   /* processes the completed events */
+    L8_CK(l8_alloc_free(a, p));
+    m->allocations++;
+    m->frees++;
+    model_compare(a, m, limit, &fp);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 0);
+    ck_assert_uint_eq(s.active_bytes, 0);
+    ck_assert_uint_eq(s.inactive_split_bytes, 0);
+    ck_assert_uint_eq(s.ooms, ooms);
+    visit_sum v = visit_all(a);
+    ck_assert_uint_eq(v.blocks, s.segments);
+    ck_assert_uint_eq(v.segments_single_free, s.segments);
+    L8_CK(l8_alloc_empty_cache(a));
+    s = stats_of(a);
+    ck_assert_uint_eq(s.reserved_bytes, 0);
+    ck_assert_uint_eq(fp.live_bytes, 0);
+    l8_alloc_destroy(a);
+    free(m);
+    tp_check_released(&t);
+}
+
+START_TEST(test_stress_vs_model_provider_limit)
+{
+    run_stress(101, 0);
+}
+END_TEST
+
+START_TEST(test_stress_vs_model_config_limit)
+{
+    run_stress(202, 1);
+}
+END_TEST
+
+/* ---- fault injection ---- */
+
+#define SCRIPT_N 14
+static const size_t g_script[SCRIPT_N] = { 3000, 2 * MIB + 1, 700 * KIB, 30 * MIB, 512,
+                                           5 * MIB, 64 * KIB, 12 * MIB, MIB, 40 * MIB,
+                                           900 * KIB, 3 * MIB, 100, 18 * MIB };
+
+/* Run the script: malloc each size (streams alternate), free the one two
+ * back every third step. Returns the number of OOMs; *ok[i] says which
+ * malloc succeeded, ptr[i] holds what is still live. */
+static int run_script(l8_alloc *a, void **ptr, int *ok)
+{
+    int ooms = 0;
+    for (int i = 0; i < SCRIPT_N; i++) {
+        ptr[i] = NULL;
+        l8_status st = l8_alloc_malloc(a, g_script[i], (l8_stream_id)(i % 2), &ptr[i]);
+        ok[i] = st == L8_OK;
+        if (st != L8_OK) {
+            ck_assert_msg(st == L8_ERR_OOM, "%s", l8_last_error_string());
+            ck_assert_ptr_null(ptr[i]);
+            const char *msg = l8_last_error()->message;
+            char want[64];
+            snprintf(want, sizeof want, "cannot allocate %zu bytes", g_script[i]);
+            ck_assert_msg(strstr(msg, want) != NULL, "message: %s", msg);
+            ck_assert_ptr_nonnull(strstr(msg, "reserved"));
+            ck_assert_ptr_nonnull(strstr(msg, "segment"));
+            ck_assert_uint_lt(strlen(msg), 2048);
+            ooms++;
+        }
+        L8_CK(l8_alloc_check(a));
+        if (i % 3 == 2 && ptr[i - 2]) {
+            L8_CK(l8_alloc_free(a, ptr[i - 2]));
+            ptr[i - 2] = NULL;
+        }
+    }
+    return ooms;
+}
+
+START_TEST(test_fault_nth_segment_alloc)
+{
+    tp t;
+    tp_init(&t, 0);
+    l8_fault_provider fp;
+    l8_fault_provider_init(&fp, &t.base);
+    ck_assert_int_eq(fp.base.device, -1);
+    void *ptr[SCRIPT_N];
+    int ok[SCRIPT_N];
+    /* Without faults: how many segment allocations the script makes. */
+    l8_alloc *a = make_alloc(&fp.base, 0);
+    ck_assert_int_eq(run_script(a, ptr, ok), 0);
+    uint64_t calls = fp.calls;
+    ck_assert_uint_gt(calls, 3);
+    for (int i = 0; i < SCRIPT_N; i++) L8_CK(l8_alloc_free(a, ptr[i]));
+    l8_alloc_destroy(a);
+    ck_assert_uint_eq(fp.live_bytes, 0);
+
+    for (int sticky = 0; sticky < 2; sticky++)
+        for (uint64_t n = 1; n <= calls + 1; n++) {
+            l8_fault_provider_init(&fp, &t.base);
+            fp.fail_nth = n;
+            fp.fail_sticky = sticky;
+            a = make_alloc(&fp.base, 0);
+            int ooms = run_script(a, ptr, ok);
+            l8_alloc_stats s = stats_of(a);
+            ck_assert_uint_eq(s.ooms, (uint64_t)ooms);
+            if (!sticky) {
+                /* one failure: the allocator falls back or retries, and wins */
+                ck_assert_int_eq(ooms, 0);
+                ck_assert_uint_le(fp.failures, 1);
+            } else if (n <= calls) {
+                ck_assert_uint_ge(fp.failures, 1);
+            }
+            /* Lift the fault: what failed now succeeds. */
+            fp.fail_nth = 0;
+            for (int i = 0; i < SCRIPT_N; i++)
+                if (!ok[i]) L8_CK(l8_alloc_malloc(a, g_script[i], 0, &ptr[i]));
+            L8_CK(l8_alloc_check(a));
+            for (int i = 0; i < SCRIPT_N; i++) L8_CK(l8_alloc_free(a, ptr[i]));
+            s = stats_of(a);
+            ck_assert_uint_eq(s.allocated_bytes, 0);
+            ck_assert_uint_eq(s.reserved_bytes, fp.live_bytes);
+            l8_alloc_destroy(a);
+            ck_assert_uint_eq(fp.live_bytes, 0);
+        }
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_fault_provider_limit_and_counters)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_fault_provider fp;
+    l8_fault_provider_init(&fp, &t.base);
+    fp.memory_limit = 10 * MIB;
+    void *p = NULL, *q = NULL;
+    L8_CK(fp.base.segment_alloc(fp.base.user, 8 * MIB, &p));
+    ck_assert_uint_eq(fp.live_bytes, 8 * MIB);
+    L8_CK_ST(fp.base.segment_alloc(fp.base.user, 4 * MIB, &q), L8_ERR_OOM);
+    ck_assert_ptr_null(q);
+    L8_CK_ST(fp.base.segment_alloc(fp.base.user, SIZE_MAX, &q), L8_ERR_OOM);
+    ck_assert_uint_eq(fp.calls, 3);
+    ck_assert_uint_eq(fp.failures, 2);
+    L8_CK(fp.base.segment_free(fp.base.user, p, 8 * MIB));
+    ck_assert_uint_eq(fp.live_bytes, 0);
+    ck_assert_uint_eq(fp.peak_bytes, 8 * MIB);
+    fp.memory_limit = 0;
+    fp.fail_nth = 2;   /* counted from a reset: call 1 passes, 2 fails, 3 passes */
+    fp.calls = 0;
+    L8_CK(fp.base.segment_alloc(fp.base.user, MIB, &p));
+    L8_CK_ST(fp.base.segment_alloc(fp.base.user, MIB, &q), L8_ERR_OOM);
+    L8_CK(fp.base.segment_alloc(fp.base.user, MIB, &q));
+    L8_CK(fp.base.segment_free(fp.base.user, p, MIB));
+    L8_CK(fp.base.segment_free(fp.base.user, q, MIB));
+    /* events pass through */
+    void *ev = NULL;
+    int done = 7;
+    L8_CK(fp.base.event_create(fp.base.user, &ev));
+    L8_CK(fp.base.event_record(fp.base.user, ev, 3));
+    L8_CK(fp.base.event_query(fp.base.user, ev, &done));
+    ck_assert_int_eq(done, 0);
+    L8_CK(fp.base.event_sync(fp.base.user, ev));
+    L8_CK(fp.base.event_query(fp.base.user, ev, &done));
+    ck_assert_int_eq(done, 1);
+    fp.base.event_destroy(fp.base.user, ev);
+    tp_check_released(&t);
+    /* the host provider's events are complete at once */
+    l8_segment_provider hp;
+    l8_host_provider(&hp);
+    L8_CK(hp.event_create(hp.user, &ev));
+    ck_assert_ptr_nonnull(ev);
+    L8_CK(hp.event_record(hp.user, ev, 1));
+    done = 0;
+    L8_CK(hp.event_query(hp.user, ev, &done));
+    ck_assert_int_eq(done, 1);
+    L8_CK(hp.event_sync(hp.user, ev));
+    hp.event_destroy(hp.user, ev);
+}
+END_TEST
+
+/* ---- OOM path ---- */
+
+START_TEST(test_oom_releases_cache_then_fails)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 64 * MIB);
+    void *x = NULL, *y = NULL, *z = NULL;
+    /* stream 1 caches a 40 MiB segment */
+    L8_CK(l8_alloc_malloc(a, 40 * MIB, 1, &x));
+    L8_CK(l8_alloc_free(a, x));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 40 * MIB);
+    /* stream 2 cannot use it; a new segment would pass the limit: the cache
+     * is released and the retry succeeds */
+    L8_CK(l8_alloc_malloc(a, 40 * MIB, 2, &y));
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.retries, 1);
+    ck_assert_uint_eq(s.ooms, 0);
+    ck_assert_uint_eq(s.reserved_bytes, 40 * MIB);
+    ck_assert_uint_le(s.reserved_peak, 64 * MIB);
+    /* a real OOM: the state is in the message, nothing changed */
+    L8_CK_ST(l8_alloc_malloc(a, 40 * MIB, 2, &z), L8_ERR_OOM);
+    ck_assert_ptr_null(z);
+    const char *msg = l8_last_error()->message;
+    ck_assert_ptr_nonnull(strstr(msg, "cannot allocate 41943040 bytes"));
+    ck_assert_ptr_nonnull(strstr(msg, "stream 0x2"));
+    ck_assert_ptr_nonnull(strstr(msg, "reserved 40.00 MiB"));
+    ck_assert_ptr_nonnull(strstr(msg, "limit 64.00 MiB"));
+    s = stats_of(a);
+    ck_assert_uint_eq(s.ooms, 1);
+    ck_assert_uint_eq(s.retries, 2);
+    ck_assert_uint_eq(s.live_blocks, 1);
+    L8_CK(l8_alloc_check(a));
+    /* bigger than the limit: fails at once, the cache is left alone */
+    L8_CK(l8_alloc_malloc(a, 4096, 1, &z));
+    L8_CK(l8_alloc_free(a, z));
+    uint64_t reserved = stats_of(a).reserved_bytes;
+    L8_CK_ST(l8_alloc_malloc(a, 65 * MIB, 1, &z), L8_ERR_OOM);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "limit"));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, reserved);
+    ck_assert_uint_eq(stats_of(a).retries, 2);
+    L8_CK(l8_alloc_free(a, y));
+    L8_CK(l8_alloc_malloc(a, 60 * MIB, 3, &z));   /* everything cached gives way */
+    L8_CK(l8_alloc_free(a, z));
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_oom_waits_for_pending)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 8 * MIB);
+    void *x = NULL, *y = NULL;
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, 1, &x));
+    L8_CK(l8_alloc_record_stream(a, x, 2));
+    L8_CK(l8_alloc_free(a, x));
+    /* x is pending and no other segment fits under the limit: the OOM path
+     * waits for the event and reuses x */
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, 1, &y));
+    ck_assert_ptr_eq(x, y);
+    ck_assert_int_ge(t.syncs, 1);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.retries, 1);
+    ck_assert_uint_eq(s.ooms, 0);
+    L8_CK(l8_alloc_free(a, y));
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* ---- bad input ---- */
+
+START_TEST(test_bad_input)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = NULL;
+    L8_CK_ST(l8_alloc_create(NULL, NULL, &a), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_create(NULL, &t.base, NULL), L8_ERR_INVALID_ARG);
+    l8_segment_provider broken = t.base;
+    broken.event_query = NULL;
+    L8_CK_ST(l8_alloc_create(NULL, &broken, &a), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(a);
+    l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
+    cfg.size = sizeof cfg + 8;
+    L8_CK_ST(l8_alloc_create(&cfg, &t.base, &a), L8_ERR_INVALID_ARG);
+    L8_CK(l8_alloc_create(NULL, &t.base, &a));
+
+    void *x = NULL, *p = (void *)1;
+    L8_CK(l8_alloc_malloc(a, 10000, 0, &x));
+    l8_alloc_stats before = stats_of(a);
+    int dummy;
+    L8_CK_ST(l8_alloc_free(a, &dummy), L8_ERR_INVALID_ARG);        /* foreign */
+    L8_CK_ST(l8_alloc_free(a, (char *)x + 512), L8_ERR_INVALID_ARG);  /* interior */
+    L8_CK_ST(l8_alloc_record_stream(a, &dummy, 1), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_record_stream(a, NULL, 1), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_block_info(a, &dummy, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_malloc(NULL, 16, 0, &p), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(p);
+    L8_CK_ST(l8_alloc_malloc(a, 16, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_free(NULL, x), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_get_stats(a, NULL), L8_ERR_INVALID_ARG);
+    l8_alloc_stats s0 = { 0 };
+    L8_CK_ST(l8_alloc_get_stats(a, &s0), L8_ERR_INVALID_ARG);   /* size not set */
+    L8_CK_ST(l8_alloc_visit(a, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_check(NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_alloc_empty_cache(NULL), L8_ERR_INVALID_ARG);
+    l8_alloc_reset_peaks(NULL);
+    char buf[8];
+    ck_assert_uint_gt(l8_alloc_describe(NULL, buf, sizeof buf), 0);
+    l8_alloc_stats after = stats_of(a);
+    ck_assert_int_eq(memcmp(&before, &after, sizeof before), 0);
+    L8_CK(l8_alloc_free(a, x));
+    L8_CK_ST(l8_alloc_free(a, x), L8_ERR_INVALID_ARG);              /* double */
+    ck_assert_uint_eq(stats_of(a).frees, 1);
+
+    /* absurd sizes: refused without overflow, nothing reserved */
+    const size_t absurd[] = { SIZE_MAX, SIZE_MAX - 511, SIZE_MAX / 2, ((size_t)1 << 50) + 1 };
+    for (int i = 0; i < 4; i++) {
+        p = (void *)1;
+        l8_status st = l8_alloc_malloc(a, absurd[i], 0, &p);
+        ck_assert(st == L8_ERR_OOM || st == L8_ERR_INVALID_ARG);
+        ck_assert_ptr_null(p);
+    }
+    ck_assert_uint_eq(t.live_bytes, stats_of(a).reserved_bytes);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_misaligned_provider)
+{
+    tp t;
+    tp_init(&t, 0);
+    t.misalign = 1;   /* segments at 256 mod 512: legal for a provider */
+    l8_alloc *a = make_alloc(&t.base, 0);
+    const size_t sizes[] = { 100, MIB, 12 * MIB, 2 * MIB, 4 * MIB };
+    void *p[5];
+    for (int i = 0; i < 5; i++) {
+        L8_CK(l8_alloc_malloc(a, sizes[i], 0, &p[i]));
+        ck_assert_uint_eq((uintptr_t)p[i] % 512, 0);
+        memset(p[i], 1, sizes[i]);   /* inside the host allocation: valgrind checks */
+    }
+    L8_CK(l8_alloc_check(a));
+    for (int i = 0; i < 5; i++) L8_CK(l8_alloc_free(a, p[i]));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* ---- describe, visit, threads, trace ---- */
+
+typedef struct reenter {
+    l8_alloc *a;
+    int calls, ok;
+} reenter;
+
+static void visit_reenter(void *arg, const l8_block_info *b)
+{
+    reenter *r = arg;
+    r->calls++;
+    if (b->allocated) {
+        size_t n = 0;
+        r->ok += l8_alloc_block_info(r->a, (void *)b->addr, &n, NULL) == L8_OK && n == b->bytes;
+    }
+}
+
+START_TEST(test_describe_and_visit)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    void *p[6];
+    for (int i = 0; i < 6; i++) L8_CK(l8_alloc_malloc(a, (size_t)(i + 1) * 3 * MIB, 0, &p[i]));
+    char big[8192];
+    size_t len = l8_alloc_describe(a, big, sizeof big);
+    ck_assert_uint_eq(len, strlen(big));
+    ck_assert_ptr_nonnull(strstr(big, "reserved"));
+    ck_assert_ptr_nonnull(strstr(big, "segment 0x"));
+    char tiny[40];
+    size_t want = l8_alloc_describe(a, tiny, sizeof tiny);
+    ck_assert_uint_eq(want, len);               /* snprintf rules */
+    ck_assert_uint_eq(strlen(tiny), sizeof tiny - 1);
+    ck_assert_uint_eq(l8_alloc_describe(a, NULL, 0), len);
+    reenter r = { a, 0, 0 };
+    L8_CK(l8_alloc_visit(a, visit_reenter, &r));  /* fn may call the allocator */
+    ck_assert_int_eq(r.ok, 6);
+    for (int i = 0; i < 6; i++) L8_CK(l8_alloc_free(a, p[i]));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+typedef struct thr_arg {
+    l8_alloc *a;
+    l8_stream_id s;
+    int ops;
+    uint64_t seed;
+    int failures;
+} thr_arg;
+
+static void *thread_body(void *arg)
+{
+    thr_arg *ta = arg;
+    void *live[32] = { 0 };
+    uint64_t x = ta->seed | 1;
+    for (int i = 0; i < ta->ops; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int k = (int)(x % 32);
+        if (live[k]) {
+            ta->failures += l8_alloc_free(ta->a, live[k]) != L8_OK;
+            live[k] = NULL;
+        } else {
+            size_t n = (x >> 8) % 4 == 0 ? 2 * MIB + (x >> 16) % MIB : 1 + (x >> 16) % (64 * KIB);
+            ta->failures += l8_alloc_malloc(ta->a, n, ta->s, &live[k]) != L8_OK;
+            if (live[k]) memset(live[k], k, 64);
+            if (live[k] && k % 5 == 0)
+                ta->failures += l8_alloc_record_stream(ta->a, live[k], ta->s + 1) != L8_OK;
+        }
+    }
+    for (int k = 0; k < 32; k++)
+        if (live[k]) ta->failures += l8_alloc_free(ta->a, live[k]) != L8_OK;
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    l8_segment_provider hp;
+    l8_host_provider(&hp);
+    l8_alloc *a = make_alloc(&hp, 0);
+    enum { N = 4 };
+    pthread_t th[N];
+    thr_arg ta[N];
+    l8_rng r;
+    l8_rng_init(&r, 303);
+    for (int i = 0; i < N; i++) {
+        ta[i] = (thr_arg){ a, (l8_stream_id)(i * 2), l8_test_quick() ? 400 : 20000,
+                           l8_rng_next(&r), 0 };
+        ck_assert_int_eq(pthread_create(&th[i], NULL, thread_body, &ta[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_int_eq(ta[i].failures, 0);
+    }
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 0);
+    ck_assert_uint_eq(s.allocations, s.frees);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+}
+END_TEST
+
+static size_t count_kind(const l8_trace_event *ev, size_t n, l8_trace_kind k)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ev[i].kind == k;
+    return c;
+}
+
+START_TEST(test_trace_events)
+{
+    l8_trace *tr = NULL;
+    l8_trace_config tc = L8_TRACE_CONFIG_INIT;
+    tc.capacity = 1024;
+    L8_CK(l8_trace_create(&tc, &tr));
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
+    cfg.trace = tr;
+    cfg.memory_limit = 4 * MIB;
+    l8_alloc *a = NULL;
+    L8_CK(l8_alloc_create(&cfg, &t.base, &a));
+    void *x = NULL, *y = NULL;
+    L8_CK(l8_alloc_malloc(a, 1000, 5, &x));
+    L8_CK_ST(l8_alloc_malloc(a, 3 * MIB, 5, &y), L8_ERR_OOM);
+    L8_CK(l8_alloc_free(a, x));
+    L8_CK(l8_alloc_empty_cache(a));
+    l8_trace_event ev[64];
+    size_t n = l8_trace_events(tr, 0, ev, 64);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_SEGMENT_ALLOC), 1);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_ALLOC), 1);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_FREE_REQUESTED), 1);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_FREE_COMPLETED), 1);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_OOM), 1);
+    ck_assert_uint_eq(count_kind(ev, n, L8_TRACE_SEGMENT_FREE), 1);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(ev[i].device, -1);
+        if (ev[i].kind == L8_TRACE_ALLOC) {
+            ck_assert_uint_eq(ev[i].addr, (uintptr_t)x);
+            ck_assert_uint_eq(ev[i].size, 1024);
+            ck_assert_uint_eq(ev[i].aux, 1000);
+            ck_assert_uint_eq(ev[i].stream, 5);
+        }
+        if (ev[i].kind == L8_TRACE_OOM) {
+            ck_assert_uint_eq(ev[i].size, 3 * MIB);
+            ck_assert_uint_eq(ev[i].aux, 2 * MIB);
+        }
+    }
+    l8_alloc_destroy(a);
+    l8_trace_destroy(tr);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* ---- consolidation and the replay ---- */
+
+START_TEST(test_idle_segments_consolidate)
+{
+    l8_virtual_provider vp;
+    l8_virtual_provider_init(&vp, 0);
+    l8_alloc *a = make_alloc(&vp.base, 0);
+    void *p[10];
+    for (int i = 0; i < 10; i++) L8_CK(l8_alloc_malloc(a, 30 * MIB, 0, &p[i]));
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_gt(s.segments, 2);
+    uint64_t reserved = s.reserved_bytes;
+    for (int i = 9; i >= 0; i--) L8_CK(l8_alloc_free(a, p[i]));
+    /* the next request lands in an idle segment: the idle ones become one */
+    L8_CK(l8_alloc_malloc(a, 30 * MIB, 0, &p[0]));
+    s = stats_of(a);
+    ck_assert_uint_eq(s.segments, 1);
+    ck_assert_uint_eq(s.reserved_bytes, reserved);
+    ck_assert_uint_le(s.reserved_peak, reserved);
+    for (int i = 1; i < 10; i++) L8_CK(l8_alloc_malloc(a, 30 * MIB, 0, &p[i]));
+    ck_assert_uint_eq(stats_of(a).segments, 1);   /* the same wave fits again */
+    L8_CK(l8_alloc_check(a));
+    for (int i = 0; i < 10; i++) L8_CK(l8_alloc_free(a, p[i]));
+    l8_alloc_destroy(a);
+    ck_assert_uint_eq(vp.live_bytes, 0);
+}
+END_TEST
+
+static void replay_one(l8_replay_config *c, double bound)
+{
+    l8_virtual_provider vp;
+    l8_virtual_provider_init(&vp, 0);
+    l8_alloc *a = make_alloc(&vp.base, 0);
+    l8_replay_result res;
+    memset(&res, 0, sizeof res);
+    res.size = sizeof res;
+    L8_CK(l8_alloc_replay_training(a, 0, c, &res));
+    printf("alloc replay: hidden %d, %d layers, %d steps, seed %llu: allocated peak %.2f GiB, "
+           "reserved peak %.2f GiB, ratio %.3f (%llu ops, %.0f ns/op)\n", c->hidden, c->layers,
+           c->steps, (unsigned long long)c->seed, (double)res.allocated_peak / (1 << 30),
+           (double)res.reserved_peak / (1 << 30), res.ratio, (unsigned long long)res.ops,
+           res.ns_per_op);
+    ck_assert_uint_gt(res.allocated_peak, 0);
+    ck_assert_msg(res.ratio <= bound, "reserved/allocated peak %.4f > %.2f", res.ratio, bound);
+    ck_assert_uint_eq(res.reserved_peak, vp.peak_bytes);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 0);
+    ck_assert_uint_eq(s.allocations, s.frees);
+    ck_assert_uint_eq(s.allocations * 2, res.ops);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    ck_assert_uint_eq(vp.live_bytes, 0);
+}
+
+START_TEST(test_replay_fragmentation)
+{
+    l8_rng r;
+    l8_rng_init(&r, 404);
+    l8_replay_config c = L8_REPLAY_CONFIG_INIT;   /* 24 x 4096, 2k-16k tokens */
+    c.seed = l8_rng_next(&r);
+    if (l8_test_quick()) c.steps = 20;
+    replay_one(&c, 1.10);
+    c.hidden = 1024;                              /* activations dominate */
+    c.seed = l8_rng_next(&r);
+    replay_one(&c, 1.10);
+}
+END_TEST
+
+START_TEST(test_replay_bad_config_and_oom)
+{
+    l8_virtual_provider vp;
+    l8_virtual_provider_init(&vp, 2ull << 30);   /* a 2 GiB device */
+    l8_alloc *a = make_alloc(&vp.base, 0);
+    l8_replay_result res;
+    memset(&res, 0, sizeof res);
+    res.size = sizeof res;
+    l8_replay_config c = L8_REPLAY_CONFIG_INIT;
+    c.hidden = 100;
+    L8_CK_ST(l8_alloc_replay_training(a, 0, &c, &res), L8_ERR_INVALID_ARG);
+    c.hidden = 4096;
+    c.steps = 2;
+    L8_CK_ST(l8_alloc_replay_training(a, 0, &c, &res), L8_ERR_OOM);
+    /* the replay gave back everything it held */
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 0);
+    ck_assert_uint_eq(s.live_blocks, 0);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    ck_assert_uint_eq(vp.live_bytes, 0);
+}
+END_TEST
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Printed, not asserted: timing belongs to lean8-bench. */
+START_TEST(test_pair_timing_printout)
+{
+    l8_segment_provider hp;
+    l8_host_provider(&hp);
+    l8_alloc *a = make_alloc(&hp, 0);
+    enum { BATCHES = 31 };
+    int per = l8_test_quick() ? 100 : 20000;
+    double med[BATCHES];
+    void *p = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, 0, &p));
+    L8_CK(l8_alloc_free(a, p));
+    for (int b = 0; b < BATCHES; b++) {
+        double t0 = now_ns();
+        for (int i = 0; i < per; i++) {
+            if (l8_alloc_malloc(a, 4096, 0, &p) != L8_OK || l8_alloc_free(a, p) != L8_OK)
+                ck_abort_msg("%s", l8_last_error_string());
+        }
+        med[b] = (now_ns() - t0) / per;
+    }
+    qsort(med, BATCHES, sizeof med[0], cmp_double);
+    printf("alloc: malloc+free pair (4 KiB, warm, host provider): %.1f ns median%s\n",
+           med[BATCHES / 2], l8_test_quick() ? " (quick mode)" : "");
+    l8_alloc_destroy(a);
+}
+END_TEST
+
+Suite *l8_alloc_suite(void)
+{
+    Suite *s = suite_create("alloc");
+    TCase *tc = tcase_create("alloc");
+    tcase_set_tags(tc, "host");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_basic_alloc_free);
+    tcase_add_test(tc, test_same_stream_immediate_reuse);
+    tcase_add_test(tc, test_stats_inactive_split_and_peaks);
+    tcase_add_test(tc, test_cross_stream_pending);
+    tcase_add_test(tc, test_streams_keep_their_blocks);
+    tcase_add_test(tc, test_event_failure_holds_block);
+    tcase_add_test(tc, test_stress_vs_model_provider_limit);
+    tcase_add_test(tc, test_stress_vs_model_config_limit);
+    tcase_add_test(tc, test_fault_nth_segment_alloc);
+    tcase_add_test(tc, test_fault_provider_limit_and_counters);
+    tcase_add_test(tc, test_oom_releases_cache_then_fails);
+    tcase_add_test(tc, test_oom_waits_for_pending);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_misaligned_provider);
+    tcase_add_test(tc, test_describe_and_visit);
+    tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_trace_events);
+    tcase_add_test(tc, test_idle_segments_consolidate);
+    tcase_add_test(tc, test_replay_fragmentation);
+    tcase_add_test(tc, test_replay_bad_config_and_oom);
+    tcase_add_test(tc, test_pair_timing_printout);
+    suite_add_tcase(s, tc);
+    return s;
+}

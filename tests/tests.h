@@ -1,0 +1,41 @@
+/* tests.h - shared helpers for the Check suites.
+ *
+ * Each tests/test_<module>.c exports one Suite constructor below. Tags:
+ * "host" (runs everywhere, also under valgrind), "gpu" (needs a CUDA device;
+ * run with CK_NOFORK, one context per test case), "slow".
+ */
+#ifndef L8_TESTS_H
+#define L8_TESTS_H
+
+#include <check.h>
+#include <stdint.h>
+#include "runtime/status.h"
+
+Suite *l8_status_suite(void);
+Suite *l8_alloc_suite(void);
+Suite *l8_pinned_suite(void);
+Suite *l8_trace_suite(void);
+Suite *l8_tensor_suite(void);
+Suite *l8_gpu_suite(void);
+
+/* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
+uint64_t l8_test_seed(void);
+/* xorshift64* stream seeded from l8_test_seed() ^ salt. */
+typedef struct { uint64_t s; } l8_rng;
+void l8_rng_init(l8_rng *r, uint64_t salt);
+uint64_t l8_rng_next(l8_rng *r);
+/* Uniform in [0, n). */
+uint64_t l8_rng_below(l8_rng *r, uint64_t n);
+/* Uniform float in [lo, hi). */
+float l8_rng_float(l8_rng *r, float lo, float hi);
+/* 1 when L8_TEST_QUICK is set (valgrind runs): loops use fewer iterations. */
+int l8_test_quick(void);
+
+/* Assert a status and show the last error when it differs. */
+#define L8_CK(expr) do { l8_status l8__t = (expr); \
+    ck_assert_msg(l8__t == L8_OK, "%s -> %s", #expr, l8_last_error_string()); } while (0)
+#define L8_CK_ST(expr, want) do { l8_status l8__t = (expr); \
+    ck_assert_msg(l8__t == (want), "%s -> %s, wanted %s (%s)", #expr, l8_status_name(l8__t), \
+                  l8_status_name(want), l8_last_error_string()); } while (0)
+
+#endif

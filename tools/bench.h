@@ -1,0 +1,41 @@
+/* bench.h - shared pieces of lean8-bench: timing, medians, the JSON report.
+ *
+ * Every subcommand prints a table and writes the same numbers as JSON
+ * (--json PATH; default bench-<name>.json in the current directory). Ratios
+ * are measured in the same run, never against remembered numbers.
+ */
+#ifndef L8_BENCH_H
+#define L8_BENCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "runtime/lean8.h"
+
+/* Monotonic time in nanoseconds. */
+double bench_now_ns(void);
+/* Median of n values (sorts v in place). */
+double bench_median(double *v, size_t n);
+
+/* A flat JSON object written as results come in. */
+typedef struct bench_json {
+    FILE *f;
+    int first;
+} bench_json;
+int bench_json_open(bench_json *j, const char *path, const char *bench, const char *device);
+void bench_json_num(bench_json *j, const char *key, double v);
+void bench_json_str(bench_json *j, const char *key, const char *v);
+void bench_json_close(bench_json *j);
+
+/* Options common to all subcommands, parsed from argv after the name. */
+typedef struct bench_opts {
+    const char *json;             /* --json PATH */
+    const char *device;           /* --device cuda:0|host (default: best) */
+    const char *dump_trace;       /* --dump-trace PATH (alloc) */
+    int quick;                    /* --quick: fewer repetitions */
+} bench_opts;
+int bench_parse(int argc, char **argv, bench_opts *o);
+
+/* Subcommands. Return a process exit status. */
+int bench_alloc(const bench_opts *o);
+
+#endif

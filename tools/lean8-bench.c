@@ -1,0 +1,31 @@
+/* lean8-bench - benchmarks, each measured side by side in one run.
+ *
+ *   lean8-bench alloc [--device D] [--json PATH] [--dump-trace PATH] [--quick]
+ */
+#include <stdio.h>
+#include <string.h>
+#include "tools/bench.h"
+
+static const struct { const char *name; int (*fn)(const bench_opts *); const char *what; } k_cmds[] = {
+    { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
+};
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: lean8-bench <benchmark> [--device D] [--json PATH] [--quick]\n");
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        fprintf(stderr, "  %-8s %s\n", k_cmds[i].name, k_cmds[i].what);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return usage();
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) {
+        if (strcmp(argv[1], k_cmds[i].name)) continue;
+        bench_opts o;
+        if (bench_parse(argc - 2, argv + 2, &o)) return usage();
+        return k_cmds[i].fn(&o);
+    }
+    return usage();
+}
