@@ -23,13 +23,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 step "build" build.log make -j16 all WERROR=1
 step "make test" test.log make test
 step "gpu suites (memcheck)" memcheck.log \
-    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+    compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
     build/bin/lean8-tests --tags gpu
 step "lean8-info" info.log build/bin/lean8-info
 if [ "${1:-}" != quick ]; then
     step "bench alloc" bench-alloc.log build/bin/lean8-bench alloc --json "$OUT/bench-alloc.json" \
-        --dump-trace "$OUT/alloc-trace.txt"
-    step "torch alloc replay" torch-alloc.log python3 tools/bench_alloc_torch.py "$OUT/alloc-trace.txt"
+        --dump-trace /tmp/alloc-trace.txt
+    step "torch alloc replay" torch-alloc.log python3 tools/bench_alloc_torch.py /tmp/alloc-trace.txt \
+        "$OUT/bench-alloc-torch.json"
 fi
 
 echo
