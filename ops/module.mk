@@ -1,2 +1,4 @@
 # ops/: FP8 formats, kernels, GEMM (issue 3 onward)
 OPS_HEADERS :=
+LIB_SRCS += ops/fp8.c ops/cast.c
+OPS_HEADERS += ops/fp8.h ops/cast.h

@@ -17,6 +17,7 @@ Suite *l8_pinned_suite(void);
 Suite *l8_trace_suite(void);
 Suite *l8_tensor_suite(void);
 Suite *l8_gpu_suite(void);
+Suite *l8_fp8_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
 uint64_t l8_test_seed(void);

@@ -1,0 +1,619 @@
+/* cast.c - launchers for the FP8 cast / transpose / scale-update kernels and
+ * their host references.
+ *
+ * Each public op validates its tensors, resolves their pointers now (views
+ * never cache them), then either runs the host reference (host context) or
+ * launches the PTX kernel (CUDA context). The host references repeat the
+ * kernels' arithmetic operation for operation: the same conversion
+ * (ops/fp8.c), mul.rn then cvt, amax as a u32 max of sign-cleared bits, and
+ * for dbias the same f32 summation order (see ptx/cast_transpose.ptx). So a
+ * GPU result must equal the host result bit for bit, NaN payloads aside.
+ *
+ * Grids: the grid-stride kernels (cast, dequantize) get at most (resident
+ * CTAs per SM) x SMs CTAs, so each CTA issues one amax atomic and no CTA
+ * waits for a second wave; residency comes from `ptxas -v` for sm_90 and is
+ * recorded next to each kernel below. The tile kernels get one CTA per tile
+ * (MAX_TILE_CTAS). Grid sizes only change speed, never results.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/cast.h"
+#include "ops/fp8.h"
+#include "runtime/internal.h"
+
+#define CTA_THREADS 256u
+#define OCC_CAST 8u        /* l8_cast_fp8: 32 registers */
+#define OCC_DQ 5u          /* l8_fp8_dequantize: 48 registers */
+/* The tile kernels (cast_transpose, transpose) get one CTA per 128 x 128
+ * tile up to this many CTAs, then loop: measured faster than a persistent
+ * grid (73 vs 78 us on bf16 8192 x 8192, H200), as the block scheduler
+ * balances the tiles; one amax atomic per CTA stays cheap at this count. */
+#define MAX_TILE_CTAS 32768u
+#define SU_THREADS 128u    /* l8_fp8_scale_update */
+
+/* cast_transpose / transpose kernel flags (see the .ptx headers) */
+#define KF_VEC_ROW 0x1u
+#define KF_VEC_T16 0x2u
+#define KF_VEC_T8 0x4u
+
+/* The kernels take l8_dtype values as their type codes. */
+_Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
+               "kernel type codes are l8_dtype values");
+
+/* ------------------------------------------------------------------------ */
+/* validation helpers                                                        */
+
+static int is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
+
+static int aligned(const void *p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
+
+static l8_status need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
+{
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (ctx && l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (!l8_tensor_is_contiguous(t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
+                       op, name);
+    return L8_OK;
+}
+
+static l8_status need_fp8(const char *op, const char *name, const l8_tensor *t, l8_fp8_meta **m)
+{
+    if (!l8_dtype_is_fp8(l8_tensor_dtype(t)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted e4m3 or e5m2", op, name,
+                       l8_dtype_name(l8_tensor_dtype(t)));
+    if (m) {
+        *m = l8_tensor_fp8_meta(t);
+        if (!*m)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has no FP8 meta (l8_tensor_set_fp8_meta)",
+                           op, name);
+    }
+    return L8_OK;
+}
+
+static l8_status need_hp(const char *op, const char *name, const l8_tensor *t)
+{
+    if (!is_hp(l8_tensor_dtype(t)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted f32, bf16 or f16", op,
+                       name, l8_dtype_name(l8_tensor_dtype(t)));
+    return L8_OK;
+}
+
+static l8_status pick_stream(l8_ctx *ctx, l8_stream **s)
+{
+    if (!*s)
+        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    else if (l8_stream_ctx(*s) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "stream belongs to another context");
+    return L8_OK;
+}
+
+/* rows = product of all but the last dim, cols = the last dim (a 0-dim
+ * tensor is 1 x 1). */
+static void rows_cols(const l8_tensor *t, int64_t *rows, int64_t *cols)
+{
+    int nd = l8_tensor_ndim(t);
+    *cols = nd > 0 ? l8_tensor_dim(t, nd - 1) : 1;
+    *rows = 1;
+    for (int d = 0; d + 1 < nd; d++)
+        *rows *= l8_tensor_dim(t, d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* device helpers                                                            */
+
+#define MAX_DEVICES 64
+static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+
+static l8_status sm_count(l8_ctx *ctx, unsigned *out)
+{
+    int dev = l8_ctx_device(ctx);
+    if (dev >= 0 && dev < MAX_DEVICES) {
+        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        if (v > 0) {
+            *out = (unsigned)v;
+            return L8_OK;
+        }
+    }
+    CUdevice d;
+    int n = 0;
+    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    if (n <= 0)
+        n = 1;
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+    *out = (unsigned)n;
+    return L8_OK;
+}
+
+/* Grid for `work` units of CTA_THREADS threads each, at most occ CTAs per SM. */
+static l8_status grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
+{
+    unsigned nsm;
+    L8_CHECK(sm_count(ctx, &nsm));
+    uint64_t cap = (uint64_t)nsm * occ;
+    uint64_t g = work < cap ? work : cap;
+    *grid = g ? (unsigned)g : 1u;
+    return L8_OK;
+}
+
+/* One CTA per tile, at least one (it writes scale_inv), at most MAX_TILE_CTAS. */
+static unsigned tile_grid(uint64_t ntiles)
+{
+    return ntiles == 0 ? 1u : ntiles > MAX_TILE_CTAS ? MAX_TILE_CTAS : (unsigned)ntiles;
+}
+
+static l8_status zero_amax(l8_stream *s, float *amax)
+{
+    return L8_CU(cuMemsetD32Async, (CUdeviceptr)(uintptr_t)amax, 0u, (size_t)1, l8i_stream_cu(s));
+}
+
+static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* ------------------------------------------------------------------------ */
+/* l8_fp8_cast                                                               */
+
+l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_stream *s)
+{
+    static const char *op = "l8_fp8_cast";
+    L8_CHECK(need_tensor(op, "in", in, NULL));
+    l8_ctx *ctx = l8_tensor_ctx(in);
+    L8_CHECK(need_tensor(op, "out", out, ctx));
+    L8_CHECK(need_hp(op, "in", in));
+    l8_fp8_meta *m;
+    L8_CHECK(need_fp8(op, "out", out, &m));
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    int64_t n = l8_tensor_numel(in);
+    if (l8_tensor_numel(out) != n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out has %lld elements, in has %lld", op,
+                       (long long)l8_tensor_numel(out), (long long)n);
+    L8_CHECK(pick_stream(ctx, &s));
+    void *x, *y;
+    L8_CHECK(l8_tensor_data(in, &x));
+    L8_CHECK(l8_tensor_data(out, &y));
+    l8_dtype idt = l8_tensor_dtype(in), fmt = l8_tensor_dtype(out);
+    float *scale = l8_fp8_meta_scale(m), *amax = l8_fp8_meta_amax(m);
+    float *sinv = l8_fp8_meta_scale_inv(m);
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+            *amax = 0.0f;
+        L8_CHECK(l8_fp8_quantize_host(x, idt, (size_t)n, *scale, fmt, y, amax));
+        *sinv = 1.0f / *scale;
+        return L8_OK;
+    }
+
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "cast", "l8_cast_fp8", &f));
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        L8_CHECK(zero_amax(s, amax));
+    /* 16-element chunks need 16-B aligned input and output rows */
+    uint64_t nn = (uint64_t)n;
+    uint64_t nvec = (aligned(x, 16) && aligned(y, 16)) ? nn / 16 : 0;
+    uint64_t work = ((nvec ? nvec : nn) + CTA_THREADS - 1) / CTA_THREADS;
+    unsigned grid;
+    L8_CHECK(grid_for(ctx, work, OCC_CAST, &grid));
+    uint64_t a_in = dptr(x), a_out = dptr(y), a_scale = dptr(scale), a_amax = dptr(amax);
+    uint64_t a_sinv = dptr(sinv);
+    uint32_t itype = (uint32_t)idt, ofmt = (uint32_t)fmt;
+    void *args[] = { &a_in, &a_out, &a_scale, &a_amax, &a_sinv, &nvec, &nn, &itype, &ofmt };
+    return l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cast + transpose (+ dbias)                                                */
+
+/* Host reference. out may be NULL; dbias NULL: not computed. *amax is
+ * max-accumulated. The dbias order is the kernel's: per 128-row tile tr,
+ * partial_j[c] = sum_{i<8} X[128 tr + 16 i + j][c] (rows past the end add
+ * +0.0f), p[c] = sum_{j<16} partial_j[c], total[c] = sum_tr p[c], every sum
+ * sequential from +0.0f. */
+static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, float scale,
+                         l8_dtype fmt, uint8_t *out, uint8_t *out_t, float *amax, void *dbias,
+                         l8_dtype ddt)
+{
+    uint32_t am = l8_amax_bits(*amax);
+    for (int64_t r = 0; r < R; r++) {
+        for (int64_t c = 0; c < C; c++) {
+            float v = l8_host_load_f32(x, idt, (size_t)(r * C + c));
+            uint32_t b = l8_amax_bits(v);
+            am = b > am ? b : am;
+            uint8_t q = l8_fp8_from_f32(v * scale, fmt);
+            if (out)
+                out[r * C + c] = q;
+            out_t[c * R + r] = q;
+        }
+    }
+    union { uint32_t u; float f; } cv = { am };
+    *amax = cv.f;
+    if (!dbias || C == 0)
+        return L8_OK;
+
+    float *tot = calloc((size_t)C, sizeof *tot);
+    float *part = malloc((size_t)C * 16 * sizeof *part);
+    if (!tot || !part) {
+        free(tot);
+        free(part);
+        return L8_FAIL(L8_ERR_OOM, "l8_fp8_cast_transpose_dbias: no host memory for %lld columns",
+                       (long long)C);
+    }
+    for (int64_t r0 = 0; r0 < R; r0 += 128) {
+        for (int64_t k = 0; k < 16 * C; k++)
+            part[k] = 0.0f;
+        for (int i = 0; i < 8; i++) {
+            for (int j = 0; j < 16; j++) {
+                int64_t r = r0 + 16 * i + j;
+                float *p = part + (int64_t)j * C;
+                if (r < R)
+                    for (int64_t c = 0; c < C; c++)
+                        p[c] += l8_host_load_f32(x, idt, (size_t)(r * C + c));
+                else
+                    for (int64_t c = 0; c < C; c++)
+                        p[c] += 0.0f;              /* as the kernel: turns -0 into +0 */
+            }
+        }
+        for (int64_t c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (int j = 0; j < 16; j++)
+                sum += part[(int64_t)j * C + c];
+            tot[c] += sum;
+        }
+    }
+    for (int64_t c = 0; c < C; c++)
+        l8_host_store_f32(dbias, ddt, (size_t)c, tot[c]);
+    free(tot);
+    free(part);
+    return L8_OK;
+}
+
+static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
+                                     l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
+                                     l8_stream *s)
+{
+    L8_CHECK(need_tensor(op, "in", in, NULL));
+    l8_ctx *ctx = l8_tensor_ctx(in);
+    L8_CHECK(need_hp(op, "in", in));
+    L8_CHECK(need_tensor(op, "out_t", out_t, ctx));
+    l8_fp8_meta *m;
+    L8_CHECK(need_fp8(op, "out_t", out_t, &m));
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    int64_t R, C;
+    rows_cols(in, &R, &C);
+    l8_dtype fmt = l8_tensor_dtype(out_t);
+    if (l8_tensor_ndim(out_t) != 2 || l8_tensor_dim(out_t, 0) != C ||
+        l8_tensor_dim(out_t, 1) != R)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out_t must be 2-D [%lld, %lld] (cols, rows of in)",
+                       op, (long long)C, (long long)R);
+    if (out) {
+        l8_fp8_meta *mo;
+        L8_CHECK(need_tensor(op, "out", out, ctx));
+        L8_CHECK(need_fp8(op, "out", out, &mo));
+        if (l8_tensor_dtype(out) != fmt || mo != m)
+            return L8_FAIL(L8_ERR_INVALID_ARG,
+                           "%s: out and out_t must have the same FP8 dtype and share one meta", op);
+        int64_t r2, c2;
+        rows_cols(out, &r2, &c2);
+        if (r2 != R || c2 != C)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out is [%lld, %lld], wanted [%lld, %lld]", op,
+                           (long long)r2, (long long)c2, (long long)R, (long long)C);
+    }
+    if (dbias) {
+        L8_CHECK(need_tensor(op, "dbias", dbias, ctx));
+        L8_CHECK(need_hp(op, "dbias", dbias));
+        if (l8_tensor_numel(dbias) != C)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias has %lld elements, wanted %lld (cols)",
+                           op, (long long)l8_tensor_numel(dbias), (long long)C);
+    }
+    if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
+                       op, (long long)R, (long long)C);
+    L8_CHECK(pick_stream(ctx, &s));
+    void *x, *y = NULL, *yt, *db = NULL;
+    L8_CHECK(l8_tensor_data(in, &x));
+    if (out)
+        L8_CHECK(l8_tensor_data(out, &y));
+    L8_CHECK(l8_tensor_data(out_t, &yt));
+    if (dbias)
+        L8_CHECK(l8_tensor_data(dbias, &db));
+    l8_dtype idt = l8_tensor_dtype(in);
+    float *scale = l8_fp8_meta_scale(m), *amax = l8_fp8_meta_amax(m);
+    float *sinv = l8_fp8_meta_scale_inv(m);
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+            *amax = 0.0f;
+        L8_CHECK(ct_host(x, idt, R, C, *scale, fmt, y, yt, amax, db,
+                         dbias ? l8_tensor_dtype(dbias) : L8_F32));
+        *sinv = 1.0f / *scale;
+        return L8_OK;
+    }
+
+    static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
+                                         "l8_cast_transpose_f16" };
+    CUfunction f, fr = NULL;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[idt], &f));
+    if (dbias)
+        L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+    uint32_t kf = 0;
+    if (C % 8 == 0 && aligned(x, 16) && (!y || aligned(y, 8)))
+        kf |= KF_VEC_ROW;
+    if (R % 16 == 0 && aligned(yt, 16))
+        kf |= KF_VEC_T16;
+    else if (R % 8 == 0 && aligned(yt, 8))
+        kf |= KF_VEC_T8;
+    uint64_t ntr = (uint64_t)(R + 127) / 128, ntiles = ntr * (uint64_t)((C + 127) / 128);
+    unsigned grid = tile_grid(ntiles);
+
+    l8_status st = L8_OK;
+    void *ws = NULL;
+    if (dbias && ntr * (uint64_t)C > 0)
+        L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        L8_TRY(st, zero_amax(s, amax), out);
+    {
+        uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = dptr(yt), a_scale = dptr(scale);
+        uint64_t a_amax = dptr(amax), a_sinv = dptr(sinv), a_ws = dptr(ws);
+        uint32_t rows = (uint32_t)R, cols = (uint32_t)C, ofmt = (uint32_t)fmt;
+        void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws,
+                         &rows, &cols, &kf, &ofmt };
+        L8_TRY(st, l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
+    }
+    if (dbias && C > 0) {
+        uint64_t a_ws = dptr(ws), a_db = dptr(db);
+        uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)l8_tensor_dtype(dbias);
+        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
+        unsigned g = (unsigned)(((uint64_t)C + CTA_THREADS - 1) / CTA_THREADS);
+        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
+    }
+out:
+    if (ws) {
+        /* stream-ordered: the block is reused only by later work on s */
+        l8_status fst = l8_ctx_free(ctx, ws);
+        if (st == L8_OK)
+            st = fst;
+    }
+    return st;
+}
+
+l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out, l8_tensor *out_t,
+                                unsigned flags, l8_stream *s)
+{
+    return cast_transpose_impl("l8_fp8_cast_transpose", in, out, out_t, NULL, flags, s);
+}
+
+l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_tensor *out_t,
+                                      l8_tensor *dbias, unsigned flags, l8_stream *s)
+{
+    if (!dbias)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_fp8_cast_transpose_dbias: dbias is NULL");
+    return cast_transpose_impl("l8_fp8_cast_transpose_dbias", in, out, out_t, dbias, flags, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* dequantize, transpose                                                     */
+
+l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
+{
+    static const char *op = "l8_fp8_dequantize";
+    L8_CHECK(need_tensor(op, "in", in, NULL));
+    l8_ctx *ctx = l8_tensor_ctx(in);
+    L8_CHECK(need_tensor(op, "out", out, ctx));
+    l8_fp8_meta *m;
+    L8_CHECK(need_fp8(op, "in", in, &m));
+    L8_CHECK(need_hp(op, "out", out));
+    int64_t n = l8_tensor_numel(in);
+    if (l8_tensor_numel(out) != n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out has %lld elements, in has %lld", op,
+                       (long long)l8_tensor_numel(out), (long long)n);
+    L8_CHECK(pick_stream(ctx, &s));
+    void *x, *y;
+    L8_CHECK(l8_tensor_data(in, &x));
+    L8_CHECK(l8_tensor_data(out, &y));
+    l8_dtype fmt = l8_tensor_dtype(in), odt = l8_tensor_dtype(out);
+    float *sinv = l8_fp8_meta_scale_inv(m);
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST)
+        return l8_fp8_dequantize_host(x, (size_t)n, fmt, *sinv, y, odt);
+    if (n == 0)
+        return L8_OK;
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "dequantize", "l8_fp8_dequantize", &f));
+    uint64_t nn = (uint64_t)n;
+    uint64_t nvec = (aligned(x, 16) && aligned(y, 16)) ? nn / 16 : 0;
+    uint64_t work = ((nvec ? nvec : nn) + CTA_THREADS - 1) / CTA_THREADS;
+    unsigned grid;
+    L8_CHECK(grid_for(ctx, work, OCC_DQ, &grid));
+    uint64_t a_in = dptr(x), a_out = dptr(y), a_sinv = dptr(sinv);
+    uint32_t ifmt = (uint32_t)fmt, otype = (uint32_t)odt;
+    void *args[] = { &a_in, &a_out, &a_sinv, &nvec, &nn, &ifmt, &otype };
+    return l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args);
+}
+
+l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
+{
+    static const char *op = "l8_fp8_transpose";
+    L8_CHECK(need_tensor(op, "in", in, NULL));
+    l8_ctx *ctx = l8_tensor_ctx(in);
+    L8_CHECK(need_tensor(op, "out", out, ctx));
+    l8_dtype dt = l8_tensor_dtype(in);
+    if (!(l8_dtype_is_fp8(dt) || dt == L8_U8) || l8_tensor_dtype(out) != dt)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: in and out must both be e4m3, e5m2 or u8 "
+                       "(got %s and %s)", op, l8_dtype_name(dt),
+                       l8_dtype_name(l8_tensor_dtype(out)));
+    int64_t R, C;
+    rows_cols(in, &R, &C);
+    if (l8_tensor_ndim(out) != 2 || l8_tensor_dim(out, 0) != C || l8_tensor_dim(out, 1) != R)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out must be 2-D [%lld, %lld] (cols, rows of in)",
+                       op, (long long)C, (long long)R);
+    if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
+                       op, (long long)R, (long long)C);
+    L8_CHECK(pick_stream(ctx, &s));
+    void *x, *y;
+    L8_CHECK(l8_tensor_data(in, &x));
+    L8_CHECK(l8_tensor_data(out, &y));
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        const uint8_t *a = x;
+        uint8_t *b = y;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++)
+                b[c * R + r] = a[r * C + c];
+        return L8_OK;
+    }
+    if (R == 0 || C == 0)
+        return L8_OK;
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "transpose", "l8_transpose_b8", &f));
+    uint32_t kf = 0;
+    if (C % 16 == 0 && aligned(x, 16))
+        kf |= KF_VEC_ROW;
+    if (R % 16 == 0 && aligned(y, 16))
+        kf |= KF_VEC_T16;
+    else if (R % 8 == 0 && aligned(y, 8))
+        kf |= KF_VEC_T8;
+    uint64_t ntiles = (uint64_t)((R + 127) / 128) * (uint64_t)((C + 127) / 128);
+    unsigned grid = tile_grid(ntiles);
+    uint64_t a_in = dptr(x), a_out = dptr(y);
+    uint32_t rows = (uint32_t)R, cols = (uint32_t)C;
+    void *args[] = { &a_in, &a_out, &rows, &cols, &kf };
+    return l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args);
+}
+
+/* ------------------------------------------------------------------------ */
+/* delayed-scaling update                                                    */
+
+static l8_status need_vec(const char *name, const l8_tensor *t, l8_ctx *ctx, int64_t n,
+                          uint32_t *stride)
+{
+    static const char *op = "l8_fp8_scale_update";
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (l8_tensor_dtype(t) != L8_F32 || l8_tensor_ndim(t) != 1 || l8_tensor_dim(t, 0) != n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must be a 1-D f32 tensor of %lld elements", op,
+                       name, (long long)n);
+    int64_t st = l8_tensor_stride(t, 0);
+    if (st < 0 || st > INT32_MAX)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s has stride %lld", op, name, (long long)st);
+    *stride = (uint32_t)st;
+    return L8_OK;
+}
+
+/* Host reference, tensor by tensor, as ptx/scale_update.ptx. */
+static void scale_update_host(float *hist, int64_t H, float *amax, uint32_t as, float *scale,
+                              uint32_t ss, float *sinv, uint32_t is, const float *fmax,
+                              uint32_t fs, int64_t n, int recent, int reset, float mdiv)
+{
+    for (int64_t t = 0; t < n; t++) {
+        float nv = amax[t * as];
+        uint32_t m = l8_amax_bits(nv);
+        int fin = m < 0x7f800000u;
+        float *h = hist ? hist + t * H : NULL;
+        if (fin && H > 0) {
+            memmove(h + 1, h, (size_t)(H - 1) * sizeof *h);
+            h[0] = nv;
+        }
+        uint32_t a = m;
+        if (fin && !recent)
+            for (int64_t i = 0; i < H; i++) {
+                uint32_t b = l8_amax_bits(h[i]);
+                a = b > a ? b : a;
+            }
+        if (fin && a < 0x7f800000u && a != 0) {
+            union { uint32_t u; float f; } av = { a };
+            float sc = (fmax[t * fs] / av.f) / mdiv;
+            if (sc == INFINITY)
+                sc = FLT_MAX;
+            if (sc != 0.0f) {
+                scale[t * ss] = sc;
+                if (sinv)
+                    sinv[t * is] = 1.0f / sc;
+            }
+        }
+        if (reset)
+            amax[t * as] = 0.0f;
+    }
+}
+
+l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tensor *scale,
+                              l8_tensor *scale_inv, const l8_tensor *fp8_max,
+                              const l8_fp8_scale_update_config *cfg, l8_stream *s)
+{
+    static const char *op = "l8_fp8_scale_update";
+    l8_fp8_scale_update_config c = L8_FP8_SCALE_UPDATE_CONFIG_INIT;
+    if (cfg) {
+        if (cfg->size < sizeof c)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
+                           "(use L8_FP8_SCALE_UPDATE_CONFIG_INIT)", op, cfg->size, sizeof c);
+        c = *cfg;
+    }
+    if (c.amax_compute != L8_AMAX_MAX_HISTORY && c.amax_compute != L8_AMAX_MOST_RECENT)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown amax_compute %d", op, (int)c.amax_compute);
+    if (!isfinite(c.margin))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: margin is not finite", op);
+    if (!amax)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: amax is NULL", op);
+    l8_ctx *ctx = l8_tensor_ctx(amax);
+    int64_t n = l8_tensor_ndim(amax) == 1 ? l8_tensor_dim(amax, 0) : -1;
+    uint32_t as, ss, is = 0, fs;
+    L8_CHECK(need_vec("amax", amax, ctx, n, &as));
+    L8_CHECK(need_vec("scale", scale, ctx, n, &ss));
+    if (scale_inv)
+        L8_CHECK(need_vec("scale_inv", scale_inv, ctx, n, &is));
+    L8_CHECK(need_vec("fp8_max", fp8_max, ctx, n, &fs));
+    int64_t H = 0;
+    if (amax_history) {
+        L8_CHECK(need_tensor(op, "amax_history", amax_history, ctx));
+        if (l8_tensor_dtype(amax_history) != L8_F32 || l8_tensor_ndim(amax_history) != 2 ||
+            l8_tensor_dim(amax_history, 0) != n || l8_tensor_dim(amax_history, 1) < 1)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: amax_history must be f32 [%lld, H >= 1]", op,
+                           (long long)n);
+        H = l8_tensor_dim(amax_history, 1);
+    } else if (c.amax_compute != L8_AMAX_MOST_RECENT) {
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: amax_history is NULL but amax_compute is "
+                       "L8_AMAX_MAX_HISTORY", op);
+    }
+    if (n > INT32_MAX || H > INT32_MAX)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %lld tensors x %lld history is too large", op,
+                       (long long)n, (long long)H);
+    L8_CHECK(pick_stream(ctx, &s));
+    void *ph = NULL, *pa, *ps, *pi = NULL, *pf;
+    if (amax_history)
+        L8_CHECK(l8_tensor_data(amax_history, &ph));
+    L8_CHECK(l8_tensor_data(amax, &pa));
+    L8_CHECK(l8_tensor_data(scale, &ps));
+    if (scale_inv)
+        L8_CHECK(l8_tensor_data(scale_inv, &pi));
+    L8_CHECK(l8_tensor_data(fp8_max, &pf));
+    float mdiv = exp2f(c.margin);
+    int recent = c.amax_compute == L8_AMAX_MOST_RECENT;
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        scale_update_host(ph, H, pa, as, ps, ss, pi, is, pf, fs, n, recent, c.reset_amax != 0,
+                          mdiv);
+        return L8_OK;
+    }
+    if (n == 0)
+        return L8_OK;
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "scale_update", "l8_fp8_scale_update", &f));
+    uint64_t a_h = dptr(ph), a_a = dptr(pa), a_s = dptr(ps), a_i = dptr(pi), a_f = dptr(pf);
+    uint32_t hlen = (uint32_t)H, kflags = (recent ? 1u : 0u) | (c.reset_amax ? 2u : 0u);
+    void *args[] = { &a_h, &hlen, &a_a, &as, &a_s, &ss, &a_i, &is, &a_f, &fs, &kflags, &mdiv };
+    return l8i_launch(s, f, (unsigned)n, 1, 1, SU_THREADS, 1, 1, 0, args);
+}

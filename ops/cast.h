@@ -1,0 +1,131 @@
+/* cast.h - FP8 cast, cast + transpose (+ dbias), dequantize, transpose, and
+ * the delayed-scaling update.
+ *
+ * Every op takes l8_tensor views and a stream and is enqueued on that stream
+ * (NULL: the context's compute stream); on a host context it runs at once in
+ * the calling thread with the host reference, which is the same arithmetic
+ * as the GPU kernels (ptx/cast.ptx, cast_transpose.ptx, transpose.ptx,
+ * dequantize.ptx, scale_update.ptx), bit for bit except for NaN payloads.
+ *
+ * Common rules:
+ *  - All tensors of a call belong to one context, and a given stream to it.
+ *  - Tensors must be contiguous (make a strided view contiguous first);
+ *    rows/cols below mean: cols = the last dimension, rows = numel / cols.
+ *  - High-precision tensors are L8_F32, L8_BF16 or L8_F16; FP8 tensors are
+ *    L8_E4M3 or L8_E5M2 and carry an l8_fp8_meta (scale, scale_inv, amax:
+ *    device f32 scalars, see runtime/tensor.h).
+ *  - Quantize: q = fp8(f32(x) * scale) with cvt.rn.satfinite (ops/fp8.h):
+ *    round to nearest even, saturate to +-max, NaN -> L8_FP8_NAN_BYTE.
+ *  - Amax is max |x| of the UNSCALED input by the bit-pattern rule of
+ *    ops/fp8.h (a NaN anywhere makes it NaN). It is overwritten (the word is
+ *    zeroed on the stream first) unless L8_CAST_ACCUMULATE_AMAX is given, in
+ *    which case it is max-accumulated with what the meta holds.
+ *  - Every quantizing op also writes scale_inv = 1 / scale (IEEE reciprocal)
+ *    into the output's meta, so the FP8 data and its scale_inv always match.
+ *  - Alignment: the fast kernels want 16-B aligned data (tensors from
+ *    l8_tensor_empty are); views at other offsets still work, through the
+ *    kernels' scalar / byte paths (several times slower), never an error.
+ *  - Errors: L8_ERR_INVALID_ARG for wrong dtypes, shapes, contexts, missing
+ *    metas, non-contiguous tensors, NULL where not allowed;
+ *    L8_ERR_UNSUPPORTED for dimensions above the kernels' 32-bit limits;
+ *    L8_ERR_STATE when a storage is not on the device (offloaded);
+ *    L8_ERR_CUDA / L8_ERR_OOM from the device. On error nothing was enqueued
+ *    unless the last error says a launch failed.
+ */
+#ifndef L8_OPS_CAST_H
+#define L8_OPS_CAST_H
+
+#include "runtime/status.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Flags of the quantizing ops. */
+#define L8_CAST_ACCUMULATE_AMAX 0x1u   /* amax = max(amax, max|x|) instead of max|x| */
+
+/* out = fp8(in * scale), any shape; out has in's numel, an FP8 dtype and a
+ * meta. Amax and scale_inv go to out's meta (see above). in and out must not
+ * overlap. Errors: see above. */
+L8_NODISCARD l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags,
+                                   l8_stream *s);
+
+/* One pass over in [rows, cols] (rows = numel / last dim):
+ *   out   [rows, cols] = fp8(in * scale)        (out may be NULL: not written)
+ *   out_t [cols, rows] = the same bytes transposed (2-D, required)
+ * out and out_t (when both given) have the same FP8 dtype and the same meta
+ * object, whose scale is used and whose amax / scale_inv are written.
+ * Meant for cuBLASLt's TN-only FP8 GEMMs (X -> X and X^T, dY -> dY^T).
+ * Errors: see above. */
+L8_NODISCARD l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out,
+                                             l8_tensor *out_t, unsigned flags, l8_stream *s);
+
+/* l8_fp8_cast_transpose plus the bias gradient:
+ *   dbias [cols] = sum over rows of in (f32 accumulation; = overwritten)
+ * dbias is F32, BF16 or F16 (rounded once from the f32 sum), contiguous.
+ * Deterministic: the summation order is fixed (128-row tiles, see
+ * ptx/cast_transpose.ptx) and does not depend on the device or grid, so
+ * repeated runs give identical bits. Uses a workspace of
+ * ceil(rows/128) * cols * 4 bytes from the context's allocator on s (released
+ * on s before returning). Errors: see above, L8_ERR_OOM for the workspace. */
+L8_NODISCARD l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out,
+                                                   l8_tensor *out_t, l8_tensor *dbias,
+                                                   unsigned flags, l8_stream *s);
+
+/* out = f32(in) * scale_inv, rounded to out's dtype (F32, BF16, F16); in is
+ * FP8 with a meta (its scale_inv is used), out has in's numel. NaN codes give
+ * NaN, E5M2 infinities give infinities. Errors: see above. */
+L8_NODISCARD l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s);
+
+/* out [cols, rows] = in [rows, cols] transposed, bytes only: FP8 or U8, same
+ * dtype on both sides; metas are not touched (attach in's meta to out to
+ * reuse its scale_inv). Errors: see above. */
+L8_NODISCARD l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s);
+
+/* ---- delayed scaling ---- */
+
+typedef enum l8_amax_compute {
+    L8_AMAX_MAX_HISTORY = 0,      /* amax = max over the history window (default) */
+    L8_AMAX_MOST_RECENT = 1       /* amax = this step's amax */
+} l8_amax_compute;
+
+typedef struct l8_fp8_scale_update_config {
+    size_t size;                  /* sizeof(l8_fp8_scale_update_config) */
+    l8_amax_compute amax_compute;
+    float margin;                 /* scale = (fp8_max / amax) / 2^margin; finite */
+    int reset_amax;               /* 1: amax[i] = 0 after it was used */
+} l8_fp8_scale_update_config;
+#define L8_FP8_SCALE_UPDATE_CONFIG_INIT \
+    { sizeof(l8_fp8_scale_update_config), L8_AMAX_MAX_HISTORY, 0.0f, 0 }
+
+/* Update n tensors' scales in one launch (one CTA per tensor on the GPU).
+ *   amax_history [n, H] f32, contiguous, row i = tensor i, newest first: a
+ *                finite new amax is pushed at column 0 and the row shifts
+ *                right by one (the oldest value drops out). May be NULL with
+ *                L8_AMAX_MOST_RECENT (no history kept).
+ *   amax         [n] f32: this step's amaxes (e.g. a strided view over the
+ *                metas, or an all-reduced buffer); reset to 0 if asked
+ *   scale        [n] f32: updated
+ *   scale_inv    [n] f32 or NULL: = 1/scale where scale changes. Pass NULL
+ *                while FP8 data cast with the old scale is still to be used
+ *                (the cast ops write scale_inv next to their data anyway).
+ *   fp8_max      [n] f32 (448 or 57344 per tensor; stride 0 broadcasts one)
+ * 1-D tensors may be strided (stride >= 0). For each tensor:
+ *   new amax not finite (NaN, Inf): history, scale, scale_inv unchanged
+ *   a = MOST_RECENT ? |new| : max |history| (after the push)
+ *   a zero or not finite: scale kept; else scale = (fp8_max / a) / 2^margin,
+ *   +Inf becoming FLT_MAX and an underflow to 0 keeping the old scale.
+ * cfg NULL: defaults. Errors: L8_ERR_INVALID_ARG (shapes, dtypes, contexts,
+ * margin not finite, history NULL without MOST_RECENT), L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax,
+                                           l8_tensor *scale, l8_tensor *scale_inv,
+                                           const l8_tensor *fp8_max,
+                                           const l8_fp8_scale_update_config *cfg,
+                                           l8_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_OPS_CAST_H */

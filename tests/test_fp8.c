@@ -1,0 +1,1522 @@
+/* test_fp8.c - FP8 formats (ops/fp8.h) and the cast / transpose / dbias /
+ * dequantize / scale-update ops (ops/cast.h).
+ *
+ * "host" cases check the conversions against references written another way
+ * (ldexp decoding, nearest-value search with the tie-to-even rule, double
+ * arithmetic) and every op's host path against plain loops over fresh random
+ * data (NaN, Inf, zeros, subnormals, huge values mixed in), with outputs
+ * poisoned first.
+ *
+ * "gpu" cases run each kernel on cuda:0 and compare with the same op on a
+ * host context, bit for bit (NaN payloads aside): shapes with tails and
+ * misaligned views, every f32 bit pattern through the cast kernel (both
+ * formats), every bf16 / f16 pattern, every FP8 code through dequantize, and
+ * a bandwidth measurement of cast + transpose against a device copy.
+ */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "tests/tests.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+#include "ops/fp8.h"
+#include "ops/cast.h"
+
+static const l8_dtype FMTS[2] = { L8_E4M3, L8_E5M2 };
+static const l8_dtype HPS[3] = { L8_F32, L8_BF16, L8_F16 };
+
+/* ======================================================================== */
+/* independent references                                                    */
+
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* FP8 code -> value by the format's formula (ldexp), NaN as NAN. */
+static double ref_decode(unsigned c, l8_dtype f)
+{
+    int neg = (c >> 7) & 1, e, m;
+    double v;
+    if (f == L8_E4M3) {
+        e = (c >> 3) & 15; m = c & 7;
+        if (e == 15 && m == 7) return NAN;
+        v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    } else {
+        e = (c >> 2) & 31; m = c & 3;
+        if (e == 31) { if (m) return NAN; v = INFINITY; }
+        else v = e ? ldexp(1.0 + m / 4.0, e - 15) : ldexp(m / 4.0, -14);
+    }
+    return neg ? -v : v;
+}
+
+static unsigned ref_maxcode(l8_dtype f) { return f == L8_E4M3 ? 0x7e : 0x7b; }
+
+/* Brute force: the nearest of all finite magnitudes, ties to the even code,
+ * saturating, NaN -> 0x7F, the sign of x kept (also for zero). */
+static unsigned ref_encode_brute(double x, l8_dtype f)
+{
+    if (isnan(x)) return 0x7f;
+    unsigned s = signbit(x) ? 0x80 : 0, maxc = ref_maxcode(f);
+    double a = fabs(x);
+    if (a >= ref_decode(maxc, f)) return s | maxc;
+    unsigned best = 0;
+    double bd = INFINITY;
+    for (unsigned c = 0; c <= maxc; c++) {
+        double d = fabs(a - ref_decode(c, f));
+        if (d < bd || (d == bd && !(c & 1))) { bd = d; best = c; }
+    }
+    return s | best;
+}
+
+/* The same rule by binary search over the (monotonic) magnitude codes. */
+static unsigned ref_encode(double x, l8_dtype f)
+{
+    if (isnan(x)) return 0x7f;
+    unsigned s = signbit(x) ? 0x80 : 0, maxc = ref_maxcode(f);
+    double a = fabs(x);
+    if (a >= ref_decode(maxc, f)) return s | maxc;
+    unsigned lo = 0, hi = maxc;                    /* v(lo) <= a < v(hi) */
+    while (hi - lo > 1) {
+        unsigned mid = (lo + hi) / 2;
+        if (ref_decode(mid, f) <= a) lo = mid; else hi = mid;
+    }
+    double dl = a - ref_decode(lo, f), dh = ref_decode(hi, f) - a;
+    unsigned c = dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+    return s | c;
+}
+
+/* f16 pattern -> value by formula. */
+static double ref_f16_decode(uint16_t h)
+{
+    int neg = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) v = m ? NAN : INFINITY;
+    else v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+    return neg ? -v : v;
+}
+
+/* f32 -> f16 in double arithmetic: scale to an integer number of quanta,
+ * nearbyint (round half even in the default mode), overflow to Inf. */
+static uint16_t ref_f16_encode(float x)
+{
+    if (isnan(x)) return 0x7fff;
+    uint16_t s = signbit(x) ? 0x8000 : 0;
+    double a = fabs((double)x);
+    if (a >= 65520.0) return s | 0x7c00;
+    int e;
+    frexp(a, &e);                                  /* a = f * 2^e, f in [0.5, 1) */
+    int q = (e - 1 < -14 ? -14 : e - 1) - 10;     /* quantum exponent */
+    double k = nearbyint(ldexp(a, -q));            /* quanta */
+    /* back to a pattern by search: exact values are few; use the formula */
+    if (k == 0) return s;
+    int ee = q + 10;                               /* exponent of the leading bit if normal */
+    if (ee < -14 || (q == -24 && k < 1024)) return s | (uint16_t)k;   /* subnormal (k < 1024) */
+    if (k >= 2048) { k /= 2; ee++; }
+    if (ee > 15) return s | 0x7c00;
+    return s | (uint16_t)(((ee + 15) << 10) | ((int)k - 1024));
+}
+
+/* f32 -> bf16: of the two neighbours (truncated and next up), the nearer,
+ * ties to the even pattern, decided in double. */
+static uint16_t ref_bf16_encode(float x)
+{
+    if (isnan(x)) return 0x7fff;
+    uint32_t u = fbits(x);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    if ((u & 0xffff) == 0) return lo;
+    double a = fabs((double)x), vl = fabs((double)bitsf((uint32_t)lo << 16));
+    double vh = (hi & 0x7f80) == 0x7f80 && (hi & 0x7f) == 0 ? INFINITY
+              : fabs((double)bitsf((uint32_t)hi << 16));
+    if ((lo & 0x7fff) == 0x7f7f) vh = ldexp(1.0, 128);   /* rounding up reaches Inf */
+    double dl = a - vl, dh = vh - a;
+    return dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+}
+
+/* ======================================================================== */
+/* data helpers                                                              */
+
+/* One random value, with specials when `specials` (about 6% of values). */
+static float gen_value(l8_rng *r, int specials, float range)
+{
+    uint64_t k = l8_rng_below(r, 1000);
+    float sign = (l8_rng_next(r) & 1) ? -1.0f : 1.0f;
+    if (specials) {
+        if (k < 8) return bitsf(0x7f800001u | (uint32_t)(l8_rng_next(r) & 0x807fffffu));  /* NaN */
+        if (k < 16) return sign * INFINITY;
+        if (k < 30) return sign * 0.0f;
+        if (k < 45) return sign * ldexpf(l8_rng_float(r, 0.5f, 1.0f), -(int)l8_rng_below(r, 149));
+        if (k < 60) return sign * ldexpf(l8_rng_float(r, 0.5f, 1.0f), (int)l8_rng_below(r, 40) + 10);
+    }
+    /* spread over many binades around the FP8 range */
+    return sign * range * l8_rng_float(r, 0.0f, 1.0f) * ldexpf(1.0f, (int)l8_rng_below(r, 24) - 16);
+}
+
+static void fill_hp(l8_rng *r, void *buf, l8_dtype dt, size_t n, int specials, float range)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = gen_value(r, specials, range);
+        if (dt == L8_F32) ((float *)buf)[i] = v;
+        else if (dt == L8_BF16) ((uint16_t *)buf)[i] = ref_bf16_encode(v);
+        else ((uint16_t *)buf)[i] = ref_f16_encode(v);
+    }
+}
+
+/* Element i of a host buffer as float, decoded independently. */
+static float ref_load(const void *buf, l8_dtype dt, size_t i)
+{
+    if (dt == L8_F32) return ((const float *)buf)[i];
+    if (dt == L8_BF16) return bitsf((uint32_t)((const uint16_t *)buf)[i] << 16);
+    return (float)ref_f16_decode(((const uint16_t *)buf)[i]);
+}
+
+static int same_float(float got, float want)
+{
+    return isnan(want) ? isnan(got) : fbits(got) == fbits(want);
+}
+
+/* amax of n elements: NaN if any, else max |x|. */
+static float ref_amax(const void *buf, l8_dtype dt, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = ref_load(buf, dt, i);
+        if (isnan(v)) return NAN;
+        if (fabsf(v) > m) m = fabsf(v);
+    }
+    return m;
+}
+
+static size_t hp_size(l8_dtype dt) { return dt == L8_F32 ? 4 : 2; }
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", n);
+    return p;
+}
+
+/* ---- contexts and tensors ---- */
+
+static l8_ctx *mk_ctx(const char *dev)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = dev;
+    l8_status st = l8_ctx_create(&cfg, &ctx);
+    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
+    return ctx;
+}
+
+static void done_ctx(l8_ctx *ctx)
+{
+    L8_CK(l8_ctx_synchronize(ctx));
+    l8_ctx_destroy(ctx);
+}
+
+static l8_tensor *mk2(l8_ctx *ctx, l8_dtype dt, int64_t d0, int64_t d1)
+{
+    int64_t sh[2] = { d0, d1 };
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, 2, sh, &t));
+    return t;
+}
+
+static l8_tensor *mk1(l8_ctx *ctx, l8_dtype dt, int64_t n)
+{
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, 1, &n, &t));
+    return t;
+}
+
+/* Attach a new meta to t (t keeps the only reference): scale, scale_inv
+ * poisoned to -1 (the quantizing ops must write it), amax. */
+static l8_fp8_meta *add_meta(l8_tensor *t, float scale, float amax)
+{
+    l8_fp8_meta *m = NULL;
+    L8_CK(l8_fp8_meta_create(l8_tensor_ctx(t), &m));
+    L8_CK(l8_fp8_meta_set(m, scale, -1.0f, amax));
+    L8_CK(l8_tensor_set_fp8_meta(t, m));
+    l8_fp8_meta_release(m);
+    return m;
+}
+
+static void put(l8_tensor *t, const void *host)
+{
+    L8_CK(l8_tensor_copy_from_host(t, host, l8_tensor_nbytes(t), NULL));
+}
+
+static void get(const l8_tensor *t, void *host)
+{
+    L8_CK(l8_tensor_copy_to_host(t, host, l8_tensor_nbytes(t), NULL));
+}
+
+/* Fill a tensor with a poison byte pattern so unwritten elements show. */
+static void poison(l8_tensor *t, unsigned char v)
+{
+    size_t n = l8_tensor_nbytes(t);
+    unsigned char *p = xmalloc(n);
+    memset(p, v, n);
+    put(t, p);
+    free(p);
+}
+
+static float random_scale(l8_rng *r)
+{
+    return ldexpf(l8_rng_float(r, 1.0f, 2.0f), (int)l8_rng_below(r, 16) - 8);
+}
+
+/* ======================================================================== */
+/* formats (host)                                                            */
+
+START_TEST(test_decode_all_codes)
+{
+    for (int fi = 0; fi < 2; fi++) {
+        l8_dtype f = FMTS[fi];
+        for (unsigned c = 0; c < 256; c++) {
+            float got = l8_fp8_to_f32((uint8_t)c, f);
+            double want = ref_decode(c, f);
+            if (isnan(want)) {
+                ck_assert_msg(isnan(got) && l8_fp8_is_nan((uint8_t)c, f), "fmt %d code 0x%02x", f, c);
+            } else {
+                ck_assert_msg((double)got == want && !!signbit(got) == !!signbit(want),
+                              "fmt %d code 0x%02x: %g, want %g", f, c, got, want);
+                ck_assert(!l8_fp8_is_nan((uint8_t)c, f));
+            }
+        }
+    }
+    ck_assert_float_eq(l8_fp8_to_f32(0x7e, L8_E4M3), 448.0f);
+    ck_assert_float_eq(l8_fp8_to_f32(0x7b, L8_E5M2), 57344.0f);
+    ck_assert_float_eq(l8_fp8_to_f32(0x01, L8_E4M3), 0x1p-9f);
+    ck_assert_float_eq(l8_fp8_to_f32(0x01, L8_E5M2), 0x1p-16f);
+    ck_assert(isinf(l8_fp8_to_f32(0xfc, L8_E5M2)) && l8_fp8_to_f32(0xfc, L8_E5M2) < 0);
+    ck_assert_float_eq(l8_fp8_max(L8_E4M3), 448.0f);
+    ck_assert_float_eq(l8_fp8_max(L8_E5M2), 57344.0f);
+    ck_assert_float_eq(l8_fp8_max(L8_F32), 0.0f);
+    ck_assert(isnan(l8_fp8_to_f32(0x10, L8_F32)));
+    ck_assert_uint_eq(l8_fp8_from_f32(1.0f, L8_BF16), 0);
+}
+END_TEST
+
+START_TEST(test_roundtrip_and_monotonic)
+{
+    for (int fi = 0; fi < 2; fi++) {
+        l8_dtype f = FMTS[fi];
+        unsigned maxc = ref_maxcode(f);
+        for (unsigned c = 0; c < 256; c++) {
+            if (l8_fp8_is_nan((uint8_t)c, f)) continue;
+            float v = l8_fp8_to_f32((uint8_t)c, f);
+            unsigned want = isinf(v) ? (c & 0x80) | maxc : c;   /* E5M2 Inf saturates */
+            ck_assert_msg(l8_fp8_from_f32(v, f) == want, "fmt %d code 0x%02x", f, c);
+        }
+        /* strictly increasing over the finite non-negative codes, mirrored */
+        for (unsigned c = 1; c <= maxc; c++) {
+            ck_assert(l8_fp8_to_f32((uint8_t)c, f) > l8_fp8_to_f32((uint8_t)(c - 1), f));
+            ck_assert(l8_fp8_to_f32((uint8_t)(c | 0x80), f) <
+                      l8_fp8_to_f32((uint8_t)((c - 1) | 0x80), f));
+        }
+        /* monotonic conversion over a sweep of f32 values */
+        unsigned prev = 0;
+        for (float x = 0x1p-20f; x < 1e6f; x *= 1.0009765625f) {
+            unsigned q = l8_fp8_from_f32(x, f);
+            ck_assert_msg(q >= prev, "fmt %d not monotonic at %g", f, x);
+            prev = q;
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_ties_to_even)
+{
+    for (int fi = 0; fi < 2; fi++) {
+        l8_dtype f = FMTS[fi];
+        unsigned maxc = ref_maxcode(f);
+        for (unsigned c = 0; c < maxc; c++) {
+            float lo = l8_fp8_to_f32((uint8_t)c, f), hi = l8_fp8_to_f32((uint8_t)(c + 1), f);
+            float mid = (lo + hi) * 0.5f;            /* exact in f32 */
+            ck_assert((double)mid == ((double)lo + (double)hi) / 2);
+            unsigned even = (c & 1) ? c + 1 : c;
+            for (int neg = 0; neg < 2; neg++) {
+                float sg = neg ? -1.0f : 1.0f;
+                unsigned sb = neg ? 0x80 : 0;
+                ck_assert_msg(l8_fp8_from_f32(sg * mid, f) == (sb | even),
+                              "fmt %d tie %g -> 0x%02x", f, sg * mid, l8_fp8_from_f32(sg * mid, f));
+                ck_assert(l8_fp8_from_f32(sg * nextafterf(mid, INFINITY), f) == (sb | (c + 1)));
+                ck_assert(l8_fp8_from_f32(sg * nextafterf(mid, 0.0f), f) == (sb | c));
+            }
+        }
+    }
+    /* the tie between max and the next binade's first value saturates */
+    ck_assert_uint_eq(l8_fp8_from_f32(464.0f, L8_E4M3), 0x7e);
+    ck_assert_uint_eq(l8_fp8_from_f32(61440.0f, L8_E5M2), 0x7b);
+    /* the tie between 0 and the smallest subnormal goes to 0 */
+    ck_assert_uint_eq(l8_fp8_from_f32(0x1p-10f, L8_E4M3), 0x00);
+    ck_assert_uint_eq(l8_fp8_from_f32(-0x1p-17f, L8_E5M2), 0x80);
+    ck_assert_uint_eq(l8_fp8_from_f32(nextafterf(0x1p-10f, 1.0f), L8_E4M3), 0x01);
+}
+END_TEST
+
+START_TEST(test_saturation_nan_inf)
+{
+    const float big[] = { 448.0f, 449.0f, 463.9f, 464.0f, 464.1f, 480.0f, 1e10f, FLT_MAX, INFINITY };
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        ck_assert_uint_eq(l8_fp8_from_f32(big[i], L8_E4M3), 0x7e);
+        ck_assert_uint_eq(l8_fp8_from_f32(-big[i], L8_E4M3), 0xfe);
+    }
+    const float big5[] = { 57344.0f, 60000.0f, 61440.0f, 61441.0f, 65536.0f, 1e30f, INFINITY };
+    for (size_t i = 0; i < sizeof big5 / sizeof big5[0]; i++) {
+        ck_assert_uint_eq(l8_fp8_from_f32(big5[i], L8_E5M2), 0x7b);
+        ck_assert_uint_eq(l8_fp8_from_f32(-big5[i], L8_E5M2), 0xfb);
+    }
+    const uint32_t nans[] = { 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu,
+                              0xffffffffu, 0x7fa5a5a5u };
+    for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++)
+        for (int fi = 0; fi < 2; fi++)
+            ck_assert_uint_eq(l8_fp8_from_f32(bitsf(nans[i]), FMTS[fi]), L8_FP8_NAN_BYTE);
+    ck_assert_uint_eq(l8_fp8_from_bf16(0xffc1, L8_E4M3), L8_FP8_NAN_BYTE);
+    ck_assert_uint_eq(l8_fp8_from_f16(0xfe01, L8_E5M2), L8_FP8_NAN_BYTE);
+    ck_assert_uint_eq(l8_fp8_from_f16(0x7c00, L8_E5M2), 0x7b);     /* f16 Inf saturates */
+    const unsigned e5nan[] = { 0x7d, 0x7e, 0x7f, 0xfd, 0xfe, 0xff };
+    for (size_t i = 0; i < 6; i++) ck_assert(isnan(l8_fp8_to_f32((uint8_t)e5nan[i], L8_E5M2)));
+    ck_assert(isnan(l8_fp8_to_f32(0x7f, L8_E4M3)) && isnan(l8_fp8_to_f32(0xff, L8_E4M3)));
+    ck_assert(!isnan(l8_fp8_to_f32(0x7c, L8_E5M2)));
+}
+END_TEST
+
+START_TEST(test_subnormals_and_zero)
+{
+    for (unsigned m = 0; m < 8; m++) {
+        ck_assert_float_eq(l8_fp8_to_f32((uint8_t)m, L8_E4M3), ldexpf((float)m, -9));
+        ck_assert_uint_eq(l8_fp8_from_f32(ldexpf((float)m, -9), L8_E4M3), m);
+        ck_assert_uint_eq(l8_fp8_from_f32(-ldexpf((float)m, -9), L8_E4M3), 0x80 | m);
+    }
+    for (unsigned m = 0; m < 4; m++) {
+        ck_assert_float_eq(l8_fp8_to_f32((uint8_t)m, L8_E5M2), ldexpf((float)m, -16));
+        ck_assert_uint_eq(l8_fp8_from_f32(ldexpf((float)m, -16), L8_E5M2), m);
+    }
+    /* zeros keep their sign; f32 subnormals and tiny values round to signed zero */
+    for (int fi = 0; fi < 2; fi++) {
+        ck_assert_uint_eq(l8_fp8_from_f32(0.0f, FMTS[fi]), 0x00);
+        ck_assert_uint_eq(l8_fp8_from_f32(-0.0f, FMTS[fi]), 0x80);
+        ck_assert_uint_eq(l8_fp8_from_f32(bitsf(1), FMTS[fi]), 0x00);
+        ck_assert_uint_eq(l8_fp8_from_f32(bitsf(0x807fffffu), FMTS[fi]), 0x80);
+        ck_assert_uint_eq(l8_fp8_from_f32(-1e-30f, FMTS[fi]), 0x80);
+    }
+    /* rounding up out of the subnormals reaches the smallest normal */
+    ck_assert_uint_eq(l8_fp8_from_f32(0x1.ep-7f, L8_E4M3), 0x08);
+    ck_assert_uint_eq(l8_fp8_from_f32(0x1.cp-15f, L8_E5M2), 0x04);
+}
+END_TEST
+
+START_TEST(test_exhaustive_16bit)
+{
+    /* every bf16 and f16 pattern, both formats, against brute force */
+    long bad = 0;
+    for (int fi = 0; fi < 2; fi++) {
+        l8_dtype f = FMTS[fi];
+        for (uint32_t u = 0; u < 65536; u++) {
+            double vb = (double)bitsf(u << 16), vh = ref_f16_decode((uint16_t)u);
+            unsigned gb = l8_fp8_from_bf16((uint16_t)u, f), wb = ref_encode_brute(vb, f);
+            unsigned gh = l8_fp8_from_f16((uint16_t)u, f), wh = ref_encode_brute(vh, f);
+            if (gb != wb && bad++ < 5)
+                fprintf(stderr, "bf16 0x%04x fmt %d: 0x%02x, want 0x%02x\n", u, f, gb, wb);
+            if (gh != wh && bad++ < 5)
+                fprintf(stderr, "f16 0x%04x fmt %d: 0x%02x, want 0x%02x\n", u, f, gh, wh);
+        }
+    }
+    ck_assert_msg(bad == 0, "%ld mismatches", bad);
+}
+END_TEST
+
+START_TEST(test_random_f32)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xf8f32);
+    long n = l8_test_quick() ? 20000 : 2000000, bad = 0;
+    for (long i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)l8_rng_next(&r);
+        if (i & 1) u = (u & 0x87ffffffu) | 0x38000000u;   /* half near the FP8 range */
+        float x = bitsf(u);
+        for (int fi = 0; fi < 2; fi++) {
+            unsigned got = l8_fp8_from_f32(x, FMTS[fi]);
+            unsigned want = (i % 64 == 0) ? ref_encode_brute(x, FMTS[fi]) : ref_encode(x, FMTS[fi]);
+            if (got != want && bad++ < 5)
+                fprintf(stderr, "f32 0x%08x fmt %d: 0x%02x, want 0x%02x\n", u, FMTS[fi], got, want);
+        }
+    }
+    ck_assert_msg(bad == 0, "%ld mismatches", bad);
+}
+END_TEST
+
+START_TEST(test_half_helpers)
+{
+    /* widenings: every pattern */
+    for (uint32_t u = 0; u < 65536; u++) {
+        double want = ref_f16_decode((uint16_t)u);
+        float got = l8_f16_to_f32((uint16_t)u);
+        ck_assert_msg(isnan(want) ? isnan(got) : (double)got == want && !!signbit(got) == !!signbit(want),
+                      "f16 0x%04x", u);
+        ck_assert_uint_eq(fbits(l8_bf16_to_f32((uint16_t)u)), u << 16);
+        if (!isnan(want))                              /* f16 -> f32 -> f16 is the identity */
+            ck_assert_uint_eq(l8_f16_from_f32(got), u);
+    }
+    /* narrowings vs the double-arithmetic references */
+    l8_rng r;
+    l8_rng_init(&r, 0x16);
+    long n = l8_test_quick() ? 20000 : 1000000;
+    for (long i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)l8_rng_next(&r);
+        if (i & 1) u = (u & 0x8fffffffu) | 0x30000000u;
+        float x = bitsf(u);
+        ck_assert_msg(l8_bf16_from_f32(x) == ref_bf16_encode(x), "bf16 of 0x%08x", u);
+        ck_assert_msg(l8_f16_from_f32(x) == ref_f16_encode(x), "f16 of 0x%08x: 0x%04x want 0x%04x",
+                      u, l8_f16_from_f32(x), ref_f16_encode(x));
+    }
+    ck_assert_uint_eq(l8_f16_from_f32(65504.0f), 0x7bff);
+    ck_assert_uint_eq(l8_f16_from_f32(65519.99f), 0x7bff);
+    ck_assert_uint_eq(l8_f16_from_f32(65520.0f), 0x7c00);
+    ck_assert_uint_eq(l8_f16_from_f32(-0x1p-25f), 0x8000);          /* tie to even zero */
+    ck_assert_uint_eq(l8_f16_from_f32(0x1.8p-25f), 0x0001);
+    ck_assert_uint_eq(l8_bf16_from_f32(FLT_MAX), 0x7f80);
+    ck_assert_uint_eq(l8_bf16_from_f32(NAN), 0x7fff);
+    ck_assert_uint_eq(l8_f16_from_f32(-NAN), 0x7fff);
+}
+END_TEST
+
+START_TEST(test_amax_rule)
+{
+    ck_assert_float_eq(l8_amax_combine(-3.0f, 2.0f), 3.0f);
+    ck_assert(isinf(l8_amax_combine(-INFINITY, 1e38f)));
+    ck_assert(isnan(l8_amax_combine(INFINITY, -NAN)));
+    ck_assert(isnan(l8_amax_combine(NAN, 0.0f)));
+    ck_assert_uint_eq(fbits(l8_amax_combine(-0.0f, 0.0f)), 0u);
+    ck_assert_uint_eq(l8_amax_bits(-2.0f), fbits(2.0f));
+}
+END_TEST
+
+START_TEST(test_bulk_host_functions)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xb01c);
+    size_t n = 5000;
+    for (int hi = 0; hi < 3; hi++) {
+        l8_dtype dt = HPS[hi];
+        void *x = xmalloc(n * 4);
+        uint8_t *y = xmalloc(n);
+        fill_hp(&r, x, dt, n, 1, 100.0f);
+        for (int fi = 0; fi < 2; fi++) {
+            float scale = random_scale(&r), amax = 0.0f;
+            memset(y, 0xa5, n);
+            L8_CK(l8_fp8_quantize_host(x, dt, n, scale, FMTS[fi], y, &amax));
+            for (size_t i = 0; i < n; i++)
+                ck_assert_uint_eq(y[i], ref_encode(ref_load(x, dt, i) * scale, FMTS[fi]));
+            ck_assert(same_float(amax, ref_amax(x, dt, n)));
+            /* accumulation: a larger amax stays */
+            float big = 1e38f, ra = ref_amax(x, dt, 16);
+            L8_CK(l8_fp8_quantize_host(x, dt, 16, scale, FMTS[fi], y, &big));
+            ck_assert(same_float(big, isnan(ra) ? NAN : fmaxf(ra, 1e38f)));
+        }
+        free(x);
+        free(y);
+    }
+    /* dequantize every code */
+    uint8_t codes[256];
+    for (int c = 0; c < 256; c++) codes[c] = (uint8_t)c;
+    for (int fi = 0; fi < 2; fi++)
+        for (int hi = 0; hi < 3; hi++) {
+            void *out = xmalloc(256 * 4);
+            float si = 0.375f;
+            L8_CK(l8_fp8_dequantize_host(codes, 256, FMTS[fi], si, out, HPS[hi]));
+            for (int c = 0; c < 256; c++) {
+                float want = (float)ref_decode((unsigned)c, FMTS[fi]) * si;
+                float got = ref_load(out, HPS[hi], (size_t)c);
+                if (HPS[hi] == L8_BF16) want = bitsf((uint32_t)ref_bf16_encode(want) << 16);
+                if (HPS[hi] == L8_F16) want = (float)ref_f16_decode(ref_f16_encode(want));
+                ck_assert_msg(same_float(got, want), "code 0x%02x fmt %d out %d", c, FMTS[fi], HPS[hi]);
+            }
+            free(out);
+        }
+    float a = 0;
+    uint8_t b;
+    L8_CK_ST(l8_fp8_quantize_host(&a, L8_E4M3, 1, 1.0f, L8_E4M3, &b, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_quantize_host(&a, L8_F32, 1, 1.0f, L8_F16, &b, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_quantize_host(NULL, L8_F32, 1, 1.0f, L8_E4M3, &b, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_dequantize_host(&b, 1, L8_F32, 1.0f, &a, L8_F32), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_dequantize_host(&b, 1, L8_E4M3, 1.0f, &a, L8_I32), L8_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ======================================================================== */
+/* ops on a host context                                                     */
+
+START_TEST(test_cast_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xca57);
+    const int64_t sizes[] = { 0, 1, 15, 16, 17, 1000, 4099 };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int fi = 0; fi < 2; fi++) {
+                int64_t n = sizes[si];
+                l8_dtype dt = HPS[hi], f = FMTS[fi];
+                int specials = (si + (size_t)fi) % 2;
+                l8_tensor *in = mk1(ctx, dt, n), *out = mk1(ctx, f, n);
+                float scale = random_scale(&r);
+                l8_fp8_meta *m = add_meta(out, scale, 12345.0f);
+                void *x = xmalloc((size_t)n * 4);
+                uint8_t *y = xmalloc((size_t)n);
+                fill_hp(&r, x, dt, (size_t)n, specials, 500.0f);
+                put(in, x);
+                poison(out, 0xa5);
+                L8_CK(l8_fp8_cast(in, out, 0, NULL));
+                get(out, y);
+                for (int64_t i = 0; i < n; i++) {
+                    float v = ref_load(x, dt, (size_t)i);
+                    unsigned want = ref_encode(v * scale, f);
+                    ck_assert_msg(y[i] == want, "n %lld dt %d fmt %d [%lld] %g*%g: 0x%02x want 0x%02x",
+                                  (long long)n, dt, f, (long long)i, v, scale, y[i], want);
+                }
+                float s, sinv, amax;
+                L8_CK(l8_fp8_meta_get(m, &s, &sinv, &amax));
+                ck_assert(s == scale && sinv == 1.0f / scale);
+                ck_assert_msg(same_float(amax, ref_amax(x, dt, (size_t)n)), "amax %g", amax);
+                /* accumulate: an amax larger than any finite input stays */
+                L8_CK(l8_fp8_meta_set(m, scale, 0.0f, 3e38f));
+                L8_CK(l8_fp8_cast(in, out, L8_CAST_ACCUMULATE_AMAX, NULL));
+                L8_CK(l8_fp8_meta_get(m, &s, &sinv, &amax));
+                float ra = ref_amax(x, dt, (size_t)n);
+                ck_assert(isnan(ra) ? isnan(amax) : amax == fmaxf(3e38f, ra));
+                free(x);
+                free(y);
+                l8_tensor_destroy(in);
+                l8_tensor_destroy(out);
+            }
+    done_ctx(ctx);
+}
+END_TEST
+
+/* Plain reference for cast + transpose: checks out / out_t bytes and amax. */
+static void check_ct(const void *x, l8_dtype dt, int64_t R, int64_t C, float scale, l8_dtype f,
+                     const uint8_t *y, const uint8_t *yt)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            unsigned want = ref_encode(ref_load(x, dt, (size_t)(r * C + c)) * scale, f);
+            if (y)
+                ck_assert_msg(y[r * C + c] == want, "[%lld x %lld] out[%lld][%lld] 0x%02x want 0x%02x",
+                              (long long)R, (long long)C, (long long)r, (long long)c,
+                              y[r * C + c], want);
+            ck_assert_msg(yt[c * R + r] == want, "[%lld x %lld] out_t[%lld][%lld] 0x%02x want 0x%02x",
+                          (long long)R, (long long)C, (long long)c, (long long)r, yt[c * R + r], want);
+        }
+}
+
+START_TEST(test_cast_transpose_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xc7);
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 129, 257 }, { 8, 1 },
+                                  { 0, 5 }, { 3, 0 }, { 200, 40 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++) {
+            int64_t R = shapes[k][0], C = shapes[k][1];
+            l8_dtype dt = HPS[hi], f = FMTS[(k + (size_t)hi) % 2];
+            l8_tensor *in = mk2(ctx, dt, R, C), *out = mk2(ctx, f, R, C), *ot = mk2(ctx, f, C, R);
+            float scale = random_scale(&r);
+            l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
+            L8_CK(l8_tensor_set_fp8_meta(out, m));
+            size_t n = (size_t)(R * C);
+            void *x = xmalloc(n * 4);
+            uint8_t *y = xmalloc(n), *yt = xmalloc(n);
+            fill_hp(&r, x, dt, n, (int)(k % 2), 300.0f);
+            put(in, x);
+            for (int with_out = 0; with_out < 2; with_out++) {
+                poison(out, 0x5a);
+                poison(ot, 0x5a);
+                L8_CK(l8_fp8_cast_transpose(in, with_out ? out : NULL, ot, 0, NULL));
+                get(out, y);
+                get(ot, yt);
+                check_ct(x, dt, R, C, scale, f, with_out ? y : NULL, yt);
+                if (!with_out)
+                    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(y[i], 0x5a);
+                float s, sinv, amax;
+                L8_CK(l8_fp8_meta_get(m, &s, &sinv, &amax));
+                ck_assert(same_float(amax, ref_amax(x, dt, n)) && sinv == 1.0f / scale);
+            }
+            free(x);
+            free(y);
+            free(yt);
+            l8_tensor_destroy(in);
+            l8_tensor_destroy(out);
+            l8_tensor_destroy(ot);
+        }
+    done_ctx(ctx);
+}
+END_TEST
+
+START_TEST(test_cast_transpose_dbias_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xdb);
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 300, 70 }, { 129, 8 }, { 0, 4 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int di = 0; di < 3; di++) {
+                int64_t R = shapes[k][0], C = shapes[k][1];
+                l8_dtype dt = HPS[hi], ddt = HPS[di];
+                l8_tensor *in = mk2(ctx, dt, R, C), *ot = mk2(ctx, L8_E5M2, C, R);
+                l8_tensor *db = mk1(ctx, ddt, C);
+                add_meta(ot, 1.0f, 0.0f);
+                size_t n = (size_t)(R * C);
+                void *x = xmalloc(n * 4);
+                fill_hp(&r, x, dt, n, 0, 8.0f);
+                /* column 1: a NaN; column 2: +Inf; column 3: +Inf and -Inf */
+                if (R >= 2 && C >= 4) {
+                    float sp[4] = { NAN, INFINITY, INFINITY, -INFINITY };
+                    int64_t at[4][2] = { { 0, 1 }, { 1, 2 }, { 0, 3 }, { 1, 3 } };
+                    for (int q = 0; q < 4; q++) {
+                        size_t i = (size_t)(at[q][0] * C + at[q][1]);
+                        if (dt == L8_F32) ((float *)x)[i] = sp[q];
+                        else if (dt == L8_BF16) ((uint16_t *)x)[i] = ref_bf16_encode(sp[q]);
+                        else ((uint16_t *)x)[i] = ref_f16_encode(sp[q]);
+                    }
+                }
+                put(in, x);
+                poison(db, 0xee);
+                L8_CK(l8_fp8_cast_transpose_dbias(in, NULL, ot, db, 0, NULL));
+                void *got = xmalloc((size_t)C * 4 + 4);
+                get(db, got);
+                for (int64_t c = 0; c < C; c++) {
+                    double sum = 0, mag = 0;
+                    for (int64_t rr = 0; rr < R; rr++) {
+                        double v = ref_load(x, dt, (size_t)(rr * C + c));
+                        sum += v;
+                        mag += fabs(v);
+                    }
+                    float g = ref_load(got, ddt, (size_t)c);
+                    if (isnan(sum)) {
+                        ck_assert_msg(isnan(g), "col %lld: %g, want NaN", (long long)c, g);
+                        continue;
+                    }
+                    if (isinf(sum)) {
+                        ck_assert_msg(g == (float)sum, "col %lld: %g, want %g", (long long)c, g, sum);
+                        continue;
+                    }
+                    double tol = 1e-5 * mag + 1e-30;
+                    if (ddt == L8_BF16) tol += fabs(sum) * 0x1p-8;
+                    if (ddt == L8_F16) tol += fabs(sum) * 0x1p-11 + 0x1p-24;
+                    ck_assert_msg(fabs(g - sum) <= tol, "[%lld x %lld] dt %d dbias %d col %lld: %.9g, want %.9g",
+                                  (long long)R, (long long)C, dt, ddt, (long long)c, g, sum);
+                }
+                /* deterministic: a second run gives the same bits */
+                void *again = xmalloc((size_t)C * 4 + 4);
+                L8_CK(l8_fp8_cast_transpose_dbias(in, NULL, ot, db, 0, NULL));
+                get(db, again);
+                ck_assert(memcmp(got, again, (size_t)C * hp_size(ddt)) == 0);
+                free(again);
+                free(got);
+                free(x);
+                l8_tensor_destroy(in);
+                l8_tensor_destroy(ot);
+                l8_tensor_destroy(db);
+            }
+    done_ctx(ctx);
+}
+END_TEST
+
+START_TEST(test_dequantize_transpose_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xd0);
+    int64_t n = 1000;
+    uint8_t *codes = xmalloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) codes[i] = (uint8_t)(i < 256 ? (uint64_t)i : l8_rng_below(&r, 256));
+    for (int fi = 0; fi < 2; fi++)
+        for (int hi = 0; hi < 3; hi++) {
+            l8_tensor *q = mk1(ctx, FMTS[fi], n), *o = mk1(ctx, HPS[hi], n);
+            l8_fp8_meta *m = add_meta(q, 1.0f, 0.0f);
+            float si = random_scale(&r);
+            L8_CK(l8_fp8_meta_set(m, 1.0f / si, si, 0.0f));
+            put(q, codes);
+            poison(o, 0xcd);
+            L8_CK(l8_fp8_dequantize(q, o, NULL));
+            float *got = xmalloc((size_t)n * 4);
+            get(o, got);
+            for (int64_t i = 0; i < n; i++) {
+                float want = (float)ref_decode(codes[i], FMTS[fi]) * si;
+                if (HPS[hi] == L8_BF16) want = bitsf((uint32_t)ref_bf16_encode(want) << 16);
+                if (HPS[hi] == L8_F16) want = (float)ref_f16_decode(ref_f16_encode(want));
+                ck_assert_msg(same_float(ref_load(got, HPS[hi], (size_t)i), want), "code 0x%02x",
+                              codes[i]);
+            }
+            free(got);
+            l8_tensor_destroy(q);
+            l8_tensor_destroy(o);
+        }
+    free(codes);
+    const int64_t shapes[][2] = { { 1, 1 }, { 3, 200 }, { 129, 130 }, { 64, 16 } };
+    for (size_t k = 0; k < 4; k++) {
+        int64_t R = shapes[k][0], C = shapes[k][1];
+        l8_tensor *a = mk2(ctx, k % 2 ? L8_U8 : L8_E4M3, R, C);
+        l8_tensor *b = mk2(ctx, k % 2 ? L8_U8 : L8_E4M3, C, R);
+        uint8_t *x = xmalloc((size_t)(R * C)), *y = xmalloc((size_t)(R * C));
+        for (int64_t i = 0; i < R * C; i++) x[i] = (uint8_t)l8_rng_next(&r);
+        put(a, x);
+        poison(b, 0x11);
+        L8_CK(l8_fp8_transpose(a, b, NULL));
+        get(b, y);
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) ck_assert_uint_eq(y[j * R + i], x[i * C + j]);
+        free(x);
+        free(y);
+        l8_tensor_destroy(a);
+        l8_tensor_destroy(b);
+    }
+    done_ctx(ctx);
+}
+END_TEST
+
+/* ---- scale update ---- */
+
+typedef struct {
+    int64_t n, H;
+    float *hist, *amax, *scale, *sinv, *fmax;
+} su_state;
+
+static void su_alloc(su_state *s, int64_t n, int64_t H)
+{
+    s->n = n;
+    s->H = H;
+    s->hist = xmalloc((size_t)(n * (H ? H : 1)) * 4);
+    s->amax = xmalloc((size_t)n * 4);
+    s->scale = xmalloc((size_t)n * 4);
+    s->sinv = xmalloc((size_t)n * 4);
+    s->fmax = xmalloc((size_t)n * 4);
+}
+
+static void su_free(su_state *s)
+{
+    free(s->hist); free(s->amax); free(s->scale); free(s->sinv); free(s->fmax);
+}
+
+/* Plain reference of the documented rule. */
+static void su_ref(su_state *s, int recent, float margin, int reset, int with_sinv)
+{
+    for (int64_t t = 0; t < s->n; t++) {
+        float nv = s->amax[t];
+        float *h = s->hist + t * s->H;
+        int fin = isfinite(nv);
+        if (fin && s->H > 0) {
+            for (int64_t i = s->H - 1; i > 0; i--) h[i] = h[i - 1];
+            h[0] = nv;
+        }
+        float a = fabsf(nv);
+        if (!recent)
+            for (int64_t i = 0; i < s->H; i++) {
+                if (isnan(h[i])) a = NAN;
+                else if (!isnan(a) && fabsf(h[i]) > a) a = fabsf(h[i]);
+            }
+        if (fin && isfinite(a) && a > 0) {
+            float sc = (s->fmax[t] / a) / exp2f(margin);
+            if (isinf(sc)) sc = FLT_MAX;
+            if (sc != 0) {
+                s->scale[t] = sc;
+                if (with_sinv) s->sinv[t] = 1.0f / sc;
+            }
+        }
+        if (reset) s->amax[t] = 0;
+    }
+}
+
+/* Edge cases plus random rows; `ctx` host or cuda; with a host ctx the op is
+ * compared with su_ref, with a cuda ctx with the host op (bit exact). */
+static void su_case(l8_ctx *ctx, l8_ctx *href, l8_rng *r, int64_t n, int64_t H, int recent,
+                    float margin, int reset, int with_sinv, int bcast_fmax)
+{
+    su_state s;
+    su_alloc(&s, n, H);
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t i = 0; i < H; i++)
+            s.hist[t * H + i] = l8_rng_below(r, 4) ? l8_rng_float(r, 0.0f, 10.0f) : 0.0f;
+        s.amax[t] = l8_rng_float(r, 0.0f, 20.0f);
+        s.scale[t] = l8_rng_float(r, 1.0f, 5.0f);
+        s.sinv[t] = -7.0f;
+        s.fmax[t] = bcast_fmax ? 448.0f : (t % 2 ? 57344.0f : 448.0f);
+    }
+    /* edge cases in the first rows */
+    const float edge[] = { 0.0f, NAN, INFINITY, -INFINITY, 1e-45f, 3e38f, -2.0f };
+    for (int64_t t = 0; t < n && t < 7; t++) {
+        s.amax[t] = edge[t];
+        if (t == 0)
+            for (int64_t i = 0; i < H; i++) s.hist[i] = 0.0f;   /* all-zero history */
+    }
+    float *scale0 = xmalloc((size_t)n * 4);
+    memcpy(scale0, s.scale, (size_t)n * 4);
+    su_state want;
+    su_alloc(&want, n, H);
+    memcpy(want.hist, s.hist, (size_t)(n * H) * 4);
+    memcpy(want.amax, s.amax, (size_t)n * 4);
+    memcpy(want.scale, s.scale, (size_t)n * 4);
+    memcpy(want.sinv, s.sinv, (size_t)n * 4);
+    memcpy(want.fmax, s.fmax, (size_t)n * 4);
+
+    l8_tensor *th = H ? mk2(ctx, L8_F32, n, H) : NULL;
+    l8_tensor *ta = mk1(ctx, L8_F32, n), *ts = mk1(ctx, L8_F32, n), *ti = mk1(ctx, L8_F32, n);
+    l8_tensor *tf;
+    if (bcast_fmax) {
+        l8_storage *st = NULL;
+        int64_t zero = 0;
+        L8_CK(l8_storage_create(ctx, 4, NULL, &st));
+        L8_CK(l8_tensor_from_storage(st, 0, L8_F32, 1, &n, &zero, &tf));
+        l8_storage_release(st);
+        void *p;
+        L8_CK(l8_tensor_data(tf, &p));
+        L8_CK(l8_memcpy_htod(l8_ctx_stream(ctx, L8_STREAM_COMPUTE), p, s.fmax, 4));
+    } else {
+        tf = mk1(ctx, L8_F32, n);
+        put(tf, s.fmax);
+    }
+    if (th) put(th, s.hist);
+    put(ta, s.amax);
+    put(ts, s.scale);
+    put(ti, s.sinv);
+    l8_fp8_scale_update_config cfg = L8_FP8_SCALE_UPDATE_CONFIG_INIT;
+    cfg.amax_compute = recent ? L8_AMAX_MOST_RECENT : L8_AMAX_MAX_HISTORY;
+    cfg.margin = margin;
+    cfg.reset_amax = reset;
+    L8_CK(l8_fp8_scale_update(th, ta, ts, with_sinv ? ti : NULL, tf, &cfg, NULL));
+    if (th) get(th, s.hist);
+    get(ta, s.amax);
+    get(ts, s.scale);
+    get(ti, s.sinv);
+
+    if (href) {       /* the same op on the host context */
+        l8_tensor *hh = H ? mk2(href, L8_F32, n, H) : NULL;
+        l8_tensor *ha = mk1(href, L8_F32, n), *hs = mk1(href, L8_F32, n), *hi = mk1(href, L8_F32, n);
+        l8_tensor *hf = mk1(href, L8_F32, n);
+        if (hh) put(hh, want.hist);
+        put(ha, want.amax); put(hs, want.scale); put(hi, want.sinv); put(hf, want.fmax);
+        L8_CK(l8_fp8_scale_update(hh, ha, hs, with_sinv ? hi : NULL, hf, &cfg, NULL));
+        if (hh) get(hh, want.hist);
+        get(ha, want.amax); get(hs, want.scale); get(hi, want.sinv);
+        l8_tensor_destroy(hh); l8_tensor_destroy(ha); l8_tensor_destroy(hs);
+        l8_tensor_destroy(hi); l8_tensor_destroy(hf);
+    } else {
+        su_ref(&want, recent, margin, reset, with_sinv);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t i = 0; i < H; i++)
+            ck_assert_msg(same_float(s.hist[t * H + i], want.hist[t * H + i]),
+                          "H %lld tensor %lld hist[%lld] %g want %g", (long long)H, (long long)t,
+                          (long long)i, s.hist[t * H + i], want.hist[t * H + i]);
+        ck_assert_msg(same_float(s.scale[t], want.scale[t]), "tensor %lld scale %g want %g",
+                      (long long)t, s.scale[t], want.scale[t]);
+        ck_assert_msg(same_float(s.sinv[t], want.sinv[t]), "tensor %lld scale_inv %g want %g",
+                      (long long)t, s.sinv[t], want.sinv[t]);
+        ck_assert(same_float(s.amax[t], want.amax[t]));
+    }
+    if (n > 6) {
+        /* spot checks of the rule itself: NaN / Inf keep the scale, a tiny
+         * most-recent amax clamps to FLT_MAX, a negative one counts by |.| */
+        ck_assert(s.scale[1] == scale0[1] && s.scale[2] == scale0[2] && s.scale[3] == scale0[3]);
+        if (recent || H == 1) ck_assert(s.scale[4] == FLT_MAX);
+        if (recent) ck_assert(s.scale[6] == (s.fmax[6] / 2.0f) / exp2f(margin));
+        if (H > 0) ck_assert(s.hist[6 * H] == -2.0f);
+    }
+    free(scale0);
+    l8_tensor_destroy(th); l8_tensor_destroy(ta); l8_tensor_destroy(ts);
+    l8_tensor_destroy(ti); l8_tensor_destroy(tf);
+    su_free(&s);
+    su_free(&want);
+}
+
+START_TEST(test_scale_update_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0x5ca1e);
+    su_case(ctx, NULL, &r, 20, 5, 0, 0.0f, 0, 1, 0);
+    su_case(ctx, NULL, &r, 20, 1, 0, 1.0f, 1, 1, 0);
+    su_case(ctx, NULL, &r, 20, 300, 0, 0.0f, 0, 0, 1);
+    su_case(ctx, NULL, &r, 20, 16, 1, 2.0f, 1, 1, 0);
+    su_case(ctx, NULL, &r, 9, 0, 1, 0.0f, 0, 1, 0);
+
+    /* a worked example: history [1, 4, 2], new 3 -> [3, 1, 4], max 4 */
+    float hist[3] = { 1, 4, 2 }, amax = 3, scale = 1, sinv = 1, fmax = 448;
+    l8_tensor *th = mk2(ctx, L8_F32, 1, 3), *ta = mk1(ctx, L8_F32, 1), *ts = mk1(ctx, L8_F32, 1);
+    l8_tensor *ti = mk1(ctx, L8_F32, 1), *tf = mk1(ctx, L8_F32, 1);
+    put(th, hist); put(ta, &amax); put(ts, &scale); put(ti, &sinv); put(tf, &fmax);
+    L8_CK(l8_fp8_scale_update(th, ta, ts, ti, tf, NULL, NULL));
+    get(th, hist); get(ts, &scale); get(ti, &sinv);
+    ck_assert(hist[0] == 3 && hist[1] == 1 && hist[2] == 4);
+    ck_assert(scale == 112.0f && sinv == 1.0f / 112.0f);
+    l8_fp8_scale_update_config cfg = L8_FP8_SCALE_UPDATE_CONFIG_INIT;
+    cfg.amax_compute = L8_AMAX_MOST_RECENT;
+    cfg.margin = 1.0f;
+    amax = 7.0f;
+    put(ta, &amax);
+    L8_CK(l8_fp8_scale_update(th, ta, ts, NULL, tf, &cfg, NULL));
+    get(ts, &scale); get(ti, &sinv); get(th, hist);
+    ck_assert(scale == 32.0f && sinv == 1.0f / 112.0f && hist[0] == 7 && hist[1] == 3);
+    /* errors */
+    cfg.margin = NAN;
+    L8_CK_ST(l8_fp8_scale_update(th, ta, ts, ti, tf, &cfg, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_scale_update(NULL, ta, ts, ti, tf, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_scale_update(th, ta, ts, ti, NULL, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_scale_update(th, ta, th, ti, tf, NULL, NULL), L8_ERR_INVALID_ARG);
+    cfg.margin = 0;
+    cfg.size = 4;
+    L8_CK_ST(l8_fp8_scale_update(th, ta, ts, ti, tf, &cfg, NULL), L8_ERR_INVALID_ARG);
+    l8_tensor_destroy(th); l8_tensor_destroy(ta); l8_tensor_destroy(ts);
+    l8_tensor_destroy(ti); l8_tensor_destroy(tf);
+    done_ctx(ctx);
+}
+END_TEST
+
+START_TEST(test_errors_host)
+{
+    l8_ctx *ctx = mk_ctx("host"), *other = mk_ctx("host");
+    l8_tensor *x = mk2(ctx, L8_BF16, 4, 8), *q = mk2(ctx, L8_E4M3, 4, 8);
+    l8_tensor *qt = mk2(ctx, L8_E4M3, 8, 4), *nometa = mk2(ctx, L8_E4M3, 4, 8);
+    l8_tensor *q5 = mk2(ctx, L8_E5M2, 8, 4), *xo = mk2(other, L8_BF16, 4, 8);
+    l8_tensor *i32 = mk2(ctx, L8_I32, 4, 8), *small = mk2(ctx, L8_E4M3, 4, 7);
+    l8_fp8_meta *m = add_meta(q, 2.0f, 0.0f);
+    L8_CK(l8_tensor_set_fp8_meta(qt, m));
+    add_meta(q5, 1.0f, 0.0f);
+    add_meta(small, 1.0f, 0.0f);
+    l8_tensor *xt = NULL;
+    L8_CK(l8_tensor_transpose(x, 0, 1, &xt));            /* not contiguous */
+    l8_tensor *db = mk1(ctx, L8_F32, 8), *db7 = mk1(ctx, L8_F32, 7);
+    poison(x, 0x3f);                                     /* defined inputs for the valid calls */
+    poison(q, 0x38);
+
+    L8_CK_ST(l8_fp8_cast(NULL, q, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, NULL, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, nometa, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(i32, q, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, x, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, small, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(xo, q, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(xt, q, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, q, 0x80, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast(x, q, 0, l8_ctx_stream(other, L8_STREAM_COMPUTE)), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_cast(x, q, 0, l8_ctx_stream(ctx, L8_STREAM_COPY)));
+
+    L8_CK_ST(l8_fp8_cast_transpose(x, q, q, 0, NULL), L8_ERR_INVALID_ARG);      /* out_t shape */
+    L8_CK_ST(l8_fp8_cast_transpose(x, q, NULL, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose(x, q, q5, 0, NULL), L8_ERR_INVALID_ARG);     /* dtype/meta */
+    L8_CK_ST(l8_fp8_cast_transpose(x, nometa, qt, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose(xt, q, qt, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose(xo, q, qt, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_cast_transpose(x, q, qt, 0, NULL));
+    L8_CK(l8_fp8_cast_transpose(x, NULL, qt, 0, NULL));
+    L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, NULL, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, db7, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, q, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_cast_transpose_dbias(x, q, qt, db, 0, NULL));
+
+    L8_CK_ST(l8_fp8_dequantize(x, x, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_dequantize(nometa, x, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_dequantize(q, i32, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_dequantize(q, db, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_dequantize(q, x, NULL));
+
+    L8_CK_ST(l8_fp8_transpose(q, q, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_transpose(q, q5, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_transpose(x, x, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_transpose(q, qt, NULL));
+
+    l8_tensor *all[] = { x, q, qt, nometa, q5, xo, i32, small, xt, db, db7 };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) l8_tensor_destroy(all[i]);
+    done_ctx(other);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* ======================================================================== */
+/* GPU: every kernel against the host context                               */
+
+/* Each case makes its inputs on the host, runs the op on both contexts with
+ * the same inputs and compares what comes back. */
+
+static void gpu_cast_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t n, l8_dtype dt, l8_dtype f,
+                          int specials, size_t misalign, unsigned flags)
+{
+    size_t esz = hp_size(dt);
+    void *x = xmalloc((size_t)n * esz);
+    fill_hp(r, x, dt, (size_t)n, specials, 400.0f);
+    float scale = random_scale(r);
+    uint8_t *yg = xmalloc((size_t)n + 1), *yh = xmalloc((size_t)n + 1);
+    float mg[3], mh[3];
+    for (int side = 0; side < 2; side++) {
+        l8_ctx *ctx = side ? h : g;
+        /* misaligned views: element offset `misalign` into bigger storages */
+        l8_storage *si = NULL, *so = NULL;
+        L8_CK(l8_storage_create(ctx, (size_t)(n + 16) * esz, NULL, &si));
+        L8_CK(l8_storage_create(ctx, (size_t)n + 16, NULL, &so));
+        l8_tensor *in = NULL, *out = NULL;
+        L8_CK(l8_tensor_from_storage(si, misalign * esz, dt, 1, &n, NULL, &in));
+        L8_CK(l8_tensor_from_storage(so, misalign, f, 1, &n, NULL, &out));
+        l8_storage_release(si);
+        l8_storage_release(so);
+        l8_fp8_meta *m = add_meta(out, scale, 0.5f);
+        put(in, x);
+        poison(out, 0xa5);
+        L8_CK(l8_fp8_cast(in, out, flags, NULL));
+        get(out, side ? yh : yg);
+        L8_CK(l8_fp8_meta_get(m, side ? &mh[0] : &mg[0], side ? &mh[1] : &mg[1],
+                              side ? &mh[2] : &mg[2]));
+        l8_tensor_destroy(in);
+        l8_tensor_destroy(out);
+    }
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(yg[i] == yh[i], "cast n %lld dt %d fmt %d misalign %zu [%lld] x=%g*%g: "
+                      "gpu 0x%02x host 0x%02x", (long long)n, dt, f, misalign, (long long)i,
+                      l8_host_load_f32(x, dt, (size_t)i), scale, yg[i], yh[i]);
+    ck_assert_msg(same_float(mg[2], mh[2]), "amax gpu %g host %g", mg[2], mh[2]);
+    ck_assert_msg(fbits(mg[1]) == fbits(mh[1]), "scale_inv gpu %g host %g", mg[1], mh[1]);
+    free(x);
+    free(yg);
+    free(yh);
+}
+
+START_TEST(test_gpu_cast)
+{
+    l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0x9ca5);
+    const int64_t sizes[] = { 1, 15, 16, 17, 1000, 65536 + 7, 4096 * 4096 + 3 };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int fi = 0; fi < 2; fi++)
+                gpu_cast_case(g, h, &r, sizes[si], HPS[hi], FMTS[fi], (int)((si + (size_t)fi) % 2),
+                              0, 0);
+    /* misaligned views take the scalar path; accumulate keeps a larger amax */
+    for (int hi = 0; hi < 3; hi++) {
+        gpu_cast_case(g, h, &r, 5000, HPS[hi], L8_E4M3, 1, 1, 0);
+        gpu_cast_case(g, h, &r, 5000, HPS[hi], L8_E5M2, 0, 3, L8_CAST_ACCUMULATE_AMAX);
+    }
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
+                        l8_dtype f, int with_out, int dbias_dt, int specials)
+{
+    size_t n = (size_t)(R * C), esz = hp_size(dt);
+    void *x = xmalloc(n * esz);
+    fill_hp(r, x, dt, n, specials, dbias_dt >= 0 ? 8.0f : 400.0f);
+    float scale = random_scale(r);
+    uint8_t *y[2] = { xmalloc(n + 1), xmalloc(n + 1) }, *yt[2] = { xmalloc(n + 1), xmalloc(n + 1) };
+    void *db[2] = { xmalloc((size_t)C * 4 + 4), xmalloc((size_t)C * 4 + 4) };
+    float meta[2][3];
+    for (int side = 0; side < 2; side++) {
+        l8_ctx *ctx = side ? h : g;
+        l8_tensor *in = mk2(ctx, dt, R, C), *out = mk2(ctx, f, R, C), *ot = mk2(ctx, f, C, R);
+        l8_tensor *tdb = dbias_dt >= 0 ? mk1(ctx, (l8_dtype)dbias_dt, C) : NULL;
+        l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
+        L8_CK(l8_tensor_set_fp8_meta(out, m));
+        put(in, x);
+        poison(out, 0x5a);
+        poison(ot, 0x5a);
+        if (tdb) {
+            poison(tdb, 0xee);
+            L8_CK(l8_fp8_cast_transpose_dbias(in, with_out ? out : NULL, ot, tdb, 0, NULL));
+            get(tdb, db[side]);
+        } else {
+            L8_CK(l8_fp8_cast_transpose(in, with_out ? out : NULL, ot, 0, NULL));
+        }
+        get(out, y[side]);
+        get(ot, yt[side]);
+        L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
+        l8_tensor_destroy(in);
+        l8_tensor_destroy(out);
+        l8_tensor_destroy(ot);
+        l8_tensor_destroy(tdb);
+    }
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(y[0][i] == y[1][i], "ct [%lld x %lld] dt %d fmt %d out[%zu]: gpu 0x%02x host 0x%02x",
+                      (long long)R, (long long)C, dt, f, i, y[0][i], y[1][i]);
+        ck_assert_msg(yt[0][i] == yt[1][i], "ct [%lld x %lld] dt %d fmt %d out_t[%lld][%lld]: gpu 0x%02x "
+                      "host 0x%02x", (long long)R, (long long)C, dt, f, (long long)(i / (size_t)R),
+                      (long long)(i % (size_t)R), yt[0][i], yt[1][i]);
+    }
+    ck_assert_msg(same_float(meta[0][2], meta[1][2]), "amax gpu %g host %g", meta[0][2], meta[1][2]);
+    ck_assert(fbits(meta[0][1]) == fbits(meta[1][1]));
+    if (dbias_dt >= 0)
+        for (int64_t c = 0; c < C; c++) {
+            float a = ref_load(db[0], (l8_dtype)dbias_dt, (size_t)c);
+            float b = ref_load(db[1], (l8_dtype)dbias_dt, (size_t)c);
+            ck_assert_msg(same_float(a, b), "dbias [%lld x %lld] col %lld: gpu %.9g host %.9g",
+                          (long long)R, (long long)C, (long long)c, a, b);
+        }
+    free(x);
+    for (int s = 0; s < 2; s++) { free(y[s]); free(yt[s]); free(db[s]); }
+}
+
+START_TEST(test_gpu_cast_transpose)
+{
+    l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0x9c7);
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 256, 384 }, { 1000, 1000 },
+                                  { 1, 1000 }, { 1000, 1 }, { 136, 264 }, { 16, 17 }, { 129, 127 },
+                                  { 4096, 4096 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++)
+            gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
+                        (int)(k % 3 != 2), -1, (int)(k % 2));
+    /* dbias, every output dtype */
+    const int64_t dshapes[][2] = { { 1, 1 }, { 17, 33 }, { 1000, 1000 }, { 300, 8 }, { 2048, 512 } };
+    for (size_t k = 0; k < sizeof dshapes / sizeof dshapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++)
+            gpu_ct_case(g, h, &r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
+                        k == 1);
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+START_TEST(test_gpu_dequantize_transpose)
+{
+    l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0x9d0);
+    const int64_t sizes[] = { 1, 256, 1000, 65536 + 5 };
+    for (size_t si = 0; si < 4; si++)
+        for (int fi = 0; fi < 2; fi++)
+            for (int hi = 0; hi < 3; hi++)
+                for (size_t mis = 0; mis < 2; mis++) {
+                    int64_t n = sizes[si];
+                    uint8_t *codes = xmalloc((size_t)n);
+                    for (int64_t i = 0; i < n; i++)
+                        codes[i] = (uint8_t)(si == 1 ? i : (int64_t)l8_rng_below(&r, 256));
+                    float si_ = random_scale(&r);
+                    float *o[2] = { xmalloc((size_t)n * 4), xmalloc((size_t)n * 4) };
+                    for (int side = 0; side < 2; side++) {
+                        l8_ctx *ctx = side ? h : g;
+                        l8_storage *a = NULL, *b = NULL;
+                        size_t osz = hp_size(HPS[hi]);
+                        L8_CK(l8_storage_create(ctx, (size_t)n + 16, NULL, &a));
+                        L8_CK(l8_storage_create(ctx, ((size_t)n + 16) * osz, NULL, &b));
+                        l8_tensor *q = NULL, *out = NULL;
+                        L8_CK(l8_tensor_from_storage(a, mis, FMTS[fi], 1, &n, NULL, &q));
+                        L8_CK(l8_tensor_from_storage(b, mis * osz, HPS[hi], 1, &n, NULL, &out));
+                        l8_storage_release(a);
+                        l8_storage_release(b);
+                        l8_fp8_meta *m = add_meta(q, 1.0f, 0.0f);
+                        L8_CK(l8_fp8_meta_set(m, 1.0f, si_, 0.0f));
+                        put(q, codes);
+                        poison(out, 0x77);
+                        L8_CK(l8_fp8_dequantize(q, out, NULL));
+                        get(out, o[side]);
+                        l8_tensor_destroy(q);
+                        l8_tensor_destroy(out);
+                    }
+                    for (int64_t i = 0; i < n; i++) {
+                        float a = ref_load(o[0], HPS[hi], (size_t)i), b = ref_load(o[1], HPS[hi], (size_t)i);
+                        ck_assert_msg(same_float(a, b), "dequant fmt %d out %d code 0x%02x: gpu %g host %g",
+                                      FMTS[fi], HPS[hi], codes[i], a, b);
+                    }
+                    free(codes);
+                    free(o[0]);
+                    free(o[1]);
+                }
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
+                                  { 4096, 3 }, { 4096, 4096 }, { 264, 136 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int64_t R = shapes[k][0], C = shapes[k][1];
+        size_t n = (size_t)(R * C);
+        uint8_t *x = xmalloc(n), *y[2] = { xmalloc(n), xmalloc(n) };
+        for (size_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(&r);
+        for (int side = 0; side < 2; side++) {
+            l8_ctx *ctx = side ? h : g;
+            l8_tensor *a = mk2(ctx, L8_E4M3, R, C), *b = mk2(ctx, L8_E4M3, C, R);
+            put(a, x);
+            poison(b, 0x3c);
+            L8_CK(l8_fp8_transpose(a, b, NULL));
+            get(b, y[side]);
+            l8_tensor_destroy(a);
+            l8_tensor_destroy(b);
+        }
+        ck_assert_msg(memcmp(y[0], y[1], n) == 0, "transpose [%lld x %lld] differs", (long long)R,
+                      (long long)C);
+        free(x);
+        free(y[0]);
+        free(y[1]);
+    }
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+START_TEST(test_gpu_scale_update)
+{
+    l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0x95c);
+    su_case(g, h, &r, 50, 1024, 0, 0.0f, 0, 1, 0);
+    su_case(g, h, &r, 50, 1, 0, 1.0f, 1, 1, 0);
+    su_case(g, h, &r, 50, 300, 0, 0.5f, 1, 0, 1);
+    su_case(g, h, &r, 50, 129, 1, 0.0f, 0, 1, 0);
+    su_case(g, h, &r, 7, 0, 1, 3.0f, 1, 1, 0);
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+/* ---- exhaustive conversions ---- */
+
+typedef struct {
+    const uint8_t *got;
+    uint64_t base;
+    size_t n;
+    l8_dtype fmt;
+    uint64_t bad, bad_nan;
+    uint32_t first;
+    uint8_t first_got, first_want;
+} sweep_job;
+
+static void *sweep_check(void *p)
+{
+    sweep_job *j = p;
+    for (size_t i = 0; i < j->n; i++) {
+        uint32_t u = (uint32_t)(j->base + i);
+        uint8_t want = l8_fp8_from_f32(bitsf(u), j->fmt);
+        if (j->got[i] != want) {
+            if (j->bad == 0) { j->first = u; j->first_got = j->got[i]; j->first_want = want; }
+            j->bad++;
+            if ((u & 0x7fffffffu) > 0x7f800000u) j->bad_nan++;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_gpu_exhaustive)
+{
+    l8_ctx *g = mk_ctx("cuda:0");
+    const size_t chunk = (size_t)1 << 26;
+    l8_tensor *in = mk1(g, L8_F32, (int64_t)chunk);
+    l8_tensor *out[2] = { mk1(g, L8_E4M3, (int64_t)chunk), mk1(g, L8_E5M2, (int64_t)chunk) };
+    add_meta(out[0], 1.0f, 0.0f);
+    add_meta(out[1], 1.0f, 0.0f);
+    uint32_t *x = xmalloc(chunk * 4);
+    uint8_t *y = xmalloc(chunk);
+    long nthr = sysconf(_SC_NPROCESSORS_ONLN);
+    if (nthr < 1) nthr = 1;
+    if (nthr > 32) nthr = 32;
+    uint64_t bad[2] = { 0, 0 }, bad_nan[2] = { 0, 0 };
+    char first[2][96] = { "", "" };
+    /* Quick mode (memcheck runs): four 2^26 chunks around 0, 1.0, +Inf/NaN
+     * and -Inf/NaN instead of all 64. */
+    static const uint64_t quick_bases[] = { 0x00000000u, 0x3C000000u, 0x7C000000u, 0xFC000000u };
+    int quick = l8_test_quick();
+    uint64_t nchunks = quick ? 4 : ((uint64_t)1 << 32) / chunk;
+    for (uint64_t ci = 0; ci < nchunks; ci++) {
+        uint64_t base = quick ? quick_bases[ci] : ci * chunk;
+        for (size_t i = 0; i < chunk; i++) x[i] = (uint32_t)(base + i);
+        put(in, x);
+        for (int fi = 0; fi < 2; fi++) {
+            L8_CK(l8_fp8_cast(in, out[fi], 0, NULL));
+            get(out[fi], y);
+            pthread_t th[32];
+            sweep_job jobs[32];
+            size_t per = chunk / (size_t)nthr;
+            for (long t = 0; t < nthr; t++) {
+                jobs[t] = (sweep_job){ y + (size_t)t * per, base + (size_t)t * per,
+                                       t == nthr - 1 ? chunk - (size_t)t * per : per, FMTS[fi],
+                                       0, 0, 0, 0, 0 };
+                ck_assert(pthread_create(&th[t], NULL, sweep_check, &jobs[t]) == 0);
+            }
+            for (long t = 0; t < nthr; t++) {
+                pthread_join(th[t], NULL);
+                if (jobs[t].bad && !first[fi][0])
+                    snprintf(first[fi], sizeof first[fi], "0x%08x -> gpu 0x%02x, host 0x%02x",
+                             jobs[t].first, jobs[t].first_got, jobs[t].first_want);
+                bad[fi] += jobs[t].bad;
+                bad_nan[fi] += jobs[t].bad_nan;
+            }
+        }
+    }
+    printf("fp8 exhaustive: %llu f32 patterns per format through the cast kernel%s\n",
+           (unsigned long long)(nchunks * chunk), quick ? " (quick mode: 4 of 64 chunks)" : " (all 2^32)");
+    for (int fi = 0; fi < 2; fi++)
+        ck_assert_msg(bad[fi] == 0, "fmt %d: %llu of 2^32 f32 patterns differ (%llu of them NaN "
+                      "inputs: see L8_FP8_NAN_BYTE); first %s", FMTS[fi], (unsigned long long)bad[fi],
+                      (unsigned long long)bad_nan[fi], first[fi]);
+    free(x);
+    free(y);
+    l8_tensor_destroy(in);
+    l8_tensor_destroy(out[0]);
+    l8_tensor_destroy(out[1]);
+
+    /* every bf16 and f16 pattern through the cast kernel, every code through dequantize */
+    uint16_t *p16 = xmalloc(65536 * 2);
+    uint8_t *q = xmalloc(65536);
+    for (uint32_t u = 0; u < 65536; u++) p16[u] = (uint16_t)u;
+    for (int hi = 1; hi < 3; hi++)
+        for (int fi = 0; fi < 2; fi++) {
+            l8_tensor *a = mk1(g, HPS[hi], 65536), *b = mk1(g, FMTS[fi], 65536);
+            add_meta(b, 1.0f, 0.0f);
+            put(a, p16);
+            L8_CK(l8_fp8_cast(a, b, 0, NULL));
+            get(b, q);
+            for (uint32_t u = 0; u < 65536; u++) {
+                uint8_t want = HPS[hi] == L8_BF16 ? l8_fp8_from_bf16((uint16_t)u, FMTS[fi])
+                                                  : l8_fp8_from_f16((uint16_t)u, FMTS[fi]);
+                ck_assert_msg(q[u] == want, "dt %d fmt %d pattern 0x%04x: gpu 0x%02x host 0x%02x",
+                              HPS[hi], FMTS[fi], u, q[u], want);
+            }
+            l8_tensor_destroy(a);
+            l8_tensor_destroy(b);
+        }
+    for (int fi = 0; fi < 2; fi++) {
+        l8_tensor *a = mk1(g, FMTS[fi], 256), *b = mk1(g, L8_F32, 256);
+        L8_CK(l8_fp8_meta_set(add_meta(a, 1.0f, 0.0f), 1.0f, 1.0f, 0.0f));   /* scale_inv 1 */
+        uint8_t codes[256];
+        float v[256];
+        for (int c = 0; c < 256; c++) codes[c] = (uint8_t)c;
+        put(a, codes);
+        L8_CK(l8_fp8_dequantize(a, b, NULL));
+        get(b, v);
+        for (int c = 0; c < 256; c++) {
+            float want = l8_fp8_to_f32((uint8_t)c, FMTS[fi]);
+            /* NaN codes: NaN-ness only (the GPU's multiply gives the canonical NaN) */
+            ck_assert_msg(same_float(v[c], want) &&
+                          (isnan(want) || !!signbit(v[c]) == !!signbit(want)),
+                          "fmt %d code 0x%02x: gpu %g, want %g", FMTS[fi], c, v[c], want);
+        }
+        l8_tensor_destroy(a);
+        l8_tensor_destroy(b);
+    }
+    free(p16);
+    free(q);
+    done_ctx(g);
+}
+END_TEST
+
+/* ---- bandwidth against a device copy of the same traffic ---- */
+
+static float time_ms(l8_ctx *ctx, int iters, int what, l8_tensor *in, l8_tensor *out,
+                     l8_tensor *ot, void *cdst, void *csrc, size_t cbytes)
+{
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_event *e0 = NULL, *e1 = NULL;
+    L8_CK(l8_event_create(ctx, 1, &e0));
+    L8_CK(l8_event_create(ctx, 1, &e1));
+    for (int pass = 0; pass < 2; pass++) {          /* pass 0 warms up */
+        L8_CK(l8_event_record(e0, s));
+        for (int i = 0; i < (pass ? iters : 3); i++) {
+            if (what == 0) L8_CK(l8_memcpy_dtod(s, cdst, csrc, cbytes));
+            else if (what == 1) L8_CK(l8_fp8_cast_transpose(in, out, ot, 0, s));
+            else L8_CK(l8_fp8_cast(in, out, 0, s));
+        }
+        L8_CK(l8_event_record(e1, s));
+        L8_CK(l8_event_synchronize(e1));
+    }
+    float ms = 0;
+    L8_CK(l8_event_elapsed_ms(e0, e1, &ms));
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    return ms / (float)iters;
+}
+
+START_TEST(test_gpu_bandwidth)
+{
+    l8_ctx *g = mk_ctx("cuda:0");
+    const int64_t N = 8192;
+    l8_tensor *in = mk2(g, L8_BF16, N, N), *out = mk2(g, L8_E4M3, N, N), *ot = mk2(g, L8_E4M3, N, N);
+    l8_fp8_meta *m = add_meta(ot, 1.0f, 0.0f);
+    L8_CK(l8_tensor_set_fp8_meta(out, m));
+    l8_rng r;
+    l8_rng_init(&r, 0xbe);
+    uint16_t *x = xmalloc((size_t)(N * N) * 2);
+    fill_hp(&r, x, L8_BF16, (size_t)(N * N), 0, 100.0f);
+    put(in, x);
+    void *a = NULL, *b = NULL;
+    size_t half = (size_t)(N * N) * 2;              /* copy of 2 B/elem moves 4 B/elem */
+    l8_stream *s = l8_ctx_stream(g, L8_STREAM_COMPUTE);
+    L8_CK(l8_ctx_malloc(g, half, s, &a));
+    L8_CK(l8_ctx_malloc(g, half, s, &b));
+    float t_copy = time_ms(g, 20, 0, NULL, NULL, NULL, b, a, half);
+    float t_ct = time_ms(g, 20, 1, in, out, ot, NULL, NULL, 0);
+    float t_copy3 = time_ms(g, 20, 0, NULL, NULL, NULL, b, a, (size_t)(N * N) * 3 / 2);
+    float t_cast = time_ms(g, 20, 2, in, out, NULL, NULL, NULL, 0);
+    double bytes = (double)(N * N) * 4;
+    printf("fp8 bandwidth (bf16 %lldx%lld): copy %.1f us (%.2f TB/s); cast_transpose %.1f us "
+           "(%.2f TB/s, %.0f%% of copy); cast %.1f us (%.2f TB/s, %.0f%% of a copy of 3 B/elem)\n",
+           (long long)N, (long long)N, t_copy * 1e3, bytes / t_copy / 1e9, t_ct * 1e3,
+           bytes / t_ct / 1e9, 100.0 * t_copy / t_ct, t_cast * 1e3, bytes * 0.75 / t_cast / 1e9,
+           100.0 * t_copy3 / t_cast);
+    fflush(stdout);
+    /* a floor that only a broken fast path misses; the targets are in TARGETS.md */
+    ck_assert_msg(t_ct < 3.0f * t_copy, "cast_transpose %.1f us vs copy %.1f us", t_ct * 1e3,
+                  t_copy * 1e3);
+    /* the timed output is right: spot-check against the host conversion */
+    uint8_t *yt = xmalloc((size_t)(N * N));
+    get(ot, yt);
+    for (int k = 0; k < 1000; k++) {
+        int64_t i = (int64_t)l8_rng_below(&r, (uint64_t)N), j = (int64_t)l8_rng_below(&r, (uint64_t)N);
+        ck_assert_uint_eq(yt[j * N + i], l8_fp8_from_bf16(x[i * N + j], L8_E4M3));
+    }
+    free(yt);
+    free(x);
+    L8_CK(l8_ctx_free(g, a));
+    L8_CK(l8_ctx_free(g, b));
+    l8_tensor_destroy(in);
+    l8_tensor_destroy(out);
+    l8_tensor_destroy(ot);
+    done_ctx(g);
+}
+END_TEST
+
+Suite *l8_fp8_suite(void)
+{
+    Suite *s = suite_create("fp8");
+    TCase *fmt = tcase_create("formats");
+    tcase_add_test(fmt, test_decode_all_codes);
+    tcase_add_test(fmt, test_roundtrip_and_monotonic);
+    tcase_add_test(fmt, test_ties_to_even);
+    tcase_add_test(fmt, test_saturation_nan_inf);
+    tcase_add_test(fmt, test_subnormals_and_zero);
+    tcase_add_test(fmt, test_exhaustive_16bit);
+    tcase_add_test(fmt, test_random_f32);
+    tcase_add_test(fmt, test_half_helpers);
+    tcase_add_test(fmt, test_amax_rule);
+    tcase_add_test(fmt, test_bulk_host_functions);
+    TCase *ops = tcase_create("ops_host");
+    tcase_add_test(ops, test_cast_host);
+    tcase_add_test(ops, test_cast_transpose_host);
+    tcase_add_test(ops, test_cast_transpose_dbias_host);
+    tcase_add_test(ops, test_dequantize_transpose_host);
+    tcase_add_test(ops, test_scale_update_host);
+    tcase_add_test(ops, test_errors_host);
+    TCase *host[] = { fmt, ops };
+    for (size_t i = 0; i < 2; i++) {
+        tcase_set_tags(host[i], "host");
+        tcase_set_timeout(host[i], 300);
+        suite_add_tcase(s, host[i]);
+    }
+    TCase *gpu = tcase_create("gpu_kernels");
+    tcase_add_test(gpu, test_gpu_cast);
+    tcase_add_test(gpu, test_gpu_cast_transpose);
+    tcase_add_test(gpu, test_gpu_dequantize_transpose);
+    tcase_add_test(gpu, test_gpu_scale_update);
+    tcase_add_test(gpu, test_gpu_bandwidth);
+    TCase *sweep = tcase_create("gpu_exhaustive");
+    tcase_add_test(sweep, test_gpu_exhaustive);
+    TCase *gcases[] = { gpu, sweep };
+    for (size_t i = 0; i < 2; i++) {
+        tcase_set_tags(gcases[i], "gpu");
+        tcase_set_timeout(gcases[i], 900);
+        suite_add_tcase(s, gcases[i]);
+    }
+    return s;
+}

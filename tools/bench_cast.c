@@ -1,0 +1,214 @@
+/* bench_cast.c - `lean8-bench cast`: the FP8 cast kernels against the
+ * device's copy bandwidth, measured in the same binary and run.
+ *
+ * Ceiling: cuMemcpyDtoDAsync of 1 GiB, bandwidth = (read + write) / time.
+ * Ops (bytes counted = input read + every output written):
+ *   cast        in [R,C] -> fp8 [R,C], amax fused            (e+1 bytes/elem)
+ *   cast_t      in [R,C] -> fp8 [R,C] + fp8^T [C,R], amax    (e+2)
+ *   cast_t_db   cast_t + dbias [C] (column sums)             (e+2, + dbias)
+ *   dequant     fp8 [R,C] -> bf16 [R,C]                      (1+2)
+ *   transpose   fp8 [R,C] -> fp8 [C,R]                       (1+1)
+ * on bf16 and f32 inputs, 8192x8192 and 16384x4096 (plus an odd tail shape).
+ * Each: warm-up, then `reps` blocks of `iters` launches timed with events;
+ * median block. JSON keys: <op>_<dtype>_<R>x<C>_tbps and _ratio (to the copy).
+ * tools/bench_torch_cast.py runs the same ops in PyTorch (eager and
+ * torch.compile) with the same keys for the side-by-side ratios.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "tools/bench.h"
+#include "ops/cast.h"
+
+typedef struct shape { int64_t r, c; } shape;
+static const shape k_shapes[] = { { 8192, 8192 }, { 16384, 4096 }, { 8191, 8200 } };
+#define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
+
+enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, NOPS };
+static const char *const k_op_names[NOPS] = { "cast", "cast_t", "cast_t_db", "dequant", "transpose" };
+
+typedef struct bufs {
+    l8_tensor *in, *q, *qt, *db, *deq;
+} bufs;
+
+static l8_status run_op(int op, bufs *b, l8_stream *s)
+{
+    switch (op) {
+    case OP_CAST: return l8_fp8_cast(b->in, b->q, 0, s);
+    case OP_CAST_T: return l8_fp8_cast_transpose(b->in, b->q, b->qt, 0, s);
+    case OP_CAST_T_DB: return l8_fp8_cast_transpose_dbias(b->in, b->q, b->qt, b->db, 0, s);
+    case OP_DEQUANT: return l8_fp8_dequantize(b->q, b->deq, s);
+    default: return l8_fp8_transpose(b->q, b->qt, s);
+    }
+}
+
+static double op_bytes(int op, const shape *sh, size_t es)
+{
+    double n = (double)sh->r * (double)sh->c;
+    switch (op) {
+    case OP_CAST: return n * ((double)es + 1);
+    case OP_CAST_T: return n * ((double)es + 2);
+    case OP_CAST_T_DB: return n * ((double)es + 2) + (double)sh->c * 4;
+    case OP_DEQUANT: return n * 3;
+    default: return n * 2;
+    }
+}
+
+/* Median ms per launch of fn over reps blocks of iters launches. */
+static double time_ms(l8_ctx *ctx, int op, bufs *b, int reps, int iters)
+{
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_event *e0 = NULL, *e1 = NULL;
+    double *t = calloc((size_t)reps, sizeof *t), m = -1;
+    if (!t || l8_event_create(ctx, 1, &e0) != L8_OK || l8_event_create(ctx, 1, &e1) != L8_OK)
+        goto out;
+    for (int i = 0; i < 3; i++)
+        if (run_op(op, b, s) != L8_OK) goto out;
+    int host = l8_ctx_backend(ctx) == L8_BACKEND_HOST;   /* host: events don't time */
+    for (int r = 0; r < reps; r++) {
+        float ms = 0;
+        double t0 = bench_now_ns();
+        if (l8_event_record(e0, s) != L8_OK) goto out;
+        for (int i = 0; i < iters; i++)
+            if (run_op(op, b, s) != L8_OK) goto out;
+        if (l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+            l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+            goto out;
+        if (host) ms = (float)((bench_now_ns() - t0) * 1e-6);
+        t[r] = ms / iters;
+    }
+    m = bench_median(t, (size_t)reps);
+out:
+    free(t);
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    return m;
+}
+
+static double copy_tbps(l8_ctx *ctx, int reps)
+{
+    const size_t n = 1u << 30;
+    void *a = NULL, *b = NULL;
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_event *e0 = NULL, *e1 = NULL;
+    double *t = calloc((size_t)reps, sizeof *t), bw = -1;
+    if (!t || l8_ctx_malloc(ctx, n, s, &a) != L8_OK || l8_ctx_malloc(ctx, n, s, &b) != L8_OK ||
+        l8_memset_d8(s, a, 0x3c, n) != L8_OK || l8_event_create(ctx, 1, &e0) != L8_OK ||
+        l8_event_create(ctx, 1, &e1) != L8_OK)
+        goto out;
+    for (int r = 0; r < reps + 2; r++) {
+        float ms = 0;
+        if (l8_event_record(e0, s) != L8_OK || l8_memcpy_dtod(s, b, a, n) != L8_OK ||
+            l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+            l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+            goto out;
+        if (r >= 2) t[r - 2] = ms;
+    }
+    bw = 2.0 * (double)n / (bench_median(t, (size_t)reps) * 1e-3) / 1e12;
+out:
+    free(t);
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    if (l8_ctx_free(ctx, a) != L8_OK || l8_ctx_free(ctx, b) != L8_OK) bw = -1;
+    return bw;
+}
+
+static void free_bufs(bufs *b)
+{
+    l8_tensor_destroy(b->in);
+    l8_tensor_destroy(b->q);
+    l8_tensor_destroy(b->qt);
+    l8_tensor_destroy(b->db);
+    l8_tensor_destroy(b->deq);
+    memset(b, 0, sizeof *b);
+}
+
+/* Random inputs of about unit size (never zeros), uploaded once. */
+static l8_status make_bufs(l8_ctx *ctx, l8_dtype dt, const shape *sh, l8_fp8_meta *meta, bufs *b)
+{
+    int64_t rc[2] = { sh->r, sh->c }, cr[2] = { sh->c, sh->r }, c1[1] = { sh->c };
+    size_t n = (size_t)(sh->r * sh->c), es = l8_dtype_size(dt);
+    l8_status st;
+    uint8_t *host = malloc(n * es);
+    if (!host) return L8_FAIL(L8_ERR_OOM, "bench: host buffer");
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        float v = (float)((int64_t)(x >> 40) - (1 << 23)) / (float)(1 << 22);   /* [-2, 2) */
+        if (v == 0.0f) v = 0.5f;
+        if (dt == L8_F32) memcpy(host + i * 4, &v, 4);
+        else { uint32_t u; memcpy(&u, &v, 4); uint16_t h = (uint16_t)(u >> 16); memcpy(host + i * 2, &h, 2); }
+    }
+    L8_TRY(st, l8_tensor_empty(ctx, dt, 2, rc, &b->in), fail);
+    L8_TRY(st, l8_tensor_copy_from_host(b->in, host, n * es, NULL), fail);
+    L8_TRY(st, l8_tensor_empty(ctx, L8_E4M3, 2, rc, &b->q), fail);
+    L8_TRY(st, l8_tensor_empty(ctx, L8_E4M3, 2, cr, &b->qt), fail);
+    L8_TRY(st, l8_tensor_empty(ctx, L8_F32, 1, c1, &b->db), fail);
+    L8_TRY(st, l8_tensor_empty(ctx, L8_BF16, 2, rc, &b->deq), fail);
+    L8_TRY(st, l8_tensor_set_fp8_meta(b->q, meta), fail);
+    L8_TRY(st, l8_tensor_set_fp8_meta(b->qt, meta), fail);
+    L8_TRY(st, l8_ctx_synchronize(ctx), fail);
+    free(host);
+    return L8_OK;
+fail:
+    free(host);
+    free_bufs(b);
+    return st;
+}
+
+int bench_cast(const bench_opts *o)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    l8_fp8_meta *meta = NULL;
+    cfg.device = o->device;
+    if (l8_ctx_create(&cfg, &ctx) != L8_OK || l8_fp8_meta_create(ctx, &meta) != L8_OK ||
+        l8_fp8_meta_set(meta, 64.0f, 1.0f / 64.0f, 0.0f) != L8_OK) {
+        fprintf(stderr, "lean8-bench cast: %s\n", l8_last_error_string());
+        l8_fp8_meta_release(meta);
+        l8_ctx_destroy(ctx);
+        return 1;
+    }
+    int cuda = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
+    int reps = o->quick ? 5 : 21, iters = cuda ? 20 : 1;
+    if (!cuda) reps = 3;
+    bench_json j = {0};
+    int rc = bench_json_open(&j, o->json ? o->json : "bench-cast.json", "cast", l8_ctx_device_name(ctx));
+    double copy = cuda ? copy_tbps(ctx, reps) : 0;
+    printf("== cast (%s): device copy %.2f TB/s (read + write, 1 GiB, same run)\n",
+           l8_ctx_device_name(ctx), copy);
+    bench_json_num(&j, "copy_tbps", copy);
+    printf("  %-10s %-5s %-12s %10s %10s %8s\n", "op", "in", "shape", "ms", "TB/s", "x copy");
+    const l8_dtype dts[] = { L8_BF16, L8_F32 };
+    for (size_t di = 0; di < 2 && !rc; di++)
+        for (size_t si = 0; si < NSHAPES && !rc; si++) {
+            bufs b = {0};
+            if (!cuda && si > 0) break;                   /* host: one shape is plenty */
+            if (make_bufs(ctx, dts[di], &k_shapes[si], meta, &b) != L8_OK) {
+                fprintf(stderr, "buffers: %s\n", l8_last_error_string());
+                rc = 1;
+                break;
+            }
+            for (int op = 0; op < NOPS; op++) {
+                if (di > 0 && (op == OP_DEQUANT || op == OP_TRANSPOSE)) continue;   /* dtype-free */
+                double ms = time_ms(ctx, op, &b, reps, iters);
+                if (ms <= 0) { fprintf(stderr, "%s: %s\n", k_op_names[op], l8_last_error_string()); rc = 1; break; }
+                double tbps = op_bytes(op, &k_shapes[si], l8_dtype_size(dts[di])) / (ms * 1e-3) / 1e12;
+                char shp[32], key[96];
+                snprintf(shp, sizeof shp, "%lldx%lld", (long long)k_shapes[si].r, (long long)k_shapes[si].c);
+                printf("  %-10s %-5s %-12s %10.4f %10.3f %8.3f\n", k_op_names[op], l8_dtype_name(dts[di]),
+                       shp, ms, tbps, copy > 0 ? tbps / copy : 0);
+                snprintf(key, sizeof key, "%s_%s_%s_ms", k_op_names[op], l8_dtype_name(dts[di]), shp);
+                bench_json_num(&j, key, ms);
+                snprintf(key, sizeof key, "%s_%s_%s_tbps", k_op_names[op], l8_dtype_name(dts[di]), shp);
+                bench_json_num(&j, key, tbps);
+                snprintf(key, sizeof key, "%s_%s_%s_ratio", k_op_names[op], l8_dtype_name(dts[di]), shp);
+                bench_json_num(&j, key, copy > 0 ? tbps / copy : 0);
+            }
+            free_bufs(&b);
+        }
+    if (cuda) printf("  targets: cast_t bf16 8192x8192 >= 0.85 x copy; cast >= 0.90 x copy\n");
+    bench_json_close(&j);
+    l8_fp8_meta_release(meta);
+    l8_ctx_destroy(ctx);
+    return rc;
+}
