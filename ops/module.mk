@@ -2,3 +2,5 @@
 OPS_HEADERS :=
 LIB_SRCS += ops/fp8.c ops/cast.c
 OPS_HEADERS += ops/fp8.h ops/cast.h
+LIB_SRCS += ops/gemm.c ops/cublaslt.c
+OPS_HEADERS += ops/gemm.h

@@ -1,3 +1,4 @@
 TOOLS += lean8-info lean8-bench
 # lean8-bench: one binary, one file per subcommand
-BENCH_SRCS += tools/lean8-bench.c tools/bench_util.c tools/bench_alloc.c tools/bench_cast.c
+BENCH_SRCS += tools/lean8-bench.c tools/bench_util.c tools/bench_alloc.c
+BENCH_SRCS += tools/bench_gemm.c tools/bench_cast.c

@@ -1,0 +1,934 @@
+/* gemm.c - GEMM handles, the plan cache, dispatch to cuBLASLt, and the host
+ * reference.
+ *
+ * Row-major <-> cuBLASLt. lean8 computes D[M,N] = op(A)[M,K] . op(B)[K,N] on
+ * row-major buffers. cuBLASLt is column-major, and a row-major (R,C) buffer
+ * with row stride ld is, read column-major, the (C,R) matrix with leading
+ * dimension ld - its transpose, with no data moved. So the row-major D[M,N]
+ * is the column-major D^T (N x M), and
+ *
+ *     D^T = op(B)^T . op(A)^T
+ *
+ * is one cuBLASLt call with the operands swapped:
+ *
+ *     cuBLASLt A := our B     transa = trans_b ? T : N    A layout: rows = trans_b ? K : N,
+ *                                                          cols = trans_b ? N : K, ld = ldb
+ *     cuBLASLt B := our A     transb = trans_a ? T : N    B layout: rows = trans_a ? M : K,
+ *                                                          cols = trans_a ? K : M, ld = lda
+ *     cuBLASLt D := our D     m = N, n = M, k = K         D layout: rows = N, cols = M, ld = ldd
+ *
+ * (cuBLASLt's rule "rows = (op == N ? m : k)" holds for both operands.) Our
+ * FP8 form D = A.B^T (trans_a = 0, trans_b = 1) is therefore cuBLASLt's TN:
+ * transa = T, transb = N, which is the only FP8 layout Hopper has. For the
+ * fprop Y[T,N] = X[T,K].W[N,K]^T: cuBLASLt A = W (T), B = X (N), m = N,
+ * n = T, k = K. Everything attached to an operand swaps with it: our A's
+ * scale_inv goes to B_SCALE_POINTER and our B's to A_SCALE_POINTER; our
+ * DBIAS_A (sums over k of op(A), one per row of D) is cuBLASLt's BGRADB
+ * (its B, one per column of its D), our DBIAS_B is BGRADA; the BIAS vector
+ * (one per row of cuBLASLt's D = per column of ours) is bias[N].
+ *
+ * C. beta != 0 accumulates in place: C is D with the same layout object
+ * (cuBLASLt 13 requires the same descriptor when C == D). FP8 GEMMs with
+ * beta == 0 pass C = NULL (cuBLASLt 13 rejects an aliased C there, as XLA
+ * found). An FP8 D cannot accumulate; cuBLASLt still wants a BF16 C layout
+ * then, and gets C = NULL, as TransformerEngine does.
+ *
+ * Plans. A plan holds the matmul descriptor, three or four layouts and the
+ * chosen algorithm, keyed by everything the choice depends on (plan_key).
+ * Hot path: validate, resolve pointers, hash the key, find the plan, update
+ * the pointer attributes that changed since its last call (scales, amax,
+ * bias), cublasLtMatmul. No descriptor is created after the first call.
+ * Alignment of each pointer (its lowest set bit, capped at 256 B) is part of
+ * the key and is handed to the heuristic as MIN_ALIGNMENT, so an algorithm
+ * chosen for 256-B aligned data is never run on 16-B aligned data.
+ *
+ * Invariants: a plan in the cache is complete (all descriptors, an algo);
+ * a failed build leaves nothing behind. The handle mutex is held from the
+ * lookup to the launch, because the pointer attributes live in the shared
+ * descriptor. Workspaces are per stream and allocated on that stream, so the
+ * allocator's stream ordering covers their reuse.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/gemm.h"
+#include "ops/fp8.h"
+#include "ops/cublaslt.h"
+#include "runtime/internal.h"
+
+#define WS_DEFAULT (32u << 20)
+#define NBUCKETS 1024u            /* power of two */
+#define MAX_WS 8                  /* a context has 3 streams; room to spare */
+#define MAX_CANDIDATES 32
+
+/* ---- the problem as validated ---- */
+
+/* Everything a call describes, checked, in our row-major terms. */
+typedef struct problem {
+    int64_t m, n, k, lda, ldb, ldd;
+    l8_dtype dt_a, dt_b, dt_d, dt_bias;
+    int ta, tb, fp8, d_fp8, fast, epi;
+    float alpha, beta;
+    const void *a, *b;
+    void *d, *bias;
+    const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
+    float *amax;                  /* D's amax; NULL = not computed */
+} problem;
+
+/* All uint64 words: no padding, so memcmp and the hash see only the key. */
+typedef struct plan_key {
+    uint64_t m, n, k, lda, ldb, ldd;
+    uint64_t bits;
+} plan_key;
+
+typedef struct plan {
+    plan_key key;
+    uint64_t hash;
+    struct plan *next;
+    /* CUDA only; NULL on the host */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc, ld;   /* cuBLASLt's A (our B), B (our A), C, D; lc may be ld */
+    cublasLtMatmulAlgo_t algo;
+    /* the pointer attributes last written into op (cuBLASLt's naming) */
+    int ptrs_set;
+    const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
+} plan;
+
+/* Per stream: cuBLASLt's workspace and four 16-byte-aligned f32 slots for
+ * scalars whose own address is not 16-byte aligned (see stage_scalars). */
+typedef struct ws_slot {
+    l8_stream *s;
+    void *ptr;
+    float *scal;                  /* [0] A scale, [4] B scale, [8] D scale, [12] amax */
+} ws_slot;
+#define SCAL_BYTES 64
+
+struct l8_gemm_handle {
+    l8_ctx *ctx;
+    int cuda;
+    cublasLtHandle_t lt;
+    size_t ws_bytes;
+    ws_slot ws[MAX_WS];
+    int n_ws;
+    int autotune, at_cands, at_iters, precise_reduction;
+    size_t max_plans;
+    plan *buckets[NBUCKETS];
+    pthread_mutex_t lock;
+    l8_gemm_stats stats;
+};
+
+static const char *epi_name(int e)
+{
+    switch (e) {
+    case L8_GEMM_EPI_NONE: return "none";
+    case L8_GEMM_EPI_BIAS: return "bias";
+    case L8_GEMM_EPI_DBIAS_A: return "dbias_a";
+    case L8_GEMM_EPI_DBIAS_B: return "dbias_b";
+    default: return "invalid";
+    }
+}
+
+static int is_fp8(l8_dtype dt) { return dt == L8_E4M3 || dt == L8_E5M2; }
+static int is_float(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
+
+/* log2 of the pointer's alignment, capped at 256 B (cuBLASLt's default). */
+static unsigned align_log2(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    if (!u) return 8;
+    unsigned l = (unsigned)__builtin_ctzll((unsigned long long)u);
+    return l > 8 ? 8 : l;
+}
+
+/* ---- handle ---- */
+
+l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_handle **out)
+{
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(ctx != NULL);
+    L8_ARG(cfg == NULL || cfg->size >= sizeof(l8_gemm_config));
+    l8_gemm_config c = L8_GEMM_CONFIG_INIT;
+    if (cfg) c = *cfg;
+    if (c.autotune < -1 || c.autotune > 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune is %d, not -1, 0 or 1",
+                       c.autotune);
+    if (c.autotune_candidates < 0 || c.autotune_candidates > MAX_CANDIDATES || c.autotune_iters < 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune_candidates %d (0..%d) or"
+                       " autotune_iters %d (>= 0) out of range", c.autotune_candidates,
+                       MAX_CANDIDATES, c.autotune_iters);
+    if (c.workspace_bytes && c.workspace_bytes < (16u << 10))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: workspace_bytes %zu is below"
+                       " cuBLASLt's 16 KiB minimum", c.workspace_bytes);
+    l8_gemm_handle *h = calloc(1, sizeof *h);
+    if (!h) return L8_FAIL(L8_ERR_OOM, "l8_gemm_handle_create: out of host memory");
+    h->ctx = ctx;
+    h->cuda = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
+    h->ws_bytes = c.workspace_bytes ? c.workspace_bytes : WS_DEFAULT;
+    if (c.autotune < 0) {
+        const char *e = getenv("L8_GEMM_AUTOTUNE");
+        h->autotune = e && e[0] == '1';
+    } else {
+        h->autotune = c.autotune;
+    }
+    h->at_cands = c.autotune_candidates ? c.autotune_candidates : 8;
+    h->at_iters = c.autotune_iters ? c.autotune_iters : 5;
+    h->max_plans = c.max_plans ? c.max_plans : 4096;
+    h->precise_reduction = c.precise_reduction != 0;
+    h->stats.size = sizeof h->stats;
+    pthread_mutex_init(&h->lock, NULL);
+    l8_status st = L8_OK;
+    if (h->cuda) {
+        L8_TRY(st, l8i_lt_load(NULL), fail);
+        L8_TRY(st, l8i_ctx_bind(ctx), fail);
+        L8_TRY(st, L8_LT(cublasLtCreate, &h->lt), fail);
+    }
+    *out = h;
+    return L8_OK;
+fail:
+    l8_gemm_handle_destroy(h);
+    return st;
+}
+
+static void plan_free(l8_gemm_handle *h, plan *pl)
+{
+    if (!pl) return;
+    /* Destroy statuses are ignored: nothing useful can be done with them and
+     * a destroy path must not stop half-way. */
+    if (pl->lc && pl->lc != pl->ld) (void)l8i_lt.cublasLtMatrixLayoutDestroy(pl->lc);
+    if (pl->ld) (void)l8i_lt.cublasLtMatrixLayoutDestroy(pl->ld);
+    if (pl->lb) (void)l8i_lt.cublasLtMatrixLayoutDestroy(pl->lb);
+    if (pl->la) (void)l8i_lt.cublasLtMatrixLayoutDestroy(pl->la);
+    if (pl->op) (void)l8i_lt.cublasLtMatmulDescDestroy(pl->op);
+    free(pl);
+}
+
+static void cache_flush(l8_gemm_handle *h)
+{
+    for (unsigned b = 0; b < NBUCKETS; b++) {
+        plan *pl = h->buckets[b];
+        while (pl) {
+            plan *next = pl->next;
+            plan_free(h, pl);
+            pl = next;
+        }
+        h->buckets[b] = NULL;
+    }
+    h->stats.plans_cached = 0;
+}
+
+void l8_gemm_handle_destroy(l8_gemm_handle *h)
+{
+    if (!h) return;
+    int bound = h->cuda && l8i_ctx_bind(h->ctx) == L8_OK;
+    cache_flush(h);
+    for (int i = 0; i < h->n_ws; i++) {
+        /* The allocator frees stream-ordered: GEMMs already enqueued on the
+         * workspace's stream finish before the block is reused. */
+        if (l8_ctx_free(h->ctx, h->ws[i].ptr) != L8_OK ||
+            l8_ctx_free(h->ctx, h->ws[i].scal) != L8_OK) {
+            /* in the last error; a destroy cannot report it */
+        }
+    }
+    if (h->lt && bound) (void)l8i_lt.cublasLtDestroy(h->lt);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+int l8_gemm_autotune_enabled(const l8_gemm_handle *h) { return h ? h->autotune : 0; }
+
+l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out)
+{
+    L8_ARG(h != NULL && out != NULL);
+    L8_ARG(out->size >= sizeof(l8_gemm_stats));
+    pthread_mutex_lock(&h->lock);
+    *out = h->stats;
+    pthread_mutex_unlock(&h->lock);
+    out->size = sizeof *out;
+    return L8_OK;
+}
+
+/* ---- validation ---- */
+
+typedef struct operand {
+    int64_t rows, cols, ld;
+    size_t off, extent;           /* bytes into the storage; bytes spanned */
+} operand;
+
+static l8_status check_operand(const char *name, const l8_tensor *t, l8_ctx *ctx, operand *o)
+{
+    if (!t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: desc->%s is NULL", name);
+    if (l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: %s belongs to another context than the handle",
+                       name);
+    if (l8_tensor_ndim(t) != 2)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: %s has %d dimensions, not 2", name,
+                       l8_tensor_ndim(t));
+    o->rows = l8_tensor_dim(t, 0);
+    o->cols = l8_tensor_dim(t, 1);
+    if (o->rows == 0 || o->cols == 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: %s is empty (%" PRId64 " x %" PRId64 ")",
+                       name, o->rows, o->cols);
+    if (o->cols > 1 && l8_tensor_stride(t, 1) != 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: %s has inner stride %" PRId64 "; rows must be"
+                       " contiguous (pass trans_a/trans_b or make it contiguous)", name,
+                       l8_tensor_stride(t, 1));
+    /* One row: the row stride addresses nothing; keep it when it is large
+     * enough (a row of a padded matrix keeps its ld), else use the length. */
+    int64_t s0 = l8_tensor_stride(t, 0);
+    o->ld = o->rows > 1 || s0 >= o->cols ? s0 : o->cols;
+    if (o->ld < o->cols)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: %s has row stride %" PRId64 " below its row"
+                       " length %" PRId64, name, o->ld, o->cols);
+    size_t es = l8_dtype_size(l8_tensor_dtype(t));
+    o->off = l8_tensor_offset(t);
+    o->extent = (size_t)((o->rows - 1) * o->ld + o->cols) * es;
+    return L8_OK;
+}
+
+static int overlap(const l8_tensor *x, const operand *ox, const l8_tensor *y, const operand *oy)
+{
+    if (l8_tensor_storage(x) != l8_tensor_storage(y)) return 0;
+    return ox->off < oy->off + oy->extent && oy->off < ox->off + ox->extent;
+}
+
+static l8_status check_dtypes(problem *p)
+{
+    const char *na = l8_dtype_name(p->dt_a), *nb = l8_dtype_name(p->dt_b),
+               *nd = l8_dtype_name(p->dt_d);
+    int fa = is_fp8(p->dt_a), fb = is_fp8(p->dt_b);
+    if (fa || fb) {
+        if (!(fa && fb))
+            return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 needs both operands in FP8; got %s x %s"
+                           " (cast the other operand)", na, nb);
+        if (p->dt_a == L8_E5M2 && p->dt_b == L8_E5M2)
+            return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: e5m2 x e5m2 is not supported by cuBLASLt;"
+                           " one operand must be e4m3");
+        int ok = p->dt_d == L8_F32 || p->dt_d == L8_BF16 || p->dt_d == L8_F16 ||
+                 p->dt_d == L8_E4M3 || (p->dt_d == L8_E5M2 && (p->dt_a == L8_E5M2 || p->dt_b == L8_E5M2));
+        if (!ok)
+            return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: %s x %s cannot produce a %s D (bf16, f16,"
+                           " f32, e4m3, or e5m2 with an e5m2 input)", na, nb, nd);
+        p->fp8 = 1;
+        p->d_fp8 = is_fp8(p->dt_d);
+        return L8_OK;
+    }
+    if (!is_float(p->dt_a) || !is_float(p->dt_b))
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: %s x %s: GEMMs take f32, bf16, f16, e4m3 or"
+                       " e5m2 operands", na, nb);
+    if (p->dt_a != p->dt_b)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: dtype mismatch: A is %s, B is %s", na, nb);
+    if (!(p->dt_d == p->dt_a || (p->dt_d == L8_F32 && p->dt_a != L8_F32)))
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: %s x %s cannot produce a %s D (%s or f32)",
+                       na, nb, nd, na);
+    return L8_OK;
+}
+
+/* FP8 layout, size and alignment rules (see gemm.h). */
+static l8_status check_fp8(const problem *p)
+{
+    if (p->ta != 0 || p->tb != 1)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 on Hopper needs trans_a = 0, trans_b = 1"
+                       " (both operands contiguous along K); got (%d, %d): use the transposed FP8"
+                       " copy from the cast+transpose kernel", p->ta, p->tb);
+    if (p->k % 16)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 needs K %% 16 == 0; K = %" PRId64, p->k);
+    size_t ds = l8_dtype_size(p->dt_d), cs = p->d_fp8 ? 2 : ds;
+    if (p->lda % 16 || p->ldb % 16 || ((size_t)p->ldd * ds) % 16)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 needs 16-byte row strides; A %" PRId64
+                       " B %" PRId64 " D %" PRId64 " x %zu bytes", p->lda, p->ldb, p->ldd, ds);
+    if (((size_t)p->n * cs) % 16)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 with a %s D needs N * %zu %% 16 == 0"
+                       " (N %% %zu == 0); N = %" PRId64, l8_dtype_name(p->dt_d), cs, 16 / cs, p->n);
+    if (align_log2(p->a) < 4 || align_log2(p->b) < 4 || align_log2(p->d) < 4)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: FP8 needs 16-byte aligned A, B and D (%p, %p,"
+                       " %p)", p->a, p->b, (void *)p->d);
+    if (p->beta != 0.0f && p->d_fp8)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: an FP8 D cannot accumulate (beta = %g)",
+                       (double)p->beta);
+    return L8_OK;
+}
+
+static l8_status check_bias(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, operand *ob)
+{
+    const l8_tensor *t = dc->bias;
+    if (p->epi == L8_GEMM_EPI_NONE) {
+        if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias given with epilogue none");
+        return L8_OK;
+    }
+    int grad = p->epi != L8_GEMM_EPI_BIAS;
+    if (grad && p->fp8)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: the bias-gradient epilogues are not offered"
+                       " for FP8 GEMMs (take dbias from the dY cast)");
+    if (grad && p->alpha != 1.0f)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: the bias-gradient epilogues need alpha = 1"
+                       " (alpha = %g)", (double)p->alpha);
+    if (!t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: epilogue %s needs desc->bias",
+                           epi_name(p->epi));
+    if (l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias belongs to another context");
+    int64_t want = p->epi == L8_GEMM_EPI_DBIAS_A ? p->m : p->n;
+    if (l8_tensor_ndim(t) != 1 || l8_tensor_dim(t, 0) != want)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: epilogue %s needs a 1-D bias of length %"
+                       PRId64 " (%s)", epi_name(p->epi), want,
+                       p->epi == L8_GEMM_EPI_DBIAS_A ? "M" : "N");
+    if (want > 1 && l8_tensor_stride(t, 0) != 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias must be contiguous (stride %" PRId64 ")",
+                       l8_tensor_stride(t, 0));
+    l8_dtype need = p->fp8 ? (p->dt_d == L8_F16 ? L8_F16 : L8_BF16) : p->dt_d;
+    p->dt_bias = l8_tensor_dtype(t);
+    if (p->dt_bias != need)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: the bias of a %s x %s -> %s GEMM must be %s,"
+                       " not %s", l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
+                       l8_dtype_name(p->dt_d), l8_dtype_name(need), l8_dtype_name(p->dt_bias));
+    ob->rows = 1;
+    ob->cols = want;
+    ob->ld = want;
+    ob->off = l8_tensor_offset(t);
+    ob->extent = (size_t)want * l8_dtype_size(p->dt_bias);
+    return L8_OK;
+}
+
+/* Validate desc and fill p (pointers resolved now). Records nothing on
+ * success; on failure the last error says what is wrong. */
+static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
+{
+    memset(p, 0, sizeof *p);
+    operand oa, ob, od, obias = { 0 };
+    L8_CHECK(check_operand("a", dc->a, h->ctx, &oa));
+    L8_CHECK(check_operand("b", dc->b, h->ctx, &ob));
+    L8_CHECK(check_operand("d", dc->d, h->ctx, &od));
+    if ((dc->trans_a != 0 && dc->trans_a != 1) || (dc->trans_b != 0 && dc->trans_b != 1))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: trans_a = %d, trans_b = %d (0 or 1)",
+                       dc->trans_a, dc->trans_b);
+    if (!isfinite(dc->alpha) || !isfinite(dc->beta))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: alpha = %g, beta = %g must be finite",
+                       (double)dc->alpha, (double)dc->beta);
+    if ((unsigned)dc->epilogue > L8_GEMM_EPI_DBIAS_B)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: unknown epilogue %d", (int)dc->epilogue);
+    p->ta = dc->trans_a;
+    p->tb = dc->trans_b;
+    p->alpha = dc->alpha;
+    p->beta = dc->beta;
+    p->epi = dc->epilogue;
+    p->dt_a = l8_tensor_dtype(dc->a);
+    p->dt_b = l8_tensor_dtype(dc->b);
+    p->dt_d = l8_tensor_dtype(dc->d);
+    p->m = p->ta ? oa.cols : oa.rows;
+    p->k = p->ta ? oa.rows : oa.cols;
+    int64_t kb = p->tb ? ob.cols : ob.rows;
+    p->n = p->tb ? ob.rows : ob.cols;
+    p->lda = oa.ld;
+    p->ldb = ob.ld;
+    p->ldd = od.ld;
+    if (kb != p->k)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: op(A) is %" PRId64 " x %" PRId64 " but op(B) is"
+                       " %" PRId64 " x %" PRId64 " (inner dimensions differ)", p->m, p->k, kb, p->n);
+    if (od.rows != p->m || od.cols != p->n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: D is %" PRId64 " x %" PRId64 ", the product is"
+                       " %" PRId64 " x %" PRId64, od.rows, od.cols, p->m, p->n);
+    L8_CHECK(check_dtypes(p));
+    p->fast = p->fp8 && dc->fast_accum;
+    L8_CHECK(check_bias(dc, p, h->ctx, &obias));
+    const int64_t lim = INT32_MAX;
+    if (p->m > lim || p->n > lim || p->k > lim || p->lda > lim || p->ldb > lim || p->ldd > lim)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: dimensions or strides above INT32_MAX (M %"
+                       PRId64 " N %" PRId64 " K %" PRId64 ")", p->m, p->n, p->k);
+    if (overlap(dc->d, &od, dc->a, &oa) || overlap(dc->d, &od, dc->b, &ob))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: D overlaps A or B in one storage");
+    if (dc->bias && (overlap(dc->bias, &obias, dc->d, &od) ||
+                     (p->epi != L8_GEMM_EPI_BIAS && (overlap(dc->bias, &obias, dc->a, &oa) ||
+                                                     overlap(dc->bias, &obias, dc->b, &ob)))))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias overlaps %s in one storage",
+                       p->epi == L8_GEMM_EPI_BIAS ? "D" : "D, A or B");
+    void *pa = NULL, *pb = NULL;
+    L8_CHECK(l8_tensor_data(dc->a, &pa));
+    L8_CHECK(l8_tensor_data(dc->b, &pb));
+    L8_CHECK(l8_tensor_data(dc->d, &p->d));
+    if (dc->bias) L8_CHECK(l8_tensor_data(dc->bias, &p->bias));
+    p->a = pa;
+    p->b = pb;
+    if (p->fp8) {
+        L8_CHECK(check_fp8(p));
+        l8_fp8_meta *ma = l8_tensor_fp8_meta(dc->a), *mb = l8_tensor_fp8_meta(dc->b),
+                    *md = l8_tensor_fp8_meta(dc->d);
+        p->sa = ma ? l8_fp8_meta_scale_inv(ma) : NULL;
+        p->sb = mb ? l8_fp8_meta_scale_inv(mb) : NULL;
+        if (p->d_fp8 && md) {
+            p->sd = l8_fp8_meta_scale(md);
+            p->amax = l8_fp8_meta_amax(md);
+        }
+    }
+    return L8_OK;
+}
+
+static void make_key(const problem *p, plan_key *k)
+{
+    memset(k, 0, sizeof *k);
+    k->m = (uint64_t)p->m;
+    k->n = (uint64_t)p->n;
+    k->k = (uint64_t)p->k;
+    k->lda = (uint64_t)p->lda;
+    k->ldb = (uint64_t)p->ldb;
+    k->ldd = (uint64_t)p->ldd;
+    uint64_t b = 0;
+    unsigned sh = 0;
+#define PUT(v, w) do { b |= ((uint64_t)(v) & ((1ull << (w)) - 1)) << sh; sh += (w); } while (0)
+    PUT(p->dt_a, 4); PUT(p->dt_b, 4); PUT(p->dt_d, 4);
+    PUT(p->epi == L8_GEMM_EPI_NONE ? 15 : p->dt_bias, 4);
+    PUT(p->ta, 1); PUT(p->tb, 1); PUT(p->epi, 3); PUT(p->fast, 1);
+    PUT(p->beta != 0.0f, 1);
+    PUT(p->sa != NULL, 1); PUT(p->sb != NULL, 1); PUT(p->sd != NULL, 1); PUT(p->amax != NULL, 1);
+    PUT(align_log2(p->a), 4); PUT(align_log2(p->b), 4); PUT(align_log2(p->d), 4);
+    PUT(p->bias ? align_log2(p->bias) : 15, 4);
+#undef PUT
+    k->bits = b;
+}
+
+static uint64_t key_hash(const plan_key *k)
+{
+    const uint64_t w[7] = { k->m, k->n, k->k, k->lda, k->ldb, k->ldd, k->bits };
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 7; i++) {
+        x ^= w[i];
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 32;
+    }
+    return x;
+}
+
+static plan *cache_find(l8_gemm_handle *h, const plan_key *k, uint64_t hash)
+{
+    for (plan *pl = h->buckets[hash & (NBUCKETS - 1)]; pl; pl = pl->next)
+        if (pl->hash == hash && !memcmp(&pl->key, k, sizeof *k)) return pl;
+    return NULL;
+}
+
+static void cache_insert(l8_gemm_handle *h, plan *pl)
+{
+    if (h->stats.plans_cached >= h->max_plans) {
+        cache_flush(h);
+        h->stats.cache_flushes++;
+    }
+    unsigned b = (unsigned)(pl->hash & (NBUCKETS - 1));
+    pl->next = h->buckets[b];
+    h->buckets[b] = pl;
+    h->stats.plans_cached++;
+}
+
+/* ---- host reference ---- */
+
+static float load_elem(const void *base, l8_dtype dt, size_t i)
+{
+    if (is_fp8(dt)) return l8_fp8_to_f32(((const uint8_t *)base)[i], dt);
+    return l8_host_load_f32(base, dt, i);
+}
+
+static l8_status host_gemm(const problem *p)
+{
+    const size_t M = (size_t)p->m, N = (size_t)p->n, K = (size_t)p->k;
+    /* op(A) as (M,K) and op(B)^T as (N,K), row-major f32: exact decodes */
+    float *fa = malloc(M * K * sizeof *fa), *fb = malloc(N * K * sizeof *fb);
+    if (!fa || !fb) {
+        free(fa);
+        free(fb);
+        return L8_FAIL(L8_ERR_OOM, "l8_gemm (host): out of host memory for %zu x %zu x %zu", M, N, K);
+    }
+    for (size_t m = 0; m < M; m++)
+        for (size_t k = 0; k < K; k++)
+            fa[m * K + k] = load_elem(p->a, p->dt_a, p->ta ? k * (size_t)p->lda + m
+                                                         : m * (size_t)p->lda + k);
+    for (size_t n = 0; n < N; n++)
+        for (size_t k = 0; k < K; k++)
+            fb[n * K + k] = load_elem(p->b, p->dt_b, p->tb ? n * (size_t)p->ldb + k
+                                                         : k * (size_t)p->ldb + n);
+    const float ab = p->alpha * (p->sa ? *p->sa : 1.0f) * (p->sb ? *p->sb : 1.0f);
+    const float sd = p->sd ? *p->sd : 1.0f;
+    float amax = 0.0f;
+    for (size_t m = 0; m < M; m++) {
+        for (size_t n = 0; n < N; n++) {
+            const float *x = fa + m * K, *y = fb + n * K;
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++) acc += x[k] * y[k];
+            size_t di = m * (size_t)p->ldd + n;
+            float t = ab * acc;
+            if (p->beta != 0.0f) t += p->beta * load_elem(p->d, p->dt_d, di);
+            if (p->epi == L8_GEMM_EPI_BIAS) t += l8_host_load_f32(p->bias, p->dt_bias, n);
+            amax = l8_amax_combine(amax, t);
+            if (p->d_fp8) ((uint8_t *)p->d)[di] = l8_fp8_from_f32(t * sd, p->dt_d);
+            else l8_host_store_f32(p->d, p->dt_d, di, t);
+        }
+    }
+    if (p->amax) *p->amax = amax;
+    if (p->epi == L8_GEMM_EPI_DBIAS_A) {
+        for (size_t m = 0; m < M; m++) {
+            float s = 0.0f;
+            for (size_t k = 0; k < K; k++) s += fa[m * K + k];
+            l8_host_store_f32(p->bias, p->dt_bias, m, s);
+        }
+    } else if (p->epi == L8_GEMM_EPI_DBIAS_B) {
+        for (size_t n = 0; n < N; n++) {
+            float s = 0.0f;
+            for (size_t k = 0; k < K; k++) s += fb[n * K + k];
+            l8_host_store_f32(p->bias, p->dt_bias, n, s);
+        }
+    }
+    free(fa);
+    free(fb);
+    return L8_OK;
+}
+
+/* ---- cuBLASLt plans ---- */
+
+static cudaDataType_t cuda_type(l8_dtype dt)
+{
+    switch (dt) {
+    case L8_F32: return CUDA_R_32F;
+    case L8_BF16: return CUDA_R_16BF;
+    case L8_F16: return CUDA_R_16F;
+    case L8_E4M3: return CUDA_R_8F_E4M3;
+    case L8_E5M2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;   /* unreachable: analyze() admits only these */
+    }
+}
+
+static l8_status set_attr(plan *pl, cublasLtMatmulDescAttributes_t a, const void *v, size_t n)
+{
+    return L8_LT(cublasLtMatmulDescSetAttribute, pl->op, a, v, n);
+}
+
+static l8_status set_ptr(plan *pl, cublasLtMatmulDescAttributes_t a, const void **cur, const void *v)
+{
+    if (pl->ptrs_set && *cur == v) return L8_OK;
+    L8_CHECK(set_attr(pl, a, &v, sizeof v));
+    *cur = v;
+    return L8_OK;
+}
+
+/* Point the descriptor at this call's scales, amax and bias (only those
+ * that changed). Our A is cuBLASLt's B and vice versa. */
+static l8_status set_ptrs(plan *pl, const problem *p)
+{
+    if (p->fp8) {
+        L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pl->p_sa, p->sb));
+        L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pl->p_sb, p->sa));
+        if (p->d_fp8) {
+            L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &pl->p_sd, p->sd));
+            L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &pl->p_amax, p->amax));
+        }
+    }
+    if (p->epi != L8_GEMM_EPI_NONE)
+        L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pl->p_bias, p->bias));
+    pl->ptrs_set = 1;
+    return L8_OK;
+}
+
+static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
+{
+    for (int i = 0; i < h->n_ws; i++)
+        if (h->ws[i].s == s) { *out = &h->ws[i]; return L8_OK; }
+    if (h->n_ws == MAX_WS)
+        return L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: more than %d streams on one handle", MAX_WS);
+    void *p = NULL, *q = NULL;
+    L8_CHECK(l8_ctx_malloc(h->ctx, h->ws_bytes, s, &p));
+    l8_status st = l8_ctx_malloc(h->ctx, SCAL_BYTES, s, &q);
+    if (st == L8_OK && ((uintptr_t)p % 256 || (uintptr_t)q % 16))
+        st = L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: workspace %p or scalars %p misaligned", p, q);
+    if (st != L8_OK) {
+        if (l8_ctx_free(h->ctx, p) != L8_OK || (q && l8_ctx_free(h->ctx, q) != L8_OK)) {
+            /* the first failure is the error to report */
+        }
+        return st;
+    }
+    ws_slot *w = &h->ws[h->n_ws++];
+    w->s = s;
+    w->ptr = p;
+    w->scal = q;
+    *out = w;
+    return L8_OK;
+}
+
+/* cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
+ * pointers (CUBLAS_STATUS_NOT_SUPPORTED otherwise, seen on H200 with
+ * cuBLASLt 13.1), while an l8_fp8_meta packs scale, scale_inv and amax 4
+ * bytes apart. A scalar whose address is not 16-byte aligned goes through
+ * the stream's slot: copied in before the GEMM (stream-ordered, 4 bytes),
+ * and for amax copied back after it (*amax_back). Aligned ones are used in
+ * place, at no cost. */
+static l8_status stage_scalars(problem *p, l8_stream *s, ws_slot *w, float **amax_back)
+{
+    const float **src[3] = { &p->sa, &p->sb, &p->sd };
+    *amax_back = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (!*src[i] || (uintptr_t)*src[i] % 16 == 0) continue;
+        L8_CHECK(l8_memcpy_dtod(s, w->scal + 4 * i, *src[i], sizeof(float)));
+        *src[i] = w->scal + 4 * i;
+    }
+    if (p->amax && (uintptr_t)p->amax % 16) {
+        *amax_back = p->amax;
+        p->amax = w->scal + 12;
+    }
+    return L8_OK;
+}
+
+static l8_status launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s, void *ws)
+{
+    float alpha = p->alpha, beta = p->beta;
+    /* In place, C is D with D's layout. FP8 GEMMs with beta == 0 get no C:
+     * cuBLASLt 13 checks that C == D comes with identical descriptors and
+     * rejects FP8 calls that alias them (XLA and PyTorch pass NULL too); an
+     * FP8 D has a BF16 C layout and never a C. */
+    const void *c = (p->fp8 && p->beta == 0.0f) ? NULL : p->d;
+    return L8_LT(cublasLtMatmul, h->lt, pl->op, &alpha, p->b, pl->la, p->a, pl->lb, &beta, c,
+                 pl->lc, p->d, pl->ld, &pl->algo, ws, h->ws_bytes, l8i_stream_cu(s));
+}
+
+static size_t d_bytes(const problem *p)
+{
+    return (size_t)((p->m - 1) * p->ldd + p->n) * l8_dtype_size(p->dt_d);
+}
+
+/* Time res[0..n) on s with scratch outputs and leave the fastest in
+ * pl->algo. Rounds interleave the candidates (so clock and thermal drift hit
+ * all alike) after a warm-up that brings the clocks up; each candidate keeps
+ * its best round; the heuristic's first stays unless another beats it by
+ * more than AT_MARGIN. A candidate cuBLASLt refuses to run is dropped. Blocks. */
+#define AT_ROUNDS 3
+#define AT_MARGIN 0.01f
+static l8_status autotune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
+                          const cublasLtMatmulHeuristicResult_t *res, int n)
+{
+    l8_status ret = L8_OK;
+    void *scratch_d = NULL, *scratch_v = NULL;
+    ws_slot *w = NULL;
+    l8_event *e0 = NULL, *e1 = NULL;
+    int best = 0, trials = 0;
+    float t[MAX_CANDIDATES];
+    unsigned char ok[MAX_CANDIDATES];
+    problem q = *p;
+    for (int i = 0; i < n; i++) { t[i] = INFINITY; ok[i] = 1; }
+    L8_TRY(ret, workspace_for(h, s, &w), out);
+    L8_TRY(ret, l8_ctx_malloc(h->ctx, d_bytes(p), s, &scratch_d), out);
+    q.d = scratch_d;
+    if (p->amax || p->epi == L8_GEMM_EPI_DBIAS_A || p->epi == L8_GEMM_EPI_DBIAS_B) {
+        size_t vb = (size_t)(p->m > p->n ? p->m : p->n) * sizeof(float);
+        L8_TRY(ret, l8_ctx_malloc(h->ctx, vb, s, &scratch_v), out);
+        if (p->amax) q.amax = scratch_v;
+        if (p->epi != L8_GEMM_EPI_BIAS) q.bias = scratch_v;
+    }
+    L8_TRY(ret, set_ptrs(pl, &q), out);
+    L8_TRY(ret, l8_event_create(h->ctx, 1, &e0), out);
+    L8_TRY(ret, l8_event_create(h->ctx, 1, &e1), out);
+    for (int r = 0; r < AT_ROUNDS; r++) {
+        for (int i = 0; i < n; i++) {
+            if (!ok[i]) continue;
+            pl->algo = res[i].algo;
+            /* first round: one untimed call each (the warm-up), and the first
+             * candidate runs a few more while the clocks come up */
+            int warm = r ? 0 : i ? 1 : 2 * h->at_iters;
+            l8_status st = L8_OK;
+            for (int it = 0; st == L8_OK && it < warm; it++) st = launch(h, pl, &q, s, w->ptr);
+            if (st == L8_OK) L8_TRY(ret, l8_event_record(e0, s), out);
+            for (int it = 0; st == L8_OK && it < h->at_iters; it++) st = launch(h, pl, &q, s, w->ptr);
+            if (st == L8_ERR_CUBLAS) {                      /* this algo cannot run here */
+                l8_error_clear();
+                ok[i] = 0;
+                t[i] = INFINITY;
+                continue;
+            }
+            if (st != L8_OK) { ret = st; goto out; }
+            L8_TRY(ret, l8_event_record(e1, s), out);
+            L8_TRY(ret, l8_event_synchronize(e1), out);
+            float ms = 0.0f;
+            L8_TRY(ret, l8_event_elapsed_ms(e0, e1, &ms), out);
+            if (ms < t[i]) t[i] = ms;
+            if (r == 0) trials++;
+        }
+    }
+    for (int i = 1; i < n; i++)
+        if (ok[i] && t[i] < t[best]) best = i;
+    if (best != 0 && ok[0] && t[best] > (1.0f - AT_MARGIN) * t[0]) best = 0;
+out:
+    pl->algo = res[best].algo;
+    pl->ptrs_set = 0;             /* they point at scratch: rewrite all on the real call */
+    h->stats.autotune_trials += (uint64_t)trials;
+    if (ret == L8_OK && trials > 0) {
+        h->stats.autotuned++;
+        if (best != 0) h->stats.autotune_changed++;
+    }
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    /* stream-ordered frees: the trials on s finish before reuse */
+    l8_status fs = scratch_v ? l8_ctx_free(h->ctx, scratch_v) : L8_OK;
+    if (fs != L8_OK && ret == L8_OK) ret = fs;
+    fs = scratch_d ? l8_ctx_free(h->ctx, scratch_d) : L8_OK;
+    if (fs != L8_OK && ret == L8_OK) ret = fs;
+    return ret;
+}
+
+static l8_status layout(cublasLtMatrixLayout_t *l, l8_dtype dt, int64_t rows, int64_t cols, int64_t ld)
+{
+    return L8_LT(cublasLtMatrixLayoutCreate, l, cuda_type(dt), (uint64_t)rows, (uint64_t)cols, ld);
+}
+
+static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s)
+{
+    l8_status ret = L8_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    L8_TRY(ret, L8_LT(cublasLtMatmulDescCreate, &pl->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), out);
+    int32_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;      /* cuBLASLt A is our B */
+    int32_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;      /* cuBLASLt B is our A */
+    L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), out);
+    L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), out);
+    if (p->fp8) {
+        int8_t fast = (int8_t)p->fast;
+        L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), out);
+    }
+    uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (p->epi == L8_GEMM_EPI_BIAS) epi = CUBLASLT_EPILOGUE_BIAS;
+    else if (p->epi == L8_GEMM_EPI_DBIAS_A) epi = CUBLASLT_EPILOGUE_BGRADB;
+    else if (p->epi == L8_GEMM_EPI_DBIAS_B) epi = CUBLASLT_EPILOGUE_BGRADA;
+    L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), out);
+    if (p->epi != L8_GEMM_EPI_NONE) {
+        int32_t bt = (int32_t)cuda_type(p->dt_bias);
+        L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), out);
+    }
+    L8_TRY(ret, layout(&pl->la, p->dt_b, p->tb ? p->k : p->n, p->tb ? p->n : p->k, p->ldb), out);
+    L8_TRY(ret, layout(&pl->lb, p->dt_a, p->ta ? p->m : p->k, p->ta ? p->k : p->m, p->lda), out);
+    L8_TRY(ret, layout(&pl->ld, p->dt_d, p->n, p->m, p->ldd), out);
+    if (p->d_fp8) L8_TRY(ret, layout(&pl->lc, L8_BF16, p->n, p->m, p->ldd), out);
+    else pl->lc = pl->ld;
+    /* Real pointers before the heuristic: it reads their alignment. */
+    L8_TRY(ret, set_ptrs(pl, p), out);
+
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceCreate, &pref), out);
+    uint64_t wsb = h->ws_bytes;
+    uint32_t al_a = 1u << align_log2(p->b), al_b = 1u << align_log2(p->a),
+             al_d = 1u << align_log2(p->d);
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                      CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb), out);
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), out);
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), out);
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d), out);
+    L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), out);
+    if (h->precise_reduction && p->dt_d != L8_F32) {
+        /* Split-K partial sums in f32 (or no split): the INPLACE and
+         * OUTPUT_TYPE schemes round each partial to D's type first. */
+        uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceSetAttribute, pref,
+                          CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask), out);
+    }
+
+    cublasLtMatmulHeuristicResult_t res[MAX_CANDIDATES];
+    memset(res, 0, sizeof res);
+    int want = h->autotune ? h->at_cands : 1, got = 0;
+    cublasStatus_t r = l8i_lt.cublasLtMatmulAlgoGetHeuristic(h->lt, pl->op, pl->la, pl->lb, pl->lc,
+                                                             pl->ld, pref, want, res, &got);
+    if (r != CUBLAS_STATUS_SUCCESS && r != CUBLAS_STATUS_NOT_SUPPORTED) {
+        ret = l8i_lt_check(r, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+        goto out;
+    }
+    /* keep the usable ones, in the heuristic's order */
+    int n = 0;
+    for (int i = 0; r == CUBLAS_STATUS_SUCCESS && i < got; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= h->ws_bytes)
+            res[n++] = res[i];
+    if (n == 0) {
+        ret = l8_error_set(L8_ERR_UNSUPPORTED, (int)r, l8i_lt_status_name(r),
+                           "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
+                           "no cuBLASLt algorithm for %s x %s -> %s, M %" PRId64 " N %" PRId64
+                           " K %" PRId64 ", trans (%d, %d), epilogue %s, ld %" PRId64 "/%" PRId64
+                           "/%" PRId64, l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
+                           l8_dtype_name(p->dt_d), p->m, p->n, p->k, p->ta, p->tb,
+                           epi_name(p->epi), p->lda, p->ldb, p->ldd);
+        goto out;
+    }
+    pl->algo = res[0].algo;
+    if (h->autotune && n > 1) L8_TRY(ret, autotune(h, pl, p, s, res, n), out);
+out:
+    if (pref) (void)l8i_lt.cublasLtMatmulPreferenceDestroy(pref);
+    return ret;
+}
+
+/* A new plan for p in the cache, or an error and no plan. */
+static l8_status plan_get(l8_gemm_handle *h, const problem *p, l8_stream *s, plan **out)
+{
+    plan_key key;
+    make_key(p, &key);
+    uint64_t hash = key_hash(&key);
+    plan *pl = cache_find(h, &key, hash);
+    if (pl) {
+        h->stats.plan_hits++;
+        *out = pl;
+        return L8_OK;
+    }
+    pl = calloc(1, sizeof *pl);
+    if (!pl) return L8_FAIL(L8_ERR_OOM, "l8_gemm: out of host memory for a plan");
+    pl->key = key;
+    pl->hash = hash;
+    if (h->cuda) {
+        l8_status st = plan_build_cuda(h, pl, p, s);
+        if (st != L8_OK) {
+            plan_free(h, pl);
+            return st;
+        }
+    }
+    cache_insert(h, pl);
+    h->stats.plans_created++;
+    *out = pl;
+    return L8_OK;
+}
+
+/* ---- the entry point ---- */
+
+static l8_status record(const l8_tensor *t, l8_stream *s)
+{
+    return t ? l8_storage_record_stream(l8_tensor_storage(t), s) : L8_OK;
+}
+
+l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
+{
+    L8_ARG(h != NULL && desc != NULL);
+    if (desc->size < sizeof(l8_gemm_desc))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: desc->size is %zu, expected %zu (use"
+                       " L8_GEMM_DESC_INIT)", desc->size, sizeof(l8_gemm_desc));
+    if (!s) s = l8_ctx_stream(h->ctx, L8_STREAM_COMPUTE);
+    else if (l8_stream_ctx(s) != h->ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: the stream belongs to another context");
+    problem p;
+    L8_CHECK(analyze(h, desc, &p));
+    L8_CHECK(record(desc->a, s));
+    L8_CHECK(record(desc->b, s));
+    L8_CHECK(record(desc->d, s));
+    L8_CHECK(record(desc->bias, s));
+
+    l8_status ret = L8_OK;
+    plan *pl = NULL;
+    ws_slot *w = NULL;
+    float *amax_back = NULL;
+    pthread_mutex_lock(&h->lock);
+    if (h->cuda) {
+        L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
+        L8_TRY(ret, workspace_for(h, s, &w), out);
+        if (p.fp8) L8_TRY(ret, stage_scalars(&p, s, w, &amax_back), out);
+    }
+    L8_TRY(ret, plan_get(h, &p, s, &pl), out);
+    if (h->cuda) {
+        L8_TRY(ret, set_ptrs(pl, &p), out);
+        L8_TRY(ret, launch(h, pl, &p, s, w->ptr), out);
+        if (amax_back) L8_TRY(ret, l8_memcpy_dtod(s, amax_back, p.amax, sizeof(float)), out);
+    } else {
+        L8_TRY(ret, host_gemm(&p), out);
+    }
+    h->stats.calls++;
+out:
+    pthread_mutex_unlock(&h->lock);
+    return ret;
+}

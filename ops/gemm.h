@@ -1,0 +1,194 @@
+/* gemm.h - matrix multiplication: FP8 (tensor-scaled), bf16, f16 and f32
+ * GEMMs through cuBLASLt, with a plan cache, optional autotuning, and a C
+ * reference on the host backend.
+ *
+ * Everything is row-major, as lean8 tensors are. One call computes
+ *
+ *     D[M,N] = scale_D * ( alpha * s_A * s_B * op(A)[M,K] . op(B)[K,N]
+ *                          + beta * D[M,N] + bias[N] )
+ *
+ * rounded once to D's dtype, where
+ *     op(A) = A  (trans_a = 0, A stored (M,K))  or  A^T (trans_a = 1, A stored (K,M))
+ *     op(B) = B  (trans_b = 0, B stored (K,N))  or  B^T (trans_b = 1, B stored (N,K))
+ *     s_A, s_B  the FP8 operands' scale_inv (their l8_fp8_meta; 1 without
+ *               meta, and 1 for non-FP8 operands): they dequantize
+ *     scale_D   D's FP8 meta scale when D is FP8 (1 without meta): it quantizes
+ *     bias      only with L8_GEMM_EPI_BIAS (bias[n] added to every row)
+ * beta == 0 overwrites D (D's old contents are never read, NaNs included);
+ * beta != 0 accumulates in place (C is D: same pointer, same layout). There is
+ * no separate C matrix.
+ *
+ * The Linear GEMMs in this form (tokens T, in K, out N; see DESIGN.md):
+ *     fprop  Y[T,N]  = X[T,K] . W[N,K]^T      a = X,  b = W,  trans_b = 1, bias
+ *     dgrad  dX[T,K] = dY[T,N] . (W^T)[K,N]^T  a = dY, b = W^T (the [K,N] copy), trans_b = 1
+ *     wgrad  dW[N,K] = (dY^T)[N,T] . (X^T)[K,T]^T   a = dY^T, b = X^T, trans_b = 1,
+ *            D = main_grad (f32), beta = 0 on the first micro-batch, 1 after
+ *
+ * FP8 on Hopper (cuBLASLt's rules, checked here so the caller gets a reason):
+ *   - only trans_a = 0, trans_b = 1: both operands contiguous along K (the
+ *     "TN" layout in cuBLASLt's column-major terms). Transposed FP8 copies
+ *     come from the cast+transpose kernels;
+ *   - input pairs E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3 (no E5M2 x E5M2);
+ *   - D: bf16, f16, f32, E4M3, or E5M2 when an input is E5M2. An FP8 D takes
+ *     scale_D from its meta and writes amax(D before scale_D) into its meta's
+ *     amax (overwritten, not max-accumulated; NaN if the result has a NaN);
+ *     an FP8 D needs beta == 0;
+ *   - K % 16 == 0; every leading dimension (row stride) times the element
+ *     size a multiple of 16 bytes; N times the size of cuBLASLt's C type
+ *     (bf16 for an FP8 D, else D's type) a multiple of 16 bytes; A, B and D
+ *     16-byte aligned;
+ *   - bias is bf16 (f16 when D is f16); the bias-gradient epilogues are not
+ *     offered for FP8 (TransformerEngine takes dbias from the dY cast);
+ *   - fast_accum = 1 skips the periodic promotion of partial sums to full
+ *     f32 (faster, less accurate: fprop only, as TE does);
+ *   - cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
+ *     pointers (NOT_SUPPORTED otherwise, seen with cuBLASLt 13.1 on H200);
+ *     a meta scalar that is not 16-byte aligned is staged through a
+ *     per-stream slot: one 4-byte device copy in before the GEMM (and one
+ *     out after it for amax), stream-ordered. Aligned scalars cost nothing.
+ * Non-FP8: bf16 x bf16 -> bf16 or f32, f16 x f16 -> f16 or f32, f32 x f32 ->
+ * f32 (full f32, no TF32), any transposes, any element-aligned pointers;
+ * bias has D's dtype.
+ *
+ * Operands are 2-D tensors whose last dimension is contiguous (stride 1);
+ * the row stride is the leading dimension (>= the row length). All tensors,
+ * the stream and the handle belong to one context. D must not overlap A, B
+ * or bias.
+ *
+ * Plans: the first call for a combination of shapes, leading dimensions,
+ * dtypes, transposes, epilogue, fast_accum, beta != 0, which FP8 scales are
+ * present and the pointers' alignments builds cuBLASLt descriptors and picks
+ * an algorithm (the heuristic's first, or the fastest of several when
+ * autotuning); later calls with the same combination find the plan in a hash
+ * table and only update pointer attributes before cublasLtMatmul. Autotuning
+ * times the candidates on the call's stream with scratch outputs (D, amax and
+ * dbias are never touched by the trials) and blocks the host until done,
+ * once per plan: do not autotune inside CUDA graph capture.
+ *
+ * Host backend: the same API runs the C reference: FP8 operands are decoded
+ * exactly to f32, products are summed in f32 in k order, then
+ * t = alpha*s_A*s_B*acc + beta*D + bias in f32 (amax of t for an FP8 D),
+ * and D = round(t * scale_D) to D's dtype (RNE; FP8 saturating, as
+ * cvt.rn.satfinite). Bias gradients are summed in f32 and rounded to the
+ * bias dtype. It is what the GPU tests compare against.
+ */
+#ifndef L8_OPS_GEMM_H
+#define L8_OPS_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/status.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A GEMM handle: per context, owns the cublasLtHandle_t, a workspace per
+ * stream it has run on (allocated from the context's caching allocator on
+ * first use of that stream), and the plan cache. Calls on one handle are
+ * serialized by a mutex, so a handle may be shared between threads; GEMMs on
+ * different streams of one handle do not share a workspace. */
+typedef struct l8_gemm_handle l8_gemm_handle;
+
+typedef struct l8_gemm_config {
+    size_t size;                  /* sizeof(l8_gemm_config) */
+    size_t workspace_bytes;       /* per stream; 0: 32 MiB (cuBLAS's advice for Hopper) */
+    int autotune;                 /* -1: from L8_GEMM_AUTOTUNE (1 = on; default off), 0 off, 1 on */
+    int autotune_candidates;      /* heuristic results to time; 0: 8 (at most 32) */
+    int autotune_iters;           /* timed runs per candidate (after one warm-up); 0: 5 */
+    size_t max_plans;             /* cache size; when full it is emptied; 0: 4096 */
+    int precise_reduction;        /* 0 (default): cuBLASLt may keep split-K partial sums in
+                                     D's type (bf16/f16), as PyTorch and TransformerEngine
+                                     allow: a few output ulps, sometimes faster; 1: partial
+                                     sums stay f32 (or no split) */
+} l8_gemm_config;
+#define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0 }
+
+/* Create a handle for ctx (which must outlive it). cfg may be NULL. On a
+ * CUDA context this opens cuBLASLt and creates its handle; the workspaces
+ * come later, per stream. On a host context the handle runs the reference.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_NO_DEVICE (cuBLASLt missing or older
+ * than 12.0), L8_ERR_CUBLAS, L8_ERR_CUDA, L8_ERR_OOM. */
+L8_NODISCARD l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg,
+                                             l8_gemm_handle **out);
+
+/* Free the plans, the workspaces (stream-ordered: GEMMs already enqueued
+ * finish first) and the cuBLASLt handle. NULL: no-op. */
+void l8_gemm_handle_destroy(l8_gemm_handle *h);
+
+/* Epilogues. Append-only. */
+typedef enum l8_gemm_epilogue {
+    L8_GEMM_EPI_NONE = 0,
+    L8_GEMM_EPI_BIAS = 1,         /* D += bias[n] on every row; bias (N,) read */
+    L8_GEMM_EPI_DBIAS_A = 2,      /* bias[m] = sum_k op(A)[m,k]: (M,) written (=), not
+                                     scaled by alpha (alpha must be 1). The wgrad dbias:
+                                     a = dY^T. cuBLASLt BGRADB. Not for FP8. */
+    L8_GEMM_EPI_DBIAS_B = 3       /* bias[n] = sum_k op(B)[k,n]: (N,) written (=); alpha
+                                     must be 1. cuBLASLt BGRADA. Not for FP8. */
+} l8_gemm_epilogue;
+
+typedef struct l8_gemm_desc {
+    size_t size;                  /* sizeof(l8_gemm_desc) */
+    const l8_tensor *a;           /* 2-D: (M,K), or (K,M) with trans_a */
+    const l8_tensor *b;           /* 2-D: (K,N), or (N,K) with trans_b */
+    l8_tensor *d;                 /* 2-D (M,N): written (beta == 0) or accumulated */
+    l8_tensor *bias;              /* 1-D, contiguous; NULL unless the epilogue uses it */
+    int trans_a;                  /* 0 (default) or 1 */
+    int trans_b;                  /* 1 (default: D = A.B^T, the FP8 layout) or 0 */
+    float alpha;                  /* 1 */
+    float beta;                   /* 0: D = ..., anything else: D = ... + beta*D */
+    l8_gemm_epilogue epilogue;    /* L8_GEMM_EPI_NONE */
+    int fast_accum;               /* FP8 only (ignored otherwise): 1 = fast accumulation */
+} l8_gemm_desc;
+#define L8_GEMM_DESC_INIT \
+    { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0 }
+
+/* Run one GEMM as described above, enqueued on s (NULL: the context's
+ * compute stream); returns without waiting, except that the first call of a
+ * new plan blocks while autotuning. Tensor data is resolved when the call is
+ * made; storages used on a stream other than their own are recorded on it.
+ * D (and a dbias output, and an FP8 D's amax) are written when the stream
+ * reaches the GEMM; the scales are read then too.
+ * Errors (nothing is enqueued):
+ *   L8_ERR_INVALID_ARG  NULL handle/desc/tensor, wrong size field, ndim != 2,
+ *                       inner stride != 1, shapes that do not chain, an empty
+ *                       dimension, A and B of different non-FP8 dtypes, a bias
+ *                       of the wrong length/dtype/layout or with an epilogue
+ *                       that does not use one, D overlapping an input, a
+ *                       tensor or stream of another context, non-finite
+ *                       alpha/beta, an unknown epilogue;
+ *   L8_ERR_UNSUPPORTED  E5M2 x E5M2, FP8 mixed with a non-FP8 operand, a D
+ *                       dtype the inputs cannot produce, FP8 transposes other
+ *                       than (0, 1), FP8 sizes/strides/pointers off the 16-byte
+ *                       rules, FP8 D with beta != 0, dbias with FP8 or alpha
+ *                       != 1, dimensions above INT32_MAX, or no cuBLASLt
+ *                       algorithm for the combination;
+ *   L8_ERR_STATE        a storage not on the device (offloaded);
+ *   L8_ERR_CUBLAS, L8_ERR_CUDA, L8_ERR_OOM (plan creation, workspace, autotune). */
+L8_NODISCARD l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s);
+
+/* Counters since the handle was created. */
+typedef struct l8_gemm_stats {
+    size_t size;                  /* sizeof(l8_gemm_stats), set by the caller */
+    uint64_t calls;               /* l8_gemm calls that enqueued (or ran) a GEMM */
+    uint64_t plan_hits;           /* calls that found their plan in the cache */
+    uint64_t plans_created;       /* cache misses that built a plan */
+    uint64_t plans_cached;        /* plans in the cache now */
+    uint64_t cache_flushes;       /* times the full cache was emptied */
+    uint64_t autotuned;           /* plans whose algorithm was chosen by timing */
+    uint64_t autotune_trials;     /* candidate algorithms timed, over all plans */
+    uint64_t autotune_changed;    /* autotuned plans whose winner was not the heuristic's first */
+} l8_gemm_stats;
+
+/* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
+L8_NODISCARD l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out);
+
+/* 1 when the handle autotunes new plans. */
+int l8_gemm_autotune_enabled(const l8_gemm_handle *h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_OPS_GEMM_H */

@@ -1,0 +1,1024 @@
+/* test_gemm.c - GEMMs: the host reference against an independent fp64 loop,
+ * every argument check, beta and bias semantics, the plan cache; on a GPU,
+ * cuBLASLt against the host reference for every mode.
+ *
+ * Data: fresh random values each run (seeded, see main.c), never all zeros;
+ * operands are views with padded rows whose padding holds NaN, outputs are
+ * poisoned with NaN bytes before the call (kept where beta != 0 reads D:
+ * only the padding is poisoned then), and the padding must come back
+ * untouched. NaN never passes a comparison.
+ *
+ * Tolerances are stated relative to S = |alpha s_A s_B| sum_k |a_mk b_kn|
+ * + |beta d0| + |bias| per output (times scale_D for FP8 outputs), plus one
+ * unit in the last place of the output format at the compared magnitude
+ * (two for GPU vs host: both sides round).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tests/tests.h"
+#include "runtime/lean8.h"
+#include "ops/gemm.h"
+#include "ops/fp8.h"
+
+/* ---- an independent decoder (not ops/fp8.c) ---- */
+
+static double dec(l8_dtype dt, const uint8_t *img, size_t i)
+{
+    switch (dt) {
+    case L8_F32: { float f; memcpy(&f, img + 4 * i, 4); return f; }
+    case L8_BF16: {
+        uint32_t u = (uint32_t)(img[2 * i] | img[2 * i + 1] << 8) << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    case L8_F16: {
+        unsigned h = img[2 * i] | img[2 * i + 1] << 8, e = (h >> 10) & 31, m = h & 1023;
+        double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
+        return h & 0x8000 ? -v : v;
+    }
+    case L8_E4M3: {
+        unsigned c = img[i], e = (c >> 3) & 15, m = c & 7;
+        if ((c & 0x7f) == 0x7f) return NAN;
+        double v = e ? ldexp(8 + m, (int)e - 10) : ldexp(m, -9);
+        return c & 0x80 ? -v : v;
+    }
+    case L8_E5M2: {
+        unsigned c = img[i], e = (c >> 2) & 31, m = c & 3;
+        double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(4 + m, (int)e - 17) : ldexp(m, -16);
+        return c & 0x80 ? -v : v;
+    }
+    default: return NAN;
+    }
+}
+
+/* One unit in the last place of dt at magnitude |x|. */
+static double ulp(l8_dtype dt, double x)
+{
+    int e = x > 0 ? ilogb(x) : -200;
+    switch (dt) {
+    case L8_F32: return ldexp(1.0, (e > -126 ? e : -126) - 23);
+    case L8_BF16: return ldexp(1.0, (e > -126 ? e : -126) - 7);
+    case L8_F16: return ldexp(1.0, (e > -14 ? e : -14) - 10);
+    case L8_E4M3: return ldexp(1.0, (e > -6 ? e : -6) - 3);
+    case L8_E5M2: return ldexp(1.0, (e > -14 ? e : -14) - 2);
+    default: return 0;
+    }
+}
+
+static void enc(l8_dtype dt, uint8_t *img, size_t i, float v)
+{
+    switch (dt) {
+    case L8_F32: memcpy(img + 4 * i, &v, 4); break;
+    case L8_BF16: { uint16_t u = l8_bf16_from_f32(v); memcpy(img + 2 * i, &u, 2); break; }
+    case L8_F16: { uint16_t u = l8_f16_from_f32(v); memcpy(img + 2 * i, &u, 2); break; }
+    default: img[i] = l8_fp8_from_f32(v, dt); break;
+    }
+}
+
+/* ---- matrices: a host image of rows x ld elements, a view of rows x cols ---- */
+
+typedef struct mat {
+    l8_dtype dt;
+    int64_t rows, cols, ld;
+    uint8_t *img;
+    size_t bytes;
+} mat;
+
+static mat mat_new(l8_dtype dt, int64_t rows, int64_t cols, int64_t ld, l8_rng *r, float range)
+{
+    mat x = { dt, rows, cols, ld, NULL, 0 };
+    size_t es = l8_dtype_size(dt);
+    x.bytes = (size_t)(rows * ld) * es;
+    x.img = malloc(x.bytes ? x.bytes : 1);
+    ck_assert_ptr_nonnull(x.img);
+    memset(x.img, 0xFF, x.bytes);                /* NaN in every format: the padding */
+    if (r)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                enc(dt, x.img, (size_t)(i * ld + j), l8_rng_float(r, -range, range));
+    return x;
+}
+
+static double at(const mat *x, int64_t i, int64_t j) { return dec(x->dt, x->img, (size_t)(i * x->ld + j)); }
+
+/* A tensor for x on ctx: the padded (rows, ld) tensor and a (rows, cols) view. */
+typedef struct dmat {
+    l8_tensor *full, *view;
+} dmat;
+
+static dmat upload(l8_ctx *ctx, const mat *x, float scale, float scale_inv)
+{
+    dmat t = { NULL, NULL };
+    int64_t shape[2] = { x->rows, x->ld };
+    L8_CK(l8_tensor_empty(ctx, x->dt, 2, shape, &t.full));
+    L8_CK(l8_tensor_copy_from_host(t.full, x->img, x->bytes, NULL));
+    L8_CK(l8_tensor_narrow(t.full, 1, 0, x->cols, &t.view));
+    if (l8_dtype_is_fp8(x->dt)) {
+        l8_fp8_meta *m = NULL;
+        L8_CK(l8_fp8_meta_create(ctx, &m));
+        L8_CK(l8_fp8_meta_set(m, scale, scale_inv, -1.0f));   /* amax poisoned */
+        L8_CK(l8_tensor_set_fp8_meta(t.view, m));
+        l8_fp8_meta_release(m);
+    }
+    return t;
+}
+
+/* A 1-D tensor (cols,) for a one-row image (bias vectors). */
+static dmat upload_vec(l8_ctx *ctx, const mat *x)
+{
+    dmat t = { NULL, NULL };
+    L8_CK(l8_tensor_empty(ctx, x->dt, 1, &x->cols, &t.full));
+    L8_CK(l8_tensor_copy_from_host(t.full, x->img, (size_t)x->cols * l8_dtype_size(x->dt), NULL));
+    L8_CK(l8_tensor_narrow(t.full, 0, 0, x->cols, &t.view));
+    return t;
+}
+
+static void dmat_free(dmat *t)
+{
+    l8_tensor_destroy(t->view);
+    l8_tensor_destroy(t->full);
+    t->view = t->full = NULL;
+}
+
+static l8_ctx *make_ctx(const char *dev)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = dev;
+    l8_status st = l8_ctx_create(&cfg, &ctx);
+    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
+    return ctx;
+}
+
+/* precise_reduction: the GPU comparisons below hold cuBLASLt to f32
+ * partial sums; test_gpu_default_reduction covers the default. */
+static l8_gemm_handle *make_handle(l8_ctx *ctx, int autotune)
+{
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    cfg.autotune = autotune;
+    cfg.precise_reduction = 1;
+    l8_gemm_handle *h = NULL;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    return h;
+}
+
+static l8_gemm_stats stats_of(l8_gemm_handle *h)
+{
+    l8_gemm_stats s = { .size = sizeof s };
+    L8_CK(l8_gemm_get_stats(h, &s));
+    return s;
+}
+
+/* ---- one GEMM case ---- */
+
+typedef struct mode {
+    const char *name;
+    l8_dtype a, b, d;
+    int ta, tb;
+    float alpha, beta;
+    l8_gemm_epilogue epi;
+    int fast;
+    double tol;                   /* GPU vs host, relative to S */
+} mode;
+
+typedef struct gcase {
+    const mode *md;
+    int64_t M, N, K;
+    mat A, B, D0, bias;           /* D0: D before the call (random if beta != 0) */
+    float sa, sb, sd;             /* A, B scale_inv; D scale */
+    l8_dtype bias_dt;
+    double *S, *t;                /* (M,N): the tolerance base, fp64 result before scale_D */
+    double *Sg, *g;               /* bias gradient: sum |x|, fp64 sum */
+    double amax;
+} gcase;
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Leading dimension >= cols with random padding, honouring a byte multiple. */
+static int64_t pick_ld(l8_rng *r, int64_t cols, l8_dtype dt, int fp8_rules)
+{
+    int64_t ld = cols + (int64_t)l8_rng_below(r, 4);
+    if (fp8_rules) ld = round_up(ld, 16 / (int64_t)l8_dtype_size(dt));
+    return ld;
+}
+
+static void case_init(gcase *c, const mode *md, int64_t M, int64_t N, int64_t K, l8_rng *r)
+{
+    memset(c, 0, sizeof *c);
+    c->md = md;
+    c->M = M; c->N = N; c->K = K;
+    int fp8 = l8_dtype_is_fp8(md->a);
+    int64_t ar = md->ta ? K : M, ac = md->ta ? M : K, br = md->tb ? N : K, bc = md->tb ? K : N;
+    c->A = mat_new(md->a, ar, ac, pick_ld(r, ac, md->a, fp8), r, 3.0f);
+    c->B = mat_new(md->b, br, bc, pick_ld(r, bc, md->b, fp8), r, 3.0f);
+    c->D0 = mat_new(md->d, M, N, pick_ld(r, N, md->d, fp8), md->beta != 0.0f ? r : NULL, 2.0f);
+    c->sa = fp8 ? 0.5f : 1.0f;
+    c->sb = fp8 ? 0.125f : 1.0f;
+    c->sd = 1.0f;
+    if (l8_dtype_is_fp8(md->d))   /* typical |t| ~ 0.28 sqrt(K): aim at ~32 */
+        c->sd = (float)(32.0 / (0.28 * sqrt((double)K)));
+    if (md->epi != L8_GEMM_EPI_NONE) {
+        c->bias_dt = fp8 ? (md->d == L8_F16 ? L8_F16 : L8_BF16) : md->d;
+        int64_t len = md->epi == L8_GEMM_EPI_DBIAS_A ? M : N;
+        c->bias = mat_new(c->bias_dt, 1, len, len, md->epi == L8_GEMM_EPI_BIAS ? r : NULL, 1.0f);
+    }
+}
+
+static void case_free(gcase *c)
+{
+    free(c->A.img); free(c->B.img); free(c->D0.img); free(c->bias.img);
+    free(c->S); free(c->t); free(c->Sg); free(c->g);
+}
+
+/* The independent fp64 triple loop: t, S, amax and the bias gradients. */
+static void case_naive(gcase *c)
+{
+    const mode *md = c->md;
+    int64_t M = c->M, N = c->N, K = c->K;
+    c->S = calloc((size_t)(M * N), sizeof *c->S);
+    c->t = calloc((size_t)(M * N), sizeof *c->t);
+    double *av = malloc((size_t)(M * K) * sizeof *av), *bv = malloc((size_t)(N * K) * sizeof *bv);
+    ck_assert(c->S && c->t && av && bv);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) av[m * K + k] = md->ta ? at(&c->A, k, m) : at(&c->A, m, k);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) bv[n * K + k] = md->tb ? at(&c->B, n, k) : at(&c->B, k, n);
+    double ab = (double)md->alpha * c->sa * c->sb;
+    c->amax = 0;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0, sabs = 0;
+            const double *x = av + m * K, *y = bv + n * K;
+            for (int64_t k = 0; k < K; k++) { s += x[k] * y[k]; sabs += fabs(x[k] * y[k]); }
+            double t = ab * s, S = fabs(ab) * sabs;
+            if (md->beta != 0.0f) { t += md->beta * at(&c->D0, m, n); S += fabs(md->beta * at(&c->D0, m, n)); }
+            if (md->epi == L8_GEMM_EPI_BIAS) { t += at(&c->bias, 0, n); S += fabs(at(&c->bias, 0, n)); }
+            c->t[m * N + n] = t;
+            c->S[m * N + n] = S;
+            if (fabs(t) > c->amax) c->amax = fabs(t);
+        }
+    }
+    if (md->epi == L8_GEMM_EPI_DBIAS_A || md->epi == L8_GEMM_EPI_DBIAS_B) {
+        int rows = md->epi == L8_GEMM_EPI_DBIAS_A;
+        int64_t len = rows ? M : N;
+        const double *v = rows ? av : bv;
+        c->g = calloc((size_t)len, sizeof *c->g);
+        c->Sg = calloc((size_t)len, sizeof *c->Sg);
+        ck_assert(c->g && c->Sg);
+        for (int64_t i = 0; i < len; i++)
+            for (int64_t k = 0; k < K; k++) { c->g[i] += v[i * K + k]; c->Sg[i] += fabs(v[i * K + k]); }
+    }
+    free(av);
+    free(bv);
+}
+
+/* Outputs of one run, downloaded to the host. */
+typedef struct result {
+    uint8_t *d;                   /* the full padded D image */
+    uint8_t *bias;                /* the bias gradient (or the untouched bias) */
+    float amax;                   /* D's meta amax (FP8 D) */
+    l8_status st;
+} result;
+
+/* Run c on ctx through h (stream NULL) and download. */
+static result case_run(gcase *c, l8_ctx *ctx, l8_gemm_handle *h)
+{
+    const mode *md = c->md;
+    result res = { NULL, NULL, 0, L8_OK };
+    dmat A = upload(ctx, &c->A, 1.0f / c->sa, c->sa);
+    dmat B = upload(ctx, &c->B, 1.0f / c->sb, c->sb);
+    dmat D = upload(ctx, &c->D0, c->sd, 1.0f / c->sd);
+    dmat bias = { NULL, NULL };
+    if (md->epi != L8_GEMM_EPI_NONE) bias = upload_vec(ctx, &c->bias);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = A.view; g.b = B.view; g.d = D.view; g.bias = bias.view;
+    g.trans_a = md->ta; g.trans_b = md->tb;
+    g.alpha = md->alpha; g.beta = md->beta;
+    g.epilogue = md->epi; g.fast_accum = md->fast;
+    res.st = l8_gemm(h, &g, NULL);
+    ck_assert_msg(res.st == L8_OK, "%s %lldx%lldx%lld: %s", md->name, (long long)c->M,
+                  (long long)c->N, (long long)c->K, l8_last_error_string());
+    res.d = malloc(c->D0.bytes);
+    ck_assert_ptr_nonnull(res.d);
+    L8_CK(l8_tensor_copy_to_host(D.full, res.d, c->D0.bytes, NULL));
+    if (bias.full) {
+        res.bias = malloc(c->bias.bytes);
+        ck_assert_ptr_nonnull(res.bias);
+        L8_CK(l8_tensor_copy_to_host(bias.full, res.bias, c->bias.bytes, NULL));
+    }
+    if (l8_dtype_is_fp8(md->d)) L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(D.view), NULL, NULL, &res.amax));
+    L8_CK(l8_ctx_synchronize(ctx));
+    dmat_free(&A); dmat_free(&B); dmat_free(&D); dmat_free(&bias);
+    return res;
+}
+
+static void result_free(result *r)
+{
+    free(r->d);
+    free(r->bias);
+}
+
+/* got (an output image) against want: either the fp64 t (ref == NULL) or
+ * another output image. Padding must still be the poison. */
+static void case_compare(const gcase *c, const result *got, const result *ref, double tol,
+                         const char *what)
+{
+    const mode *md = c->md;
+    l8_dtype dt = md->d;
+    int fp8d = l8_dtype_is_fp8(dt);
+    double fmax = dt == L8_E4M3 ? 448.0 : dt == L8_E5M2 ? 57344.0 : INFINITY;
+    double worst = 0;
+    for (int64_t m = 0; m < c->M; m++) {
+        for (int64_t j = 0; j < c->D0.ld; j++) {
+            size_t i = (size_t)(m * c->D0.ld + j), es = l8_dtype_size(dt);
+            if (j >= c->N) {
+                ck_assert_msg(memcmp(got->d + i * es, c->D0.img + i * es, es) == 0,
+                              "%s %s: padding of D written at (%lld, %lld)", md->name, what,
+                              (long long)m, (long long)j);
+                continue;
+            }
+            double g = dec(dt, got->d, i), S = c->S[m * c->N + j] * c->sd, w, slack;
+            if (ref) {
+                w = dec(dt, ref->d, i);
+                slack = tol * S + ulp(dt, fabs(g)) + ulp(dt, fabs(w));
+            } else {
+                w = c->t[m * c->N + j] * c->sd;
+                if (fp8d) w = w > fmax ? fmax : w < -fmax ? -fmax : w;
+                slack = tol * S + ulp(dt, fabs(w));
+            }
+            double err = fabs(g - w);
+            ck_assert_msg(!isnan(g) && !isnan(w) && err <= slack,
+                          "%s %s %lldx%lldx%lld: D(%lld, %lld) = %.9g, expected %.9g (err %.3g,"
+                          " allowed %.3g, S %.3g)", md->name, what, (long long)c->M,
+                          (long long)c->N, (long long)c->K, (long long)m, (long long)j, g, w, err,
+                          slack, S);
+            if (S > 0 && err / S > worst) worst = err / S;
+        }
+    }
+    if (fp8d) {
+        double w = ref ? ref->amax : c->amax, maxS = 0;
+        for (int64_t i = 0; i < c->M * c->N; i++) maxS = c->S[i] > maxS ? c->S[i] : maxS;
+        ck_assert_msg(!isnan(got->amax) && fabs(got->amax - w) <= tol * maxS + 1e-6 * w,
+                      "%s %s: amax %.9g, expected %.9g", md->name, what, (double)got->amax, w);
+    }
+    if (c->g) {
+        int64_t len = c->bias.cols;
+        for (int64_t i = 0; i < len; i++) {
+            double g = dec(c->bias_dt, got->bias, (size_t)i);
+            double w = ref ? dec(c->bias_dt, ref->bias, (size_t)i) : c->g[i];
+            double slack = tol * c->Sg[i] + ulp(c->bias_dt, fabs(w)) + (ref ? ulp(c->bias_dt, fabs(g)) : 0);
+            ck_assert_msg(!isnan(g) && fabs(g - w) <= slack, "%s %s: dbias[%lld] = %.9g, expected"
+                          " %.9g", md->name, what, (long long)i, g, w);
+        }
+    }
+    if (getenv("L8_GEMM_TEST_VERBOSE"))
+        printf("  %-40s %-12s %5lldx%5lldx%5lld  max err/S %.3g (tol %.3g)\n", md->name, what,
+               (long long)c->M, (long long)c->N, (long long)c->K, worst, tol);
+}
+
+/* ---- host: the reference against fp64 ---- */
+
+static const mode k_host_modes[] = {
+    { "e4m3xe4m3->bf16", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "e4m3xe4m3->f32 fast", L8_E4M3, L8_E4M3, L8_F32, 0, 1, 1.5f, 0.0f, L8_GEMM_EPI_NONE, 1, 0 },
+    { "e4m3xe4m3->e4m3", L8_E4M3, L8_E4M3, L8_E4M3, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "e4m3xe5m2->bf16", L8_E4M3, L8_E5M2, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "e5m2xe4m3->e5m2", L8_E5M2, L8_E4M3, L8_E5M2, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "e5m2xe4m3->f32 beta1", L8_E5M2, L8_E4M3, L8_F32, 0, 1, 1.0f, 1.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "e4m3xe4m3->bf16 bias", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_BIAS, 1, 0 },
+    { "e4m3xe4m3->f32 bias", L8_E4M3, L8_E4M3, L8_F32, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_BIAS, 0, 0 },
+    { "e4m3xe4m3->f16 bias", L8_E4M3, L8_E4M3, L8_F16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_BIAS, 0, 0 },
+    { "bf16 NN", L8_BF16, L8_BF16, L8_BF16, 0, 0, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "bf16 NT", L8_BF16, L8_BF16, L8_BF16, 0, 1, -0.75f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "bf16 TN", L8_BF16, L8_BF16, L8_BF16, 1, 0, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "bf16 TT", L8_BF16, L8_BF16, L8_BF16, 1, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "bf16->f32 beta1", L8_BF16, L8_BF16, L8_F32, 1, 0, 1.0f, 1.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "bf16 beta0.5 bias", L8_BF16, L8_BF16, L8_BF16, 0, 1, 2.0f, 0.5f, L8_GEMM_EPI_BIAS, 0, 0 },
+    { "bf16->f32 dbias_a", L8_BF16, L8_BF16, L8_F32, 1, 0, 1.0f, 1.0f, L8_GEMM_EPI_DBIAS_A, 0, 0 },
+    { "bf16 dbias_b", L8_BF16, L8_BF16, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_DBIAS_B, 0, 0 },
+    { "f16 NT", L8_F16, L8_F16, L8_F16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 },
+    { "f32 TT beta", L8_F32, L8_F32, L8_F32, 1, 1, 1.0f, -1.0f, L8_GEMM_EPI_BIAS, 0, 0 },
+};
+#define N_HOST_MODES (sizeof k_host_modes / sizeof k_host_modes[0])
+
+START_TEST(test_host_reference_vs_fp64)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0x6e11 + (uint64_t)_i);
+    const mode *md = &k_host_modes[_i];
+    int fp8 = l8_dtype_is_fp8(md->a);
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    int trials = l8_test_quick() ? 2 : 6;
+    for (int t = 0; t < trials; t++) {
+        /* tails everywhere the rules allow: M free, N % 8 and K % 16 for FP8 */
+        int64_t M = 1 + (int64_t)l8_rng_below(&r, 37);
+        int64_t N = fp8 ? 8 * (1 + (int64_t)l8_rng_below(&r, 5)) : 1 + (int64_t)l8_rng_below(&r, 29);
+        int64_t K = fp8 ? 16 * (1 + (int64_t)l8_rng_below(&r, 4)) : 1 + (int64_t)l8_rng_below(&r, 45);
+        gcase c;
+        case_init(&c, md, M, N, K, &r);
+        case_naive(&c);
+        result res = case_run(&c, ctx, h);
+        /* f32 accumulation over K <= 64 terms: well inside 1e-5 of S */
+        case_compare(&c, &res, NULL, 1e-5, "host vs fp64");
+        result_free(&res);
+        case_free(&c);
+    }
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* beta == 0 must not read D: a NaN-filled D gives a NaN-free result; beta
+ * accumulates exactly D = alpha AB + beta D0 (checked above); the bias is
+ * broadcast over rows. Here, specific values a reader can check by hand. */
+START_TEST(test_host_beta_and_bias_semantics)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    /* A (2,3) f32, B (2,3) f32 (trans_b = 1): AB^T is (2,2) */
+    const float av[6] = { 1, 2, 3, 4, 5, 6 }, bv[6] = { 1, 0, -1, 2, 1, 0 };
+    const float bias[2] = { 10, 20 };
+    mat A = { L8_F32, 2, 3, 3, (uint8_t *)av, sizeof av };
+    mat B = { L8_F32, 2, 3, 3, (uint8_t *)bv, sizeof bv };
+    mat Bi = { L8_F32, 1, 2, 2, (uint8_t *)bias, sizeof bias };
+    dmat a = upload(ctx, &A, 1, 1), b = upload(ctx, &B, 1, 1), bi = upload_vec(ctx, &Bi);
+    int64_t shape[2] = { 2, 2 };
+    l8_tensor *d = NULL;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &d));
+    float out[4];
+    memset(out, 0xFF, sizeof out);                /* NaN */
+    L8_CK(l8_tensor_copy_from_host(d, out, sizeof out, NULL));
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d;
+    L8_CK(l8_gemm(h, &g, NULL));                  /* beta 0 over NaN */
+    L8_CK(l8_tensor_copy_to_host(d, out, sizeof out, NULL));
+    const float e0[4] = { -2, 4, -2, 13 };        /* rows of A dot rows of B */
+    for (int i = 0; i < 4; i++) ck_assert_msg(out[i] == e0[i], "D[%d] = %g, want %g", i, out[i], e0[i]);
+    g.beta = 1.0f;                                /* accumulate: D = AB^T + D */
+    L8_CK(l8_gemm(h, &g, NULL));
+    L8_CK(l8_tensor_copy_to_host(d, out, sizeof out, NULL));
+    for (int i = 0; i < 4; i++) ck_assert_msg(out[i] == 2 * e0[i], "D[%d] = %g after +=", i, out[i]);
+    g.alpha = 0.5f; g.beta = -1.0f;               /* D = 0.5 AB^T - D + bias */
+    g.epilogue = L8_GEMM_EPI_BIAS; g.bias = bi.view;
+    L8_CK(l8_gemm(h, &g, NULL));
+    L8_CK(l8_tensor_copy_to_host(d, out, sizeof out, NULL));
+    for (int i = 0; i < 4; i++) {
+        float want = 0.5f * e0[i] - 2 * e0[i] + bias[i % 2];
+        ck_assert_msg(out[i] == want, "D[%d] = %g, want %g (bias per column)", i, out[i], want);
+    }
+    l8_gemm_stats s = stats_of(h);
+    ck_assert_uint_eq(s.calls, 3);
+    ck_assert_uint_eq(s.plans_created, 3);        /* beta != 0, then the bias: new plans */
+    l8_tensor_destroy(d);
+    dmat_free(&a); dmat_free(&b); dmat_free(&bi);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* FP8 D: amax is of the result before scale_D, overwritten (not max'ed),
+ * and the stored codes are round(t * scale_D) saturated. */
+START_TEST(test_host_fp8_output_amax)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    /* A (1,16) all 2.0 e4m3, B (8,16) row j all (j+1)*0.5 -> D[0,j] = 16 * (j+1) */
+    uint8_t ai[16], bi[8 * 16];
+    for (int k = 0; k < 16; k++) ai[k] = l8_fp8_from_f32(2.0f, L8_E4M3);
+    for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 16; k++) bi[j * 16 + k] = l8_fp8_from_f32(0.5f * (float)(j + 1), L8_E4M3);
+    mat A = { L8_E4M3, 1, 16, 16, ai, sizeof ai }, B = { L8_E4M3, 8, 16, 16, bi, sizeof bi };
+    uint8_t di[16];
+    mat D = { L8_E4M3, 1, 16, 16, di, sizeof di };
+    memset(di, 0xFF, sizeof di);
+    dmat a = upload(ctx, &A, 1, 1), b = upload(ctx, &B, 1, 1);
+    D.cols = 8;
+    dmat d = upload(ctx, &D, 4.0f, 0.25f);        /* scale_D = 4: 16*(j+1)*4 -> 448 from j = 6 */
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view;
+    L8_CK(l8_gemm(h, &g, NULL));
+    uint8_t out[16];
+    L8_CK(l8_tensor_copy_to_host(d.full, out, sizeof out, NULL));
+    for (int j = 0; j < 8; j++) {
+        double want = 64.0 * (j + 1) > 448 ? 448 : 64.0 * (j + 1);
+        double got = dec(L8_E4M3, out, (size_t)j);
+        ck_assert_msg(fabs(got - want) <= ulp(L8_E4M3, want) / 2, "D[%d] = %g, want %g", j, got, want);
+    }
+    for (int j = 8; j < 16; j++) ck_assert_uint_eq(out[j], 0xFF);
+    float amax = 0;
+    L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(d.view), NULL, NULL, &amax));
+    ck_assert_msg(amax == 128.0f, "amax %g, want 128 (before scale_D)", (double)amax);
+    dmat_free(&a); dmat_free(&b); dmat_free(&d);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- argument checks ---- */
+
+typedef struct errfix {
+    l8_ctx *ctx, *other;
+    l8_gemm_handle *h;
+    l8_tensor *t[64];
+    int n;
+} errfix;
+
+static l8_tensor *tens(errfix *f, l8_ctx *ctx, l8_dtype dt, int64_t rows, int64_t cols)
+{
+    int64_t shape[2] = { rows, cols };
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, 2, shape, &t));
+    /* fill with finite values so a call that wrongly runs does not trip on NaN */
+    size_t nb = l8_tensor_nbytes(t);
+    uint8_t *z = calloc(1, nb ? nb : 1);
+    ck_assert_ptr_nonnull(z);
+    L8_CK(l8_tensor_copy_from_host(t, z, nb, NULL));
+    free(z);
+    ck_assert_int_lt(f->n, 64);
+    f->t[f->n++] = t;
+    return t;
+}
+
+static l8_tensor *keep(errfix *f, l8_tensor *t)
+{
+    ck_assert_int_lt(f->n, 64);
+    f->t[f->n++] = t;
+    return t;
+}
+
+/* Expect st from l8_gemm with a reason in the last error, and no side effect
+ * on the plan cache. */
+static void expect(errfix *f, const l8_gemm_desc *g, l8_status want, const char *why)
+{
+    l8_gemm_stats before = stats_of(f->h);
+    l8_error_clear();
+    l8_status st = l8_gemm(f->h, g, NULL);
+    ck_assert_msg(st == want, "%s: got %s (%s), wanted %s", why, l8_status_name(st),
+                  l8_last_error_string(), l8_status_name(want));
+    ck_assert_msg(strlen(l8_last_error()->message) > 10, "%s: no reason given", why);
+    l8_gemm_stats after = stats_of(f->h);
+    ck_assert_uint_eq(after.plans_created, before.plans_created);
+    ck_assert_uint_eq(after.calls, before.calls);
+}
+
+START_TEST(test_host_argument_errors)
+{
+    errfix f = { 0 };
+    f.ctx = make_ctx("host");
+    f.other = make_ctx("host");
+    f.h = make_handle(f.ctx, 0);
+    l8_tensor *x8 = tens(&f, f.ctx, L8_E4M3, 32, 64), *w8 = tens(&f, f.ctx, L8_E4M3, 48, 64);
+    l8_tensor *x5 = tens(&f, f.ctx, L8_E5M2, 32, 64), *w5 = tens(&f, f.ctx, L8_E5M2, 48, 64);
+    l8_tensor *y16 = tens(&f, f.ctx, L8_BF16, 32, 48), *y32 = tens(&f, f.ctx, L8_F32, 32, 48);
+    l8_tensor *xb = tens(&f, f.ctx, L8_BF16, 32, 64), *wb = tens(&f, f.ctx, L8_BF16, 48, 64);
+    l8_tensor *wf = tens(&f, f.ctx, L8_F32, 48, 64);
+    l8_tensor *y8 = tens(&f, f.ctx, L8_E4M3, 32, 48);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT, ok = L8_GEMM_DESC_INIT;
+    ok.a = x8; ok.b = w8; ok.d = y16;
+    L8_CK(l8_gemm(f.h, &ok, NULL));               /* the baseline is valid */
+
+    ck_assert_int_eq(l8_gemm(NULL, &ok, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(l8_gemm(f.h, NULL, NULL), L8_ERR_INVALID_ARG);
+    g = ok; g.size = sizeof g - 1;       expect(&f, &g, L8_ERR_INVALID_ARG, "desc size");
+    g = ok; g.a = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL a");
+    g = ok; g.b = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL b");
+    g = ok; g.d = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL d");
+    g = ok; g.a = x5; g.b = w5;          expect(&f, &g, L8_ERR_UNSUPPORTED, "e5m2 x e5m2");
+    g = ok; g.b = wb;                    expect(&f, &g, L8_ERR_UNSUPPORTED, "e4m3 x bf16");
+    g = ok; g.a = xb; g.b = wf;          expect(&f, &g, L8_ERR_INVALID_ARG, "bf16 x f32 mismatch");
+    g = ok; g.a = xb; g.b = wb; g.d = y8; expect(&f, &g, L8_ERR_UNSUPPORTED, "bf16 -> e4m3 D");
+    g = ok; g.a = x5; g.b = w8; g.d = y16; L8_CK(l8_gemm(f.h, &g, NULL));  /* e5m2 x e4m3 is fine */
+    {   /* an E5M2 D needs an E5M2 input */
+        l8_tensor *y5 = tens(&f, f.ctx, L8_E5M2, 32, 48);
+        g = ok; g.d = y5;                expect(&f, &g, L8_ERR_UNSUPPORTED, "e4m3 x e4m3 -> e5m2");
+    }
+    g = ok; g.trans_b = 0;               expect(&f, &g, L8_ERR_INVALID_ARG, "K mismatch (48 vs 64)");
+    {   /* FP8 with a transposed layout: (K,M) x (K,N), shapes chain but the layout is NN/TN */
+        l8_tensor *at = tens(&f, f.ctx, L8_E4M3, 64, 32), *bt = tens(&f, f.ctx, L8_E4M3, 64, 48);
+        g = ok; g.a = at; g.trans_a = 1;  expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 trans_a = 1");
+        g = ok; g.b = bt; g.trans_b = 0;  expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 trans_b = 0");
+    }
+    {   /* K % 16 != 0 */
+        l8_tensor *xk = tens(&f, f.ctx, L8_E4M3, 32, 40), *wk = tens(&f, f.ctx, L8_E4M3, 48, 40);
+        g = ok; g.a = xk; g.b = wk;      expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 K = 40");
+    }
+    {   /* leading dimension not a multiple of 16 bytes: a (32, 64) view of (32, 72) rows */
+        l8_tensor *wide = tens(&f, f.ctx, L8_E4M3, 32, 72), *v = NULL;
+        L8_CK(l8_tensor_narrow(wide, 1, 0, 64, &v));
+        keep(&f, v);
+        g = ok; g.a = v;                 expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 lda = 72");
+        /* misaligned pointer: columns 1..64 of (32, 80) rows: ld 80 is fine, the pointer is not */
+        l8_tensor *wider = tens(&f, f.ctx, L8_E4M3, 32, 80), *v2 = NULL;
+        L8_CK(l8_tensor_narrow(wider, 1, 1, 64, &v2));
+        keep(&f, v2);
+        g = ok; g.a = v2;                expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 pointer + 1");
+    }
+    {   /* N = 44: 44 * 2 bytes is not a multiple of 16 for a bf16 D */
+        l8_tensor *wn = tens(&f, f.ctx, L8_E4M3, 44, 64), *yn = tens(&f, f.ctx, L8_BF16, 32, 44);
+        g = ok; g.b = wn; g.d = yn;      expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 N = 44");
+    }
+    g = ok; g.d = y8; g.beta = 1.0f;     expect(&f, &g, L8_ERR_UNSUPPORTED, "FP8 D with beta");
+    g = ok; g.d = y32;
+    g.d = tens(&f, f.ctx, L8_F32, 31, 48); expect(&f, &g, L8_ERR_INVALID_ARG, "D rows");
+    {
+        int64_t s1[1] = { 64 };
+        l8_tensor *v1 = NULL;
+        L8_CK(l8_tensor_empty(f.ctx, L8_E4M3, 1, s1, &v1));
+        keep(&f, v1);
+        g = ok; g.a = v1;                expect(&f, &g, L8_ERR_INVALID_ARG, "1-D a");
+        l8_tensor *tr = NULL;           /* a transposed view: inner stride != 1 */
+        L8_CK(l8_tensor_transpose(tens(&f, f.ctx, L8_BF16, 64, 32), 0, 1, &tr));
+        keep(&f, tr);
+        g = ok; g.a = tr; g.b = wb;      expect(&f, &g, L8_ERR_INVALID_ARG, "inner stride");
+    }
+    g = ok; g.trans_a = 2;               expect(&f, &g, L8_ERR_INVALID_ARG, "trans_a = 2");
+    g = ok; g.alpha = NAN;               expect(&f, &g, L8_ERR_INVALID_ARG, "alpha NaN");
+    g = ok; g.beta = INFINITY;           expect(&f, &g, L8_ERR_INVALID_ARG, "beta inf");
+    g = ok; g.epilogue = (l8_gemm_epilogue)7; expect(&f, &g, L8_ERR_INVALID_ARG, "epilogue 7");
+    {
+        int64_t n48 = 48, n32 = 32;
+        l8_tensor *bias = NULL, *bias32 = NULL, *biasf = NULL, *biasb32 = NULL;
+        L8_CK(l8_tensor_empty(f.ctx, L8_BF16, 1, &n48, &bias)); keep(&f, bias);
+        uint16_t ones[48];
+        for (int i = 0; i < 48; i++) ones[i] = l8_bf16_from_f32(1.0f);
+        L8_CK(l8_tensor_copy_from_host(bias, ones, sizeof ones, NULL));
+        L8_CK(l8_tensor_empty(f.ctx, L8_BF16, 1, &n32, &bias32)); keep(&f, bias32);
+        L8_CK(l8_tensor_empty(f.ctx, L8_F32, 1, &n48, &biasf)); keep(&f, biasf);
+        L8_CK(l8_tensor_empty(f.ctx, L8_BF16, 1, &n32, &biasb32)); keep(&f, biasb32);
+        g = ok; g.bias = bias;           expect(&f, &g, L8_ERR_INVALID_ARG, "bias with no epilogue");
+        g = ok; g.epilogue = L8_GEMM_EPI_BIAS; expect(&f, &g, L8_ERR_INVALID_ARG, "bias missing");
+        g.bias = bias32;                 expect(&f, &g, L8_ERR_INVALID_ARG, "bias length");
+        g.bias = biasf;                  expect(&f, &g, L8_ERR_INVALID_ARG, "FP8 bias f32");
+        g.bias = bias;                   L8_CK(l8_gemm(f.h, &g, NULL));
+        g = ok; g.epilogue = L8_GEMM_EPI_DBIAS_A; g.bias = biasb32;
+        expect(&f, &g, L8_ERR_UNSUPPORTED, "dbias with FP8");
+        g = ok; g.a = xb; g.b = wb; g.epilogue = L8_GEMM_EPI_DBIAS_A; g.bias = biasb32;
+        L8_CK(l8_gemm(f.h, &g, NULL));
+        g.alpha = 2.0f;                  expect(&f, &g, L8_ERR_UNSUPPORTED, "dbias with alpha 2");
+    }
+    {   /* D overlapping A in one storage */
+        l8_tensor *big = tens(&f, f.ctx, L8_BF16, 64, 64), *top = NULL, *bot = NULL, *mid = NULL;
+        L8_CK(l8_tensor_narrow(big, 0, 0, 32, &top)); keep(&f, top);
+        L8_CK(l8_tensor_narrow(big, 0, 32, 32, &bot)); keep(&f, bot);
+        L8_CK(l8_tensor_narrow(big, 0, 16, 32, &mid)); keep(&f, mid);
+        l8_tensor *w = tens(&f, f.ctx, L8_BF16, 64, 64);
+        g = ok; g.a = top; g.b = w; g.d = mid; expect(&f, &g, L8_ERR_INVALID_ARG, "D overlaps A");
+        g.d = bot;                        L8_CK(l8_gemm(f.h, &g, NULL));  /* disjoint halves */
+    }
+    {   /* another context's tensor or stream */
+        l8_tensor *xo = tens(&f, f.other, L8_E4M3, 32, 64);
+        g = ok; g.a = xo;                expect(&f, &g, L8_ERR_INVALID_ARG, "tensor of another ctx");
+        l8_status st = l8_gemm(f.h, &ok, l8_ctx_stream(f.other, L8_STREAM_COMPUTE));
+        ck_assert_int_eq(st, L8_ERR_INVALID_ARG);
+    }
+    {   /* handle configuration */
+        l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+        l8_gemm_handle *h2 = NULL;
+        cfg.autotune = 5;
+        ck_assert_int_eq(l8_gemm_handle_create(f.ctx, &cfg, &h2), L8_ERR_INVALID_ARG);
+        ck_assert_ptr_null(h2);
+        cfg = (l8_gemm_config)L8_GEMM_CONFIG_INIT;
+        cfg.size = 8;
+        ck_assert_int_eq(l8_gemm_handle_create(f.ctx, &cfg, &h2), L8_ERR_INVALID_ARG);
+        ck_assert_int_eq(l8_gemm_handle_create(NULL, NULL, &h2), L8_ERR_INVALID_ARG);
+        ck_assert_int_eq(l8_gemm_handle_create(f.ctx, NULL, NULL), L8_ERR_INVALID_ARG);
+        l8_gemm_stats s = { .size = 4 };
+        ck_assert_int_eq(l8_gemm_get_stats(f.h, &s), L8_ERR_INVALID_ARG);
+        l8_gemm_handle_destroy(NULL);
+    }
+    for (int i = 0; i < f.n; i++) l8_tensor_destroy(f.t[i]);
+    l8_gemm_handle_destroy(f.h);
+    l8_ctx_destroy(f.other);
+    l8_ctx_destroy(f.ctx);
+}
+END_TEST
+
+/* A failed call writes nothing: D keeps its poison. */
+START_TEST(test_host_failed_call_writes_nothing)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    l8_rng r;
+    l8_rng_init(&r, 77);
+    mat A = mat_new(L8_E5M2, 16, 32, 32, &r, 2), B = mat_new(L8_E5M2, 16, 32, 32, &r, 2);
+    mat D = mat_new(L8_BF16, 16, 16, 16, NULL, 0);
+    dmat a = upload(ctx, &A, 1, 1), b = upload(ctx, &B, 1, 1), d = upload(ctx, &D, 1, 1);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view;
+    ck_assert_int_eq(l8_gemm(h, &g, NULL), L8_ERR_UNSUPPORTED);
+    uint8_t *out = malloc(D.bytes);
+    ck_assert_ptr_nonnull(out);
+    L8_CK(l8_tensor_copy_to_host(d.full, out, D.bytes, NULL));
+    ck_assert(memcmp(out, D.img, D.bytes) == 0);
+    free(out);
+    dmat_free(&a); dmat_free(&b); dmat_free(&d);
+    free(A.img); free(B.img); free(D.img);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- the plan cache ---- */
+
+static void run_shape(l8_ctx *ctx, l8_gemm_handle *h, int64_t M, int64_t N, int64_t K, int64_t ldb)
+{
+    l8_rng r;
+    l8_rng_init(&r, (uint64_t)(M * 1000003 + N * 1009 + K));
+    mat A = mat_new(L8_BF16, M, K, K, &r, 1), B = mat_new(L8_BF16, N, K, ldb, &r, 1);
+    mat D = mat_new(L8_BF16, M, N, N, NULL, 0);
+    dmat a = upload(ctx, &A, 1, 1), b = upload(ctx, &B, 1, 1), d = upload(ctx, &D, 1, 1);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view;
+    L8_CK(l8_gemm(h, &g, NULL));
+    dmat_free(&a); dmat_free(&b); dmat_free(&d);
+    free(A.img); free(B.img); free(D.img);
+}
+
+START_TEST(test_host_plan_cache)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    cfg.max_plans = 3;
+    cfg.autotune = 0;
+    l8_gemm_handle *h = NULL;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    ck_assert_int_eq(l8_gemm_autotune_enabled(h), 0);
+    run_shape(ctx, h, 8, 8, 8, 8);
+    l8_gemm_stats s = stats_of(h);
+    ck_assert_uint_eq(s.plans_created, 1);
+    ck_assert_uint_eq(s.plan_hits, 0);
+    run_shape(ctx, h, 8, 8, 8, 8);                 /* same key: a hit, no new plan */
+    s = stats_of(h);
+    ck_assert_uint_eq(s.plans_created, 1);
+    ck_assert_uint_eq(s.plan_hits, 1);
+    ck_assert_uint_eq(s.calls, 2);
+    run_shape(ctx, h, 8, 8, 8, 12);                /* another leading dimension: a new plan */
+    run_shape(ctx, h, 9, 8, 8, 8);                 /* another M: a new plan */
+    s = stats_of(h);
+    ck_assert_uint_eq(s.plans_created, 3);
+    ck_assert_uint_eq(s.plans_cached, 3);
+    ck_assert_uint_eq(s.cache_flushes, 0);
+    run_shape(ctx, h, 10, 8, 8, 8);                /* the cache is full: emptied, then 1 */
+    s = stats_of(h);
+    ck_assert_uint_eq(s.cache_flushes, 1);
+    ck_assert_uint_eq(s.plans_cached, 1);
+    run_shape(ctx, h, 8, 8, 8, 8);                 /* flushed earlier: built again */
+    s = stats_of(h);
+    ck_assert_uint_eq(s.plans_created, 5);
+    ck_assert_uint_eq(s.plan_hits, 1);
+    ck_assert_uint_eq(s.autotuned, 0);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_host_autotune_switch)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    l8_gemm_handle *h = NULL;
+    setenv("L8_GEMM_AUTOTUNE", "1", 1);
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));   /* autotune = -1: from the environment */
+    ck_assert_int_eq(l8_gemm_autotune_enabled(h), 1);
+    l8_gemm_handle_destroy(h);
+    unsetenv("L8_GEMM_AUTOTUNE");
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    ck_assert_int_eq(l8_gemm_autotune_enabled(h), 0);
+    l8_gemm_handle_destroy(h);
+    cfg.autotune = 1;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    ck_assert_int_eq(l8_gemm_autotune_enabled(h), 1);
+    run_shape(ctx, h, 4, 4, 4, 4);                 /* the host has nothing to tune */
+    ck_assert_uint_eq(stats_of(h).autotuned, 0);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- GPU: cuBLASLt against the host reference ---- */
+
+static const mode k_gpu_modes[] = {
+    /* FP8 accumulation: fast is the tensor cores' reduced-precision sum; the
+     * split path promotes partial sums, so it is much tighter */
+    { "fp8 e4m3xe4m3->bf16 fast", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 1, 2e-2 },
+    { "fp8 e4m3xe4m3->bf16", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e4m3xe4m3->f32", L8_E4M3, L8_E4M3, L8_F32, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e4m3xe4m3->e4m3 amax", L8_E4M3, L8_E4M3, L8_E4M3, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e4m3xe5m2->bf16", L8_E4M3, L8_E5M2, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e5m2xe4m3->e5m2 amax", L8_E5M2, L8_E4M3, L8_E5M2, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e5m2xe4m3->f32 beta1 (wgrad)", L8_E5M2, L8_E4M3, L8_F32, 0, 1, 1.0f, 1.0f, L8_GEMM_EPI_NONE, 0, 2e-3 },
+    { "fp8 e4m3xe4m3->bf16 bias fast (fprop)", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_BIAS, 1, 2e-2 },
+    { "fp8 e4m3xe4m3->f32 bias alpha", L8_E4M3, L8_E4M3, L8_F32, 0, 1, 0.5f, 0.0f, L8_GEMM_EPI_BIAS, 0, 2e-3 },
+    { "bf16 NT", L8_BF16, L8_BF16, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 1e-4 },
+    { "bf16 NN", L8_BF16, L8_BF16, L8_BF16, 0, 0, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 1e-4 },
+    { "bf16 TN->f32 beta1", L8_BF16, L8_BF16, L8_F32, 1, 0, 1.0f, 1.0f, L8_GEMM_EPI_NONE, 0, 1e-4 },
+    { "bf16 bias", L8_BF16, L8_BF16, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_BIAS, 0, 1e-4 },
+    { "bf16->f32 dbias_a beta1 (wgrad)", L8_BF16, L8_BF16, L8_F32, 1, 0, 1.0f, 1.0f, L8_GEMM_EPI_DBIAS_A, 0, 1e-4 },
+    { "bf16 dbias_b", L8_BF16, L8_BF16, L8_BF16, 0, 0, 1.0f, 0.0f, L8_GEMM_EPI_DBIAS_B, 0, 1e-4 },
+    { "f16 NT", L8_F16, L8_F16, L8_F16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 1e-4 },
+    { "f32 NT", L8_F32, L8_F32, L8_F32, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 1e-5 },
+    { "f32 TT beta", L8_F32, L8_F32, L8_F32, 1, 1, 1.0f, -0.5f, L8_GEMM_EPI_BIAS, 0, 1e-5 },
+};
+#define N_GPU_MODES (sizeof k_gpu_modes / sizeof k_gpu_modes[0])
+
+/* GPU and host runs of one case, compared. */
+static void gpu_case(l8_ctx *gctx, l8_gemm_handle *gh, l8_ctx *hctx, l8_gemm_handle *hh,
+                     const mode *md, int64_t M, int64_t N, int64_t K, l8_rng *r)
+{
+    gcase c;
+    case_init(&c, md, M, N, K, r);
+    case_naive(&c);
+    result want = case_run(&c, hctx, hh);
+    result got = case_run(&c, gctx, gh);
+    case_compare(&c, &got, &want, md->tol, "gpu vs host");
+    result_free(&want);
+    result_free(&got);
+    case_free(&c);
+}
+
+static void done_gpu(l8_ctx *ctx)
+{
+    l8_alloc_stats s = { .size = sizeof s };
+    L8_CK(l8_ctx_synchronize(ctx));
+    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
+    ck_assert_msg(s.allocated_bytes == 0, "%llu bytes still allocated",
+                  (unsigned long long)s.allocated_bytes);
+    l8_ctx_destroy(ctx);
+}
+
+START_TEST(test_gpu_gemm_modes)
+{
+    const mode *md = &k_gpu_modes[_i];
+    l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
+    l8_gemm_handle *gh = make_handle(g, 0), *hh = make_handle(h, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0x9e3 + (uint64_t)_i);
+    static const int64_t shapes[][3] = { { 64, 48, 32 }, { 256, 128, 512 }, { 1024, 1024, 1024 } };
+    int n_shapes = l8_test_quick() ? 2 : 3;
+    for (int s = 0; s < n_shapes; s++)
+        gpu_case(g, gh, h, hh, md, shapes[s][0], shapes[s][1], shapes[s][2], &r);
+    if (!l8_dtype_is_fp8(md->a))                   /* non-FP8: odd sizes and 2-byte alignment */
+        gpu_case(g, gh, h, hh, md, 33, 17, 9, &r);
+    else                                           /* FP8: M free, N and K at their minimum steps */
+        gpu_case(g, gh, h, hh, md, 37, l8_dtype_is_fp8(md->d) ? 32 : 24, 48, &r);
+    l8_gemm_stats st = stats_of(gh);
+    ck_assert_uint_eq(st.calls, (uint64_t)n_shapes + 1);
+    l8_gemm_handle_destroy(gh);
+    l8_gemm_handle_destroy(hh);
+    l8_ctx_destroy(h);
+    done_gpu(g);
+}
+END_TEST
+
+/* The second call of one shape creates no plan and gives the same bits. */
+START_TEST(test_gpu_plan_cache_hit)
+{
+    const mode *md = &k_gpu_modes[0];
+    l8_ctx *g = make_ctx("cuda:0");
+    l8_gemm_handle *gh = make_handle(g, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0xcac4e);
+    gcase c;
+    case_init(&c, md, 256, 128, 512, &r);
+    result first = case_run(&c, g, gh);
+    l8_gemm_stats s = stats_of(gh);
+    ck_assert_uint_eq(s.plans_created, 1);
+    ck_assert_uint_eq(s.plan_hits, 0);
+    result second = case_run(&c, g, gh);          /* new tensors, same key */
+    s = stats_of(gh);
+    ck_assert_uint_eq(s.plans_created, 1);
+    ck_assert_uint_eq(s.plan_hits, 1);
+    ck_assert_uint_eq(s.plans_cached, 1);
+    ck_assert(memcmp(first.d, second.d, c.D0.bytes) == 0);
+    /* the compute stream and the copy stream get workspaces of their own */
+    dmat A = upload(g, &c.A, 1.0f / c.sa, c.sa), B = upload(g, &c.B, 1.0f / c.sb, c.sb),
+         D = upload(g, &c.D0, 1, 1);
+    l8_gemm_desc gd = L8_GEMM_DESC_INIT;
+    gd.a = A.view; gd.b = B.view; gd.d = D.view; gd.fast_accum = md->fast;
+    l8_stream *cp = l8_ctx_stream(g, L8_STREAM_COPY);
+    L8_CK(l8_gemm(gh, &gd, cp));
+    uint8_t *third = malloc(c.D0.bytes);
+    ck_assert_ptr_nonnull(third);
+    L8_CK(l8_tensor_copy_to_host(D.full, third, c.D0.bytes, cp));
+    L8_CK(l8_stream_synchronize(cp));
+    ck_assert(memcmp(first.d, third, c.D0.bytes) == 0);
+    ck_assert_uint_eq(stats_of(gh).plans_created, 1);
+    free(third);
+    dmat_free(&A); dmat_free(&B); dmat_free(&D);
+    result_free(&first);
+    result_free(&second);
+    case_free(&c);
+    l8_gemm_handle_destroy(gh);
+    done_gpu(g);
+}
+END_TEST
+
+/* Autotuning times several algorithms on scratch outputs: D (accumulated
+ * with beta = 1), amax and dbias must come out as from a single GEMM. */
+START_TEST(test_gpu_autotune)
+{
+    l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
+    l8_gemm_handle *gh = make_handle(g, 1), *hh = make_handle(h, 0);
+    ck_assert_int_eq(l8_gemm_autotune_enabled(gh), 1);
+    l8_rng r;
+    l8_rng_init(&r, 0xa070);
+    const mode *modes[] = { &k_gpu_modes[6], &k_gpu_modes[3], &k_gpu_modes[13], &k_gpu_modes[9] };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        l8_rng_init(&r, 0xa070 + i);              /* the repeat below draws the same lds */
+        gpu_case(g, gh, h, hh, modes[i], 512, 512, 1024, &r);
+    }
+    l8_gemm_stats s = stats_of(gh);
+    ck_assert_uint_eq(s.plans_created, 4);
+    /* bf16 512x512x1024 has many algorithms: at least that plan was timed */
+    ck_assert_uint_ge(s.autotuned, 1);
+    ck_assert_uint_ge(s.autotune_trials, 2 * s.autotuned);
+    l8_rng_init(&r, 0xa070);
+    gpu_case(g, gh, h, hh, modes[0], 512, 512, 1024, &r);   /* tuned plan reused */
+    ck_assert_uint_eq(stats_of(gh).plans_created, 4);
+    ck_assert_uint_eq(stats_of(gh).plan_hits, 1);
+    l8_gemm_handle_destroy(gh);
+    l8_gemm_handle_destroy(hh);
+    l8_ctx_destroy(h);
+    done_gpu(g);
+}
+END_TEST
+
+/* The default handle lets cuBLASLt keep split-K partial sums in bf16: each
+ * partial is rounded once more, so the bound is 2^-8 S rather than f32's. */
+START_TEST(test_gpu_default_reduction)
+{
+    static const mode md[] = {
+        { "bf16 NT default reduction", L8_BF16, L8_BF16, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 4e-3 },
+        { "fp8->bf16 fast default reduction", L8_E4M3, L8_E4M3, L8_BF16, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 1, 2e-2 },
+    };
+    l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
+    l8_gemm_handle *gh = NULL, *hh = make_handle(h, 0);
+    L8_CK(l8_gemm_handle_create(g, NULL, &gh));
+    l8_rng r;
+    l8_rng_init(&r, 0xde7);
+    for (int i = 0; i < 2; i++) {
+        gpu_case(g, gh, h, hh, &md[i], 1024, 1024, 1024, &r);
+        gpu_case(g, gh, h, hh, &md[i], 128, 256, 4096, &r);   /* a split-K shape */
+    }
+    l8_gemm_handle_destroy(gh);
+    l8_gemm_handle_destroy(hh);
+    l8_ctx_destroy(h);
+    done_gpu(g);
+}
+END_TEST
+
+/* Validation is the same on the GPU; nothing is built for a bad call. */
+START_TEST(test_gpu_errors)
+{
+    l8_ctx *g = make_ctx("cuda:0");
+    l8_gemm_handle *gh = make_handle(g, 0);
+    l8_rng r;
+    l8_rng_init(&r, 5);
+    mat A = mat_new(L8_E5M2, 16, 32, 32, &r, 2), B = mat_new(L8_E5M2, 16, 32, 32, &r, 2);
+    mat Bkn = mat_new(L8_E4M3, 32, 16, 16, &r, 2);  /* (K,N): the NN layout */
+    mat D = mat_new(L8_BF16, 16, 16, 16, NULL, 0);
+    dmat a = upload(g, &A, 1, 1), b = upload(g, &B, 1, 1), bkn = upload(g, &Bkn, 1, 1),
+         d = upload(g, &D, 1, 1);
+    l8_gemm_desc gd = L8_GEMM_DESC_INIT;
+    gd.a = a.view; gd.b = b.view; gd.d = d.view;
+    L8_CK_ST(l8_gemm(gh, &gd, NULL), L8_ERR_UNSUPPORTED);      /* e5m2 x e5m2 */
+    gd.b = bkn.view; gd.trans_b = 0;
+    L8_CK_ST(l8_gemm(gh, &gd, NULL), L8_ERR_UNSUPPORTED);      /* FP8 not TN */
+    ck_assert_uint_eq(stats_of(gh).plans_created, 0);
+    dmat_free(&a); dmat_free(&b); dmat_free(&bkn); dmat_free(&d);
+    free(A.img); free(B.img); free(Bkn.img); free(D.img);
+    l8_gemm_handle_destroy(gh);
+    done_gpu(g);
+}
+END_TEST
+
+Suite *l8_gemm_suite(void)
+{
+    Suite *s = suite_create("gemm");
+    TCase *tc = tcase_create("gemm-host");
+    tcase_set_tags(tc, "host");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_host_reference_vs_fp64, 0, (int)N_HOST_MODES);
+    tcase_add_test(tc, test_host_beta_and_bias_semantics);
+    tcase_add_test(tc, test_host_fp8_output_amax);
+    tcase_add_test(tc, test_host_argument_errors);
+    tcase_add_test(tc, test_host_failed_call_writes_nothing);
+    tcase_add_test(tc, test_host_plan_cache);
+    tcase_add_test(tc, test_host_autotune_switch);
+    suite_add_tcase(s, tc);
+
+    TCase *tg = tcase_create("gemm-gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 600);
+    tcase_add_loop_test(tg, test_gpu_gemm_modes, 0, (int)N_GPU_MODES);
+    tcase_add_test(tg, test_gpu_plan_cache_hit);
+    tcase_add_test(tg, test_gpu_autotune);
+    tcase_add_test(tg, test_gpu_default_reduction);
+    tcase_add_test(tg, test_gpu_errors);
+    suite_add_tcase(s, tg);
+    return s;
+}

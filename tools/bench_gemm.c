@@ -1,0 +1,241 @@
+/* bench_gemm.c - `lean8-bench gemm`: cuBLASLt GEMMs through l8_gemm on the
+ * TARGETS.md shapes, with the heuristic's first algorithm and autotuned.
+ *
+ * Modes, all row-major D[M,N] = A[M,K] . B[N,K]^T (the Linear fprop layout,
+ * cuBLASLt TN), random data:
+ *   fp8_fast  E4M3 x E4M3 -> bf16, fast accumulation
+ *   fp8       E4M3 x E4M3 -> bf16, split (precise) accumulation
+ *   bf16      bf16 x bf16 -> bf16
+ * Each: 3 warm-up calls (the first builds the plan, and autotunes on the
+ * tuned handle), then `reps` blocks of `iters` back-to-back calls timed with
+ * CUDA events on the compute stream; the median block gives TFLOP/s =
+ * 2 M N K / time. JSON keys: <mode>_<M>x<N>x<K>_tflops (heuristic) and
+ * <mode>_<M>x<N>x<K>_tuned_tflops; tools/bench_torch_gemm.py writes the same
+ * keys for PyTorch and tools/bench_ratio.py prints the ratios.
+ *
+ * Operands are carved out of one storage per role sized for the largest
+ * shape and filled once (random values, never zeros), so the run uploads
+ * ~1 GiB once instead of per shape.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tools/bench.h"
+#include "ops/gemm.h"
+#include "ops/fp8.h"
+
+static const int64_t k_shapes[][3] = {
+    { 8192, 8192, 8192 }, { 16384, 4096, 4096 }, { 4096, 4096, 4096 },
+    { 16384, 12288, 4096 }, { 16384, 4096, 16384 },
+};
+#define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
+
+typedef struct gmode {
+    const char *name;
+    l8_dtype in;
+    int fast;
+} gmode;
+static const gmode k_modes[] = {
+    { "fp8_fast", L8_E4M3, 1 }, { "fp8", L8_E4M3, 0 }, { "bf16", L8_BF16, 0 },
+};
+#define NMODES (sizeof k_modes / sizeof k_modes[0])
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rng(void)
+{
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 0x2545F4914F6CDD1Dull;
+}
+
+/* Fill `elems` elements of dt at byte offset 0 of st with values of about
+ * unit size, uploaded in 64 MiB chunks. */
+static int fill(l8_storage *st, l8_dtype dt, int64_t elems)
+{
+    const int64_t chunk = (64 << 20) / (int64_t)l8_dtype_size(dt);
+    size_t es = l8_dtype_size(dt);
+    uint8_t *host = malloc((size_t)chunk * es);
+    uint8_t table8[256];
+    uint16_t table16[256];
+    if (!host) return -1;
+    for (int i = 0; i < 256; i++) {              /* 256 values in [-2, 2), none zero */
+        float v = ((float)i - 127.5f) / 64.0f;
+        table8[i] = l8_fp8_from_f32(v, L8_E4M3);
+        table16[i] = l8_bf16_from_f32(v);
+    }
+    int rc = 0;
+    for (int64_t off = 0; off < elems && rc == 0; off += chunk) {
+        int64_t n = elems - off < chunk ? elems - off : chunk;
+        for (int64_t i = 0; i < n; i += 8) {
+            uint64_t r = rng();
+            for (int b = 0; b < 8 && i + b < n; b++, r >>= 8) {
+                if (dt == L8_E4M3) host[i + b] = table8[r & 255];
+                else memcpy(host + 2 * (i + b), &table16[r & 255], 2);
+            }
+        }
+        l8_tensor *v = NULL;
+        if (l8_tensor_from_storage(st, (size_t)off * es, dt, 1, &n, NULL, &v) != L8_OK ||
+            l8_tensor_copy_from_host(v, host, (size_t)n * es, NULL) != L8_OK)
+            rc = -1;
+        l8_tensor_destroy(v);
+    }
+    free(host);
+    return rc;
+}
+
+typedef struct operands {
+    l8_storage *a, *b, *d;
+    l8_fp8_meta *meta;            /* scale_inv 1 for both FP8 operands */
+} operands;
+
+/* Median milliseconds per call of `desc` on h, or -1 (error printed). */
+static double time_gemm(l8_ctx *ctx, l8_gemm_handle *h, const l8_gemm_desc *desc, int reps,
+                        int quick)
+{
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_event *e0 = NULL, *e1 = NULL;
+    double *t = calloc((size_t)reps, sizeof *t), res = -1;
+    float ms = 0;
+    if (!t || l8_event_create(ctx, 1, &e0) != L8_OK || l8_event_create(ctx, 1, &e1) != L8_OK)
+        goto out;
+    for (int i = 0; i < 3; i++)
+        if (l8_gemm(h, desc, s) != L8_OK) goto out;
+    /* one timed call sizes the blocks to ~50 ms (quick: ~10 ms) */
+    if (l8_event_record(e0, s) != L8_OK || l8_gemm(h, desc, s) != L8_OK ||
+        l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+        l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+        goto out;
+    int iters = (int)((quick ? 10.0 : 50.0) / (ms > 1e-3 ? ms : 1e-3));
+    iters = iters < 3 ? 3 : iters > 500 ? 500 : iters;
+    for (int r = 0; r < reps; r++) {
+        if (l8_event_record(e0, s) != L8_OK) goto out;
+        for (int i = 0; i < iters; i++)
+            if (l8_gemm(h, desc, s) != L8_OK) goto out;
+        if (l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+            l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+            goto out;
+        t[r] = ms / iters;
+    }
+    res = bench_median(t, (size_t)reps);
+out:
+    if (res < 0) fprintf(stderr, "gemm: %s\n", l8_last_error_string());
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    free(t);
+    return res;
+}
+
+static int run_mode(l8_ctx *ctx, const gmode *md, l8_gemm_handle *h[2], const bench_opts *o,
+                    bench_json *j, double tf[NSHAPES][2])
+{
+    int64_t max_mk = 0, max_nk = 0, max_mn = 0;
+    for (size_t i = 0; i < NSHAPES; i++) {
+        int64_t M = k_shapes[i][0], N = k_shapes[i][1], K = k_shapes[i][2];
+        if (M * K > max_mk) max_mk = M * K;
+        if (N * K > max_nk) max_nk = N * K;
+        if (M * N > max_mn) max_mn = M * N;
+    }
+    size_t es = l8_dtype_size(md->in);
+    operands op = { 0 };
+    int rc = 1;
+    if (l8_storage_create(ctx, (size_t)max_mk * es, NULL, &op.a) != L8_OK ||
+        l8_storage_create(ctx, (size_t)max_nk * es, NULL, &op.b) != L8_OK ||
+        l8_storage_create(ctx, (size_t)max_mn * 2, NULL, &op.d) != L8_OK ||
+        fill(op.a, md->in, max_mk) || fill(op.b, md->in, max_nk))
+        goto out;
+    if (md->in == L8_E4M3 && l8_fp8_meta_create(ctx, &op.meta) != L8_OK) goto out;
+    for (size_t i = 0; i < NSHAPES; i++) {
+        int64_t M = k_shapes[i][0], N = k_shapes[i][1], K = k_shapes[i][2];
+        int64_t sa[2] = { M, K }, sb[2] = { N, K }, sd[2] = { M, N };
+        l8_tensor *a = NULL, *b = NULL, *d = NULL;
+        if (l8_tensor_from_storage(op.a, 0, md->in, 2, sa, NULL, &a) != L8_OK ||
+            l8_tensor_from_storage(op.b, 0, md->in, 2, sb, NULL, &b) != L8_OK ||
+            l8_tensor_from_storage(op.d, 0, L8_BF16, 2, sd, NULL, &d) != L8_OK ||
+            (op.meta && (l8_tensor_set_fp8_meta(a, op.meta) != L8_OK ||
+                         l8_tensor_set_fp8_meta(b, op.meta) != L8_OK))) {
+            l8_tensor_destroy(a); l8_tensor_destroy(b); l8_tensor_destroy(d);
+            goto out;
+        }
+        l8_gemm_desc g = L8_GEMM_DESC_INIT;
+        g.a = a; g.b = b; g.d = d;
+        g.fast_accum = md->fast;
+        double flop = 2.0 * (double)M * (double)N * (double)K;
+        for (int t = 0; t < 2; t++) {
+            double ms = time_gemm(ctx, h[t], &g, o->quick ? 3 : 7, o->quick);
+            tf[i][t] = ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0;
+            char key[96];
+            snprintf(key, sizeof key, "%s_%lldx%lldx%lld_%stflops", md->name, (long long)M,
+                     (long long)N, (long long)K, t ? "tuned_" : "");
+            bench_json_num(j, key, tf[i][t]);
+        }
+        l8_tensor_destroy(a); l8_tensor_destroy(b); l8_tensor_destroy(d);
+        if (tf[i][0] == 0 || tf[i][1] == 0) goto out;
+    }
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "gemm %s: %s\n", md->name, l8_last_error_string());
+    l8_fp8_meta_release(op.meta);
+    l8_storage_release(op.a);
+    l8_storage_release(op.b);
+    l8_storage_release(op.d);
+    return rc;
+}
+
+int bench_gemm(const bench_opts *o)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    cfg.device = o->device;
+    l8_ctx *ctx = NULL;
+    if (l8_ctx_create(&cfg, &ctx) != L8_OK) {
+        fprintf(stderr, "gemm: %s\n", l8_last_error_string());
+        return 1;
+    }
+    if (l8_ctx_backend(ctx) != L8_BACKEND_CUDA) {
+        printf("== gemm: skipped: needs a CUDA device (the host reference is not a benchmark)\n");
+        l8_ctx_destroy(ctx);
+        return 0;
+    }
+    l8_gemm_handle *h[2] = { NULL, NULL };
+    l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
+    bench_json j = { 0 };
+    double tf[NMODES][NSHAPES][2];
+    int ver = 0, rc = 1;
+    const char *where = "";
+    memset(tf, 0, sizeof tf);
+    gc.autotune = 0;
+    if (l8_gemm_handle_create(ctx, &gc, &h[0]) != L8_OK) goto out;
+    gc.autotune = 1;
+    if (l8_gemm_handle_create(ctx, &gc, &h[1]) != L8_OK) goto out;
+    if (bench_json_open(&j, o->json ? o->json : "bench-gemm.json", "gemm", l8_ctx_device_name(ctx)))
+        goto out;
+    if (l8_library_info(L8_LIB_CUBLASLT, &ver, &where) == L8_OK) bench_json_num(&j, "cublaslt_version", ver);
+    printf("== gemm: D[M,N] = A[M,K] . B[N,K]^T, TFLOP/s (%s, cuBLASLt %d)\n",
+           l8_ctx_device_name(ctx), ver);
+    printf("  %-22s %-9s %10s %10s %8s\n", "M x N x K", "mode", "heuristic", "autotuned", "tuned/h");
+    rc = 0;
+    for (size_t m = 0; m < NMODES && rc == 0; m++) rc = run_mode(ctx, &k_modes[m], h, o, &j, tf[m]);
+    for (size_t i = 0; i < NSHAPES; i++) {
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)k_shapes[i][0],
+                 (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
+        for (size_t m = 0; m < NMODES; m++)
+            printf("  %-22s %-9s %10.1f %10.1f %8.3f\n", m ? "" : shape, k_modes[m].name,
+                   tf[m][i][0], tf[m][i][1], tf[m][i][0] > 0 ? tf[m][i][1] / tf[m][i][0] : 0.0);
+    }
+    l8_gemm_stats st = { .size = sizeof st };
+    if (l8_gemm_get_stats(h[1], &st) == L8_OK) {
+        printf("  autotune: %llu plans timed, %llu candidates, %llu picked another algorithm\n",
+               (unsigned long long)st.autotuned, (unsigned long long)st.autotune_trials,
+               (unsigned long long)st.autotune_changed);
+        bench_json_num(&j, "autotune_changed", (double)st.autotune_changed);
+    }
+    bench_json_close(&j);
+out:
+    if (rc) fprintf(stderr, "gemm: %s\n", l8_last_error_string());
+    l8_gemm_handle_destroy(h[0]);
+    l8_gemm_handle_destroy(h[1]);
+    l8_ctx_destroy(ctx);
+    return rc;
+}
