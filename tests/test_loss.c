@@ -1,0 +1,183 @@
+/* test_loss.c - softmax cross-entropy against an fp64 reference (host), and
+ * the PTX kernel against the host path (gpu). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tests/tests.h"
+#include "runtime/lean8.h"
+#include "ops/loss.h"
+#include "ops/fp8.h"
+
+typedef struct case_t {
+    l8_tensor *x, *lab, *dx, *loss, *hit;
+} case_t;
+
+static l8_tensor *mk(l8_ctx *ctx, l8_dtype dt, int nd, int64_t a, int64_t b)
+{
+    int64_t sh[2] = { a, b };
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, nd, sh, &t));
+    return t;
+}
+
+static void destroy(case_t *c)
+{
+    l8_tensor_destroy(c->x);
+    l8_tensor_destroy(c->lab);
+    l8_tensor_destroy(c->dx);
+    l8_tensor_destroy(c->loss);
+    l8_tensor_destroy(c->hit);
+}
+
+/* Random logits (bf16-representable so both dtypes see the same values) and labels. */
+static void fill(l8_rng *r, float *x, int32_t *y, int64_t T, int64_t C, int classes)
+{
+    for (int64_t i = 0; i < T * C; i++)
+        x[i] = l8_bf16_to_f32(l8_bf16_from_f32(l8_rng_float(r, -6.0f, 6.0f)));
+    for (int64_t t = 0; t < T; t++) y[t] = (int32_t)l8_rng_below(r, (uint64_t)classes);
+}
+
+static void run(l8_ctx *ctx, l8_dtype dt, const float *x, const int32_t *y, int64_t T, int64_t C,
+                int classes, float gs, float *dx, float *loss, int32_t *hit)
+{
+    case_t c = {0};
+    size_t es = l8_dtype_size(dt), n = (size_t)(T * C);
+    void *buf = malloc(n * es);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t i = 0; i < n; i++) l8_host_store_f32(buf, dt, i, x[i]);
+    c.x = mk(ctx, dt, 2, T, C);
+    c.dx = mk(ctx, dt, 2, T, C);
+    c.lab = mk(ctx, L8_I32, 1, T, 0);
+    c.loss = mk(ctx, L8_F32, 1, T, 0);
+    c.hit = mk(ctx, L8_I32, 1, T, 0);
+    L8_CK(l8_tensor_copy_from_host(c.x, buf, n * es, NULL));
+    L8_CK(l8_tensor_copy_from_host(c.lab, y, (size_t)T * 4, NULL));
+    memset(buf, 0xA5, n * es);                    /* poison the outputs */
+    L8_CK(l8_tensor_copy_from_host(c.dx, buf, n * es, NULL));
+    L8_CK(l8_softmax_xent(c.x, c.lab, classes, gs, c.dx, c.loss, c.hit, NULL));
+    L8_CK(l8_tensor_copy_to_host(c.dx, buf, n * es, NULL));
+    L8_CK(l8_tensor_copy_to_host(c.loss, loss, (size_t)T * 4, NULL));
+    L8_CK(l8_tensor_copy_to_host(c.hit, hit, (size_t)T * 4, NULL));
+    L8_CK(l8_ctx_synchronize(ctx));
+    for (size_t i = 0; i < n; i++) dx[i] = l8_host_load_f32(buf, dt, i);
+    free(buf);
+    destroy(&c);
+}
+
+static l8_ctx *ctx_on(const char *dev)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = dev;
+    L8_CK(l8_ctx_create(&cfg, &ctx));
+    return ctx;
+}
+
+START_TEST(test_xent_vs_fp64)
+{
+    l8_ctx *ctx = ctx_on("host");
+    l8_rng r;
+    l8_rng_init(&r, 301);
+    const int64_t T = 37, C = 16;
+    const int classes = 10;
+    float x[37 * 16], dx[37 * 16], loss[37];
+    int32_t y[37], hit[37];
+    fill(&r, x, y, T, C, classes);
+    x[5 * C + 3] = x[5 * C + 7] = 9.0f;             /* a tie: argmax must be the first */
+    y[5] = 7;
+    for (int dti = 0; dti < 2; dti++) {
+        l8_dtype dt = dti ? L8_BF16 : L8_F32;
+        run(ctx, dt, x, y, T, C, classes, 0.25f, dx, loss, hit);
+        double tol = dt == L8_F32 ? 1e-5 : 8e-3;
+        for (int64_t t = 0; t < T; t++) {
+            double m = -INFINITY, s = 0;
+            int arg = 0;
+            for (int c = 0; c < classes; c++) if (x[t * C + c] > m) { m = x[t * C + c]; arg = c; }
+            for (int c = 0; c < classes; c++) s += exp((double)x[t * C + c] - m);
+            double lse = m + log(s);
+            ck_assert_msg(fabs(loss[t] - (lse - x[t * C + y[t]])) < 1e-4, "row %lld loss", (long long)t);
+            ck_assert_int_eq(hit[t], arg == y[t]);
+            for (int64_t c = 0; c < C; c++) {
+                double g = c < classes ? 0.25 * (exp(x[t * C + c] - lse) - (c == y[t])) : 0.0;
+                ck_assert_msg(fabs(dx[t * C + c] - g) <= tol * (fabs(g) + 0.01),
+                              "%s dx[%lld,%lld] = %g, want %g", l8_dtype_name(dt), (long long)t,
+                              (long long)c, dx[t * C + c], g);
+            }
+        }
+        ck_assert_int_eq(hit[5], 0);                  /* the first of the tied maxima is 3 */
+    }
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_xent_errors)
+{
+    l8_ctx *ctx = ctx_on("host");
+    l8_tensor *x = mk(ctx, L8_F32, 2, 4, 16), *lab = mk(ctx, L8_U8, 1, 4, 0),
+              *loss = mk(ctx, L8_F32, 1, 4, 0), *hit = mk(ctx, L8_I32, 1, 4, 0),
+              *bad = mk(ctx, L8_F16, 2, 4, 16), *shortl = mk(ctx, L8_F32, 1, 3, 0);
+    uint8_t y[4] = { 1, 2, 10, 0 };
+    float z[64] = {0};
+    L8_CK(l8_tensor_copy_from_host(x, z, sizeof z, NULL));
+    L8_CK(l8_tensor_copy_from_host(lab, y, 4, NULL));
+    L8_CK_ST(l8_softmax_xent(x, lab, 10, 1.0f, NULL, loss, hit, NULL), L8_ERR_INVALID_ARG);   /* label 10 */
+    L8_CK_ST(l8_softmax_xent(x, lab, 17, 1.0f, NULL, loss, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent(x, lab, 0, 1.0f, NULL, loss, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent(bad, lab, 11, 1.0f, NULL, loss, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent(x, lab, 11, 1.0f, NULL, shortl, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent(x, lab, 11, 1.0f, bad, loss, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent(x, NULL, 11, 1.0f, NULL, loss, hit, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_softmax_xent(x, lab, 11, 1.0f, NULL, loss, hit, NULL));
+    float l[4];
+    L8_CK(l8_tensor_copy_to_host(loss, l, sizeof l, NULL));
+    ck_assert(fabsf(l[0] - logf(11.0f)) < 1e-5f);    /* uniform logits */
+    l8_tensor *all[] = { x, lab, loss, hit, bad, shortl };
+    for (size_t i = 0; i < 6; i++) l8_tensor_destroy(all[i]);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(test_gpu_xent_vs_host)
+{
+    l8_ctx *g = ctx_on("cuda:0"), *h = ctx_on("host");
+    l8_rng r;
+    l8_rng_init(&r, 302);
+    const int64_t T = 1000, C = 48;
+    const int classes = 37;
+    float *x = malloc(sizeof(float) * T * C), *dg = malloc(sizeof(float) * T * C),
+          *dh = malloc(sizeof(float) * T * C), lg[1000], lh[1000];
+    int32_t y[1000], hg[1000], hh[1000];
+    ck_assert(x && dg && dh);
+    fill(&r, x, y, T, C, classes);
+    for (int dti = 0; dti < 2; dti++) {
+        l8_dtype dt = dti ? L8_BF16 : L8_F32;
+        run(g, dt, x, y, T, C, classes, 1.0f / T, dg, lg, hg);
+        run(h, dt, x, y, T, C, classes, 1.0f / T, dh, lh, hh);
+        for (int64_t t = 0; t < T; t++) {
+            ck_assert_msg(fabsf(lg[t] - lh[t]) < 1e-4f * (1 + fabsf(lh[t])), "loss row %lld", (long long)t);
+            ck_assert_int_eq(hg[t], hh[t]);
+        }
+        for (int64_t i = 0; i < T * C; i++)
+            ck_assert_msg(fabsf(dg[i] - dh[i]) <= (dt == L8_F32 ? 1e-6f : 1e-5f) + 1e-2f * fabsf(dh[i]),
+                          "dx[%lld] gpu %g host %g", (long long)i, dg[i], dh[i]);
+    }
+    free(x); free(dg); free(dh);
+    l8_ctx_destroy(h);
+    l8_ctx_destroy(g);
+}
+END_TEST
+
+Suite *l8_loss_suite(void)
+{
+    Suite *s = suite_create("loss");
+    TCase *tc = tcase_create("loss");
+    tcase_set_tags(tc, "host");
+    tcase_add_test(tc, test_xent_vs_fp64);
+    tcase_add_test(tc, test_xent_errors);
+    suite_add_tcase(s, tc);
+    TCase *gc = tcase_create("loss_gpu");
+    tcase_set_tags(gc, "gpu");
+    tcase_add_test(gc, test_gpu_xent_vs_host);
+    suite_add_tcase(s, gc);
+    return s;
+}
