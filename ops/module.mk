@@ -6,3 +6,5 @@ LIB_SRCS += ops/gemm.c ops/cublaslt.c
 OPS_HEADERS += ops/gemm.h
 LIB_SRCS += ops/loss.c
 OPS_HEADERS += ops/loss.h
+LIB_SRCS += ops/optim.c
+OPS_HEADERS += ops/optim.h

@@ -1,0 +1,672 @@
+/* optim.c - AdamW and SGD over a parameter group's flat buffers: state,
+ * launchers for ptx/optim.ptx, and the host reference.
+ *
+ * A step is three kernels on one stream (see ops/optim.h and the .ptx
+ * header): l8_optim_sumsq (f64 partial per 4096-element chunk), then
+ * l8_optim_finish (one CTA: norm, skip decision, step counter, clip
+ * coefficient, bias corrections into the 64-byte step scalars), then the
+ * update, which reads the scalars and does nothing on a skipped step. No
+ * host synchronization is needed between them or after them.
+ *
+ * The host reference below repeats the kernels operation for operation:
+ * the same chunk partition, the same per-thread order, the same warp tree
+ * and the same f32/f64 roundings. It is written one rounding per statement
+ * so that no compiler contracts a multiply and an add into an fma (GCC does
+ * not in ISO C mode, clang only within one expression), and it relies on
+ * IEEE f32/f64 arithmetic with round-to-nearest, which x86-64 SSE and the
+ * GPU's .rn operations both give. Hence GPU == host, bit for bit.
+ *
+ * Memory (allocated at create, never per step):
+ *   state k   f32 [n] each, zeroed        tags "optim.exp_avg", ...
+ *   work      256 B of step scalars, then f64 [nchunks] partials
+ *             ("optim.scalars")
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/optim.h"
+#include "alloc/trace.h"
+#include "runtime/internal.h"
+
+#define CHUNK 4096u            /* elements per partial (the kernel's 256 x 4 x 4) */
+#define RED_THREADS 256u       /* l8_optim_sumsq / l8_optim_finish: .reqntid 256 */
+#define UPD_THREADS 256u
+/* Resident CTAs per SM from `ptxas -v` (sm_90, 256 threads): sumsq 26
+ * registers and sgd 28 -> 8 (thread limit); adamw 40 -> 6. */
+#define OCC_SUMSQ 8u
+#define OCC_ADAMW 6u
+#define OCC_SGD 8u
+#define SCALARS_BYTES 256u     /* the scalars, padded so the partials stay aligned */
+
+/* The step scalars; ptx/optim.ptx uses these byte offsets. */
+typedef struct scalars {
+    uint64_t step;
+    uint32_t skip;
+    float norm;
+    float clip;
+    float bc1;
+    float bc2s;
+    uint32_t pad0;
+    double sumsq;
+    uint8_t pad1[24];
+} scalars;
+_Static_assert(sizeof(scalars) == 64, "scalars are 64 bytes");
+_Static_assert(offsetof(scalars, skip) == 8 && offsetof(scalars, norm) == 12 &&
+               offsetof(scalars, clip) == 16 && offsetof(scalars, bc1) == 20 &&
+               offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32,
+               "scalar offsets are those of ptx/optim.ptx");
+
+#define SGD_F_WD 1u
+#define SGD_F_MOM 2u
+#define SGD_F_NEST 4u
+
+struct l8_optim {
+    l8_optim_kind kind;
+    l8_params *g;
+    l8_ctx *ctx;
+    l8_adamw_config adamw;
+    l8_sgd_config sgd;
+    float lr;
+    uint64_t n, nchunks;            /* buffer elements, partials */
+    int nstate;
+    const char *state_name[2];
+    l8_storage *state_st[2];
+    l8_tensor *state[2];            /* f32 [n] */
+    l8_storage *work;               /* scalars + partials */
+    l8_tensor *norm_t, *skip_t;     /* 0-dim views of the scalars */
+    l8_stream *last;                /* stream of the last step */
+};
+
+/* ------------------------------------------------------------------------ */
+/* host reference                                                            */
+
+static float grad_at(const void *g, int bf16, uint64_t i)
+{
+    if (!bf16)
+        return ((const float *)g)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)g)[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* l8_optim_sumsq */
+static void sumsq_ref(const void *g, int bf16, uint64_t n, double *part, uint64_t nchunks)
+{
+    double acc[RED_THREADS], wsum[RED_THREADS / 32];
+    for (uint64_t c = 0; c < nchunks; c++) {
+        for (unsigned t = 0; t < RED_THREADS; t++) {
+            double a = 0.0;
+            for (unsigned j = 0; j < 4; j++) {
+                uint64_t e = c * CHUNK + (uint64_t)(j * RED_THREADS + t) * 4;
+                if (e >= n)
+                    break;
+                for (unsigned k = 0; k < 4; k++) {
+                    double x = (double)grad_at(g, bf16, e + k);
+                    a += x * x;           /* x*x is exact: fma or not, the same */
+                }
+            }
+            acc[t] = a;
+        }
+        for (unsigned w = 0; w < RED_THREADS / 32; w++) {
+            double *v = acc + 32 * w;
+            for (unsigned off = 16; off >= 1; off /= 2)
+                for (unsigned i = 0; i < off; i++)
+                    v[i] = v[i] + v[i + off];
+            wsum[w] = v[0];
+        }
+        double s = wsum[0];
+        for (unsigned w = 1; w < RED_THREADS / 32; w++)
+            s = s + wsum[w];
+        part[c] = s;
+    }
+}
+
+/* beta^t by repeated squaring, as the kernel. */
+static double pow_sq(double b, uint64_t t)
+{
+    double r = 1.0;
+    while (t) {
+        if (t & 1)
+            r = r * b;
+        b = b * b;
+        t >>= 1;
+    }
+    return r;
+}
+
+/* l8_optim_finish */
+static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float max_norm,
+                       float beta1, float beta2, int adamw)
+{
+    double acc[RED_THREADS];
+    for (unsigned t = 0; t < RED_THREADS; t++) {
+        double a = 0.0;
+        for (uint64_t i = t; i < nchunks; i += RED_THREADS)
+            a = a + part[i];
+        acc[t] = a;
+    }
+    double s = acc[0];
+    for (unsigned t = 1; t < RED_THREADS; t++)
+        s = s + acc[t];
+    sc->sumsq = s;
+    double norm = sqrt(s);
+    float normf = (float)norm;
+    sc->norm = normf;
+    if (!(normf < INFINITY)) {
+        sc->skip = 1;
+        return;
+    }
+    sc->skip = 0;
+    uint64_t t = sc->step + 1;
+    sc->step = t;
+    float clip = 1.0f;
+    if (max_norm > 0.0f) {
+        double den = norm + 1e-6;
+        double c = (double)max_norm / den;
+        if (c < 1.0)
+            clip = (float)c;
+    }
+    sc->clip = clip;
+    if (adamw) {
+        double p1 = pow_sq((double)beta1, t), p2 = pow_sq((double)beta2, t);
+        double b1 = 1.0 - p1, b2 = 1.0 - p2;
+        sc->bc1 = (float)b1;
+        sc->bc2s = (float)sqrt(b2);
+    }
+}
+
+typedef struct adamw_args {
+    float lr, beta1, beta2, omb1, omb2, eps, decay;
+} adamw_args;
+
+/* l8_adamw_update */
+static void adamw_ref(float *p, const void *g, int bf16, float *m, float *v, uint64_t n,
+                      const scalars *sc, const adamw_args *a)
+{
+    if (sc->skip)
+        return;
+    float clip = sc->clip, bc2s = sc->bc2s;
+    float ss = a->lr / sc->bc1;
+    for (uint64_t i = 0; i < n; i++) {
+        float gi = grad_at(g, bf16, i);
+        gi = gi * clip;
+        float pi = p[i] * a->decay;
+        float mi = a->beta1 * m[i];
+        float t = a->omb1 * gi;
+        mi = mi + t;
+        float vi = a->beta2 * v[i];
+        t = gi * gi;
+        t = a->omb2 * t;
+        vi = vi + t;
+        float d = sqrtf(vi);
+        d = d / bc2s;
+        d = d + a->eps;
+        float u = mi / d;
+        u = ss * u;
+        pi = pi - u;
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+typedef struct sgd_args {
+    float lr, wd, mom, omd;
+    unsigned flags;
+} sgd_args;
+
+/* l8_sgd_update */
+static void sgd_ref(float *p, const void *g, int bf16, float *b, uint64_t n, const scalars *sc,
+                    const sgd_args *a)
+{
+    if (sc->skip)
+        return;
+    float clip = sc->clip;
+    int first = sc->step == 1;
+    for (uint64_t i = 0; i < n; i++) {
+        float gi = grad_at(g, bf16, i);
+        gi = gi * clip;
+        float t;
+        if (a->flags & SGD_F_WD) {
+            t = a->wd * p[i];
+            gi = gi + t;
+        }
+        if (a->flags & SGD_F_MOM) {
+            float bi;
+            if (first) {
+                bi = gi;
+            } else {
+                bi = a->mom * b[i];
+                t = a->omd * gi;
+                bi = bi + t;
+            }
+            b[i] = bi;
+            if (a->flags & SGD_F_NEST) {
+                t = a->mom * bi;
+                gi = gi + t;
+            } else {
+                gi = bi;
+            }
+        }
+        t = a->lr * gi;
+        p[i] = p[i] - t;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+
+static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+#define MAX_DEVICES 64
+static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+
+static l8_status sm_count(l8_ctx *ctx, unsigned *out)
+{
+    int dev = l8_ctx_device(ctx);
+    if (dev >= 0 && dev < MAX_DEVICES) {
+        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        if (v > 0) {
+            *out = (unsigned)v;
+            return L8_OK;
+        }
+    }
+    CUdevice d;
+    int n = 0;
+    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    if (n <= 0)
+        n = 1;
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+    *out = (unsigned)n;
+    return L8_OK;
+}
+
+/* min(work, SMs x occ), at least 1. Grid sizes never change results. */
+static l8_status grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
+{
+    unsigned nsm;
+    L8_CHECK(sm_count(ctx, &nsm));
+    uint64_t cap = (uint64_t)nsm * occ;
+    uint64_t gr = work < cap ? work : cap;
+    *grid = gr ? (unsigned)gr : 1u;
+    return L8_OK;
+}
+
+static l8_status storage_tagged(l8_ctx *ctx, const char *tag, size_t bytes, l8_storage **out)
+{
+    *out = NULL;
+    L8_CHECK(l8_tag_push(tag));
+    l8_status st = l8_storage_create(ctx, bytes, NULL, out);
+    l8_status pst = l8_tag_pop();
+    if (st == L8_OK && pst != L8_OK) {
+        l8_storage_release(*out);
+        *out = NULL;
+        st = pst;
+    }
+    return st;
+}
+
+/* Blocking copies of the scalars through stream s. */
+static l8_status scalars_read(l8_optim *o, l8_stream *s, scalars *out)
+{
+    void *w;
+    L8_CHECK(l8_storage_data(o->work, &w));
+    L8_CHECK(l8_memcpy_dtoh(s, out, w, sizeof *out));
+    return l8_stream_synchronize(s);
+}
+
+static l8_status scalars_write(l8_optim *o, l8_stream *s, const scalars *in)
+{
+    void *w;
+    L8_CHECK(l8_storage_data(o->work, &w));
+    L8_CHECK(l8_memcpy_htod(s, w, in, sizeof *in));
+    return l8_stream_synchronize(s);
+}
+
+static int finite_nonneg(float x) { return isfinite(x) && x >= 0.0f; }
+
+/* ------------------------------------------------------------------------ */
+/* create / destroy                                                          */
+
+void l8_optim_destroy(l8_optim *o)
+{
+    if (!o)
+        return;
+    for (int k = 0; k < 2; k++) {
+        l8_tensor_destroy(o->state[k]);
+        l8_storage_release(o->state_st[k]);
+    }
+    l8_tensor_destroy(o->norm_t);
+    l8_tensor_destroy(o->skip_t);
+    l8_storage_release(o->work);
+    free(o);
+}
+
+static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
+                               const char *const *names, const char *op, l8_optim **out)
+{
+    if (!l8_params_is_finalized(g))
+        return L8_FAIL(L8_ERR_STATE, "%s: the parameter group is not finalized", op);
+    l8_status st = L8_OK;
+    l8_ctx *ctx = l8_params_ctx(g);
+    l8_stream *compute = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_optim *o = calloc(1, sizeof *o);
+    if (!o)
+        return L8_FAIL(L8_ERR_OOM, "%s: out of host memory", op);
+    o->kind = kind;
+    o->g = g;
+    o->ctx = ctx;
+    o->n = (uint64_t)l8_params_buffer_numel(g);
+    o->nchunks = (o->n + CHUNK - 1) / CHUNK;
+    o->nstate = nstate;
+    o->last = compute;
+    int64_t n = (int64_t)o->n;
+    for (int k = 0; k < nstate; k++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "optim.%s", names[k]);
+        o->state_name[k] = names[k];
+        L8_TRY(st, storage_tagged(ctx, tag, (size_t)o->n * sizeof(float), &o->state_st[k]), fail);
+        void *ptr;
+        L8_TRY(st, l8_storage_data(o->state_st[k], &ptr), fail);
+        L8_TRY(st, l8_memset_d8(compute, ptr, 0, (size_t)o->n * sizeof(float)), fail);
+        L8_TRY(st, l8_tensor_from_storage(o->state_st[k], 0, L8_F32, 1, &n, NULL, &o->state[k]),
+               fail);
+    }
+    L8_TRY(st, storage_tagged(ctx, "optim.scalars", SCALARS_BYTES + o->nchunks * sizeof(double),
+                              &o->work), fail);
+    L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, norm), L8_F32, 0, NULL, NULL,
+                                      &o->norm_t), fail);
+    L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, skip), L8_I32, 0, NULL, NULL,
+                                      &o->skip_t), fail);
+    {
+        scalars sc;
+        memset(&sc, 0, sizeof sc);
+        sc.clip = sc.bc1 = sc.bc2s = 1.0f;
+        L8_TRY(st, scalars_write(o, compute, &sc), fail);
+    }
+    *out = o;
+    return L8_OK;
+fail:
+    l8_optim_destroy(o);
+    return st;
+}
+
+l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config *cfg, l8_optim **out)
+{
+    static const char *op = "l8_optim_create_adamw";
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(g != NULL);
+    l8_adamw_config c = L8_ADAMW_CONFIG_INIT;
+    if (cfg) {
+        if (cfg->size < sizeof c)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
+                           "(use L8_ADAMW_CONFIG_INIT)", op, cfg->size, sizeof c);
+        c = *cfg;
+        c.size = sizeof c;
+    }
+    if (!finite_nonneg(c.lr) || !finite_nonneg(c.weight_decay) || !finite_nonneg(c.max_grad_norm))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: lr, weight_decay and max_grad_norm must be "
+                       "finite and >= 0 (got %g, %g, %g)", op, (double)c.lr,
+                       (double)c.weight_decay, (double)c.max_grad_norm);
+    if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f && c.beta2 >= 0.0f && c.beta2 < 1.0f))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: betas must be in [0, 1) (got %g, %g)", op,
+                       (double)c.beta1, (double)c.beta2);
+    if (!(isfinite(c.eps) && c.eps > 0.0f))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: eps must be finite and > 0 (got %g)", op,
+                       (double)c.eps);
+    static const char *const names[2] = { "exp_avg", "exp_avg_sq" };
+    L8_CHECK(create_common(g, L8_OPTIM_ADAMW, 2, names, op, out));
+    (*out)->adamw = c;
+    (*out)->lr = c.lr;
+    return L8_OK;
+}
+
+l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg, l8_optim **out)
+{
+    static const char *op = "l8_optim_create_sgd";
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(g != NULL);
+    l8_sgd_config c = L8_SGD_CONFIG_INIT;
+    if (cfg) {
+        if (cfg->size < sizeof c)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
+                           "(use L8_SGD_CONFIG_INIT)", op, cfg->size, sizeof c);
+        c = *cfg;
+        c.size = sizeof c;
+    }
+    if (!finite_nonneg(c.lr) || !finite_nonneg(c.momentum) || !finite_nonneg(c.weight_decay) ||
+        !finite_nonneg(c.max_grad_norm))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: lr, momentum, weight_decay and max_grad_norm "
+                       "must be finite and >= 0", op);
+    if (!(c.dampening >= 0.0f && c.dampening <= 1.0f))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dampening must be in [0, 1] (got %g)", op,
+                       (double)c.dampening);
+    if (c.nesterov && (c.momentum <= 0.0f || c.dampening != 0.0f))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: nesterov needs momentum > 0 and dampening 0", op);
+    static const char *const names[1] = { "momentum_buffer" };
+    L8_CHECK(create_common(g, L8_OPTIM_SGD, c.momentum > 0.0f ? 1 : 0, names, op, out));
+    (*out)->sgd = c;
+    (*out)->lr = c.lr;
+    return L8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* step                                                                      */
+
+static void result_of(const scalars *sc, l8_optim_result *res)
+{
+    res->skipped = sc->skip != 0;
+    res->grad_norm = sc->norm;
+    res->clip_coef = sc->clip;
+    res->step = sc->step;
+}
+
+static l8_status need_result(const l8_optim_result *res, const char *op)
+{
+    if (res && res->size < sizeof *res)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: res->size %zu, wanted %zu "
+                       "(use L8_OPTIM_RESULT_INIT)", op, res->size, sizeof *res);
+    return L8_OK;
+}
+
+l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
+{
+    static const char *op = "l8_optim_step";
+    L8_ARG(o != NULL);
+    L8_CHECK(need_result(res, op));
+    l8_ctx *ctx = o->ctx;
+    l8_stream *compute = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    if (!s)
+        s = compute;
+    if (l8_stream_ctx(s) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", op);
+    l8_tensor *mflat = l8_params_master_flat(o->g), *gflat = l8_params_grad_flat(o->g);
+    if (!mflat || !gflat || (uint64_t)l8_tensor_numel(mflat) != o->n)
+        return L8_FAIL(L8_ERR_STATE, "%s: the parameter group no longer matches the optimizer",
+                       op);
+    if (s != compute) {
+        /* keep every buffer alive for the work enqueued on s */
+        L8_CHECK(l8_storage_record_stream(l8_tensor_storage(mflat), s));
+        L8_CHECK(l8_storage_record_stream(l8_tensor_storage(gflat), s));
+        L8_CHECK(l8_storage_record_stream(o->work, s));
+        for (int k = 0; k < o->nstate; k++)
+            L8_CHECK(l8_storage_record_stream(o->state_st[k], s));
+    }
+    void *p, *g, *w, *st0 = NULL, *st1 = NULL;
+    L8_CHECK(l8_tensor_data(mflat, &p));
+    L8_CHECK(l8_tensor_data(gflat, &g));
+    L8_CHECK(l8_storage_data(o->work, &w));
+    if (o->nstate > 0)
+        L8_CHECK(l8_tensor_data(o->state[0], &st0));
+    if (o->nstate > 1)
+        L8_CHECK(l8_tensor_data(o->state[1], &st1));
+    int bf16 = l8_tensor_dtype(gflat) == L8_BF16;
+    int adamw = o->kind == L8_OPTIM_ADAMW;
+    float max_norm = adamw ? o->adamw.max_grad_norm : o->sgd.max_grad_norm;
+    float beta1 = adamw ? o->adamw.beta1 : 0.0f, beta2 = adamw ? o->adamw.beta2 : 0.0f;
+    adamw_args aa = { 0 };
+    sgd_args sa = { 0 };
+    if (adamw) {
+        float lw = o->lr * o->adamw.weight_decay;
+        aa.lr = o->lr;
+        aa.beta1 = beta1;
+        aa.beta2 = beta2;
+        aa.omb1 = 1.0f - beta1;
+        aa.omb2 = 1.0f - beta2;
+        aa.eps = o->adamw.eps;
+        aa.decay = 1.0f - lw;
+    } else {
+        sa.lr = o->lr;
+        sa.wd = o->sgd.weight_decay;
+        sa.mom = o->sgd.momentum;
+        sa.omd = 1.0f - o->sgd.dampening;
+        sa.flags = (sa.wd != 0.0f ? SGD_F_WD : 0u) | (o->nstate ? SGD_F_MOM : 0u) |
+                   (o->sgd.nesterov ? SGD_F_NEST : 0u);
+    }
+    double *part = (double *)((char *)w + SCALARS_BYTES);
+
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        scalars *sc = w;
+        sumsq_ref(g, bf16, o->n, part, o->nchunks);
+        finish_ref(part, o->nchunks, sc, max_norm, beta1, beta2, adamw);
+        if (adamw)
+            adamw_ref(p, g, bf16, st0, st1, o->n, sc, &aa);
+        else
+            sgd_ref(p, g, bf16, st0, o->n, sc, &sa);
+        o->last = s;
+        if (res)
+            result_of(sc, res);
+        return L8_OK;
+    }
+
+    CUfunction fsum, ffin, fupd;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "optim", "l8_optim_sumsq", &fsum));
+    L8_CHECK(l8i_kernel(ctx, "optim", "l8_optim_finish", &ffin));
+    L8_CHECK(l8i_kernel(ctx, "optim", adamw ? "l8_adamw_update" : "l8_sgd_update", &fupd));
+    uint64_t a_g = dptr(g), a_part = dptr(part), a_sc = dptr(w), a_p = dptr(p);
+    uint64_t nn = o->n, nch = o->nchunks, nvec = o->n / 4;
+    uint32_t gtype = bf16 ? 1u : 0u;
+    unsigned grid;
+    o->last = s;                  /* from here work may be enqueued on s */
+    if (nch > 0) {
+        L8_CHECK(grid_for(ctx, nch, OCC_SUMSQ, &grid));
+        void *args[] = { &a_g, &nn, &gtype, &a_part, &nch };
+        L8_CHECK(l8i_launch(s, fsum, grid, 1, 1, RED_THREADS, 1, 1, 0, args));
+    }
+    {
+        uint32_t flags = adamw ? 1u : 0u;
+        void *args[] = { &a_part, &nch, &a_sc, &max_norm, &beta1, &beta2, &flags };
+        L8_CHECK(l8i_launch(s, ffin, 1, 1, 1, RED_THREADS, 1, 1, 0, args));
+    }
+    if (nvec > 0) {
+        uint64_t work = (nvec + UPD_THREADS - 1) / UPD_THREADS;
+        if (adamw) {
+            uint64_t a_m = dptr(st0), a_v = dptr(st1);
+            L8_CHECK(grid_for(ctx, work, OCC_ADAMW, &grid));
+            void *args[] = { &a_p, &a_g, &a_m, &a_v, &nvec, &gtype, &a_sc, &aa.lr, &aa.beta1,
+                             &aa.beta2, &aa.omb1, &aa.omb2, &aa.eps, &aa.decay };
+            L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
+        } else {
+            uint64_t a_b = dptr(st0);
+            uint32_t flags = sa.flags;
+            L8_CHECK(grid_for(ctx, work, OCC_SGD, &grid));
+            void *args[] = { &a_p, &a_g, &a_b, &nvec, &gtype, &a_sc, &sa.lr, &sa.wd, &sa.mom,
+                             &sa.omd, &flags };
+            L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
+        }
+    }
+    if (!res)
+        return L8_OK;
+    scalars sc;
+    L8_CHECK(scalars_read(o, s, &sc));
+    result_of(&sc, res);
+    return L8_OK;
+}
+
+l8_status l8_optim_read_result(l8_optim *o, l8_optim_result *res)
+{
+    L8_ARG(o != NULL && res != NULL);
+    L8_CHECK(need_result(res, "l8_optim_read_result"));
+    scalars sc;
+    L8_CHECK(scalars_read(o, o->last, &sc));
+    result_of(&sc, res);
+    return L8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* settings and state                                                        */
+
+l8_status l8_optim_set_lr(l8_optim *o, float lr)
+{
+    L8_ARG(o != NULL);
+    if (!finite_nonneg(lr))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_set_lr: lr %g is negative or not finite",
+                       (double)lr);
+    o->lr = lr;
+    return L8_OK;
+}
+
+float l8_optim_lr(const l8_optim *o) { return o ? o->lr : NAN; }
+
+l8_optim_kind l8_optim_kind_of(const l8_optim *o) { return o ? o->kind : (l8_optim_kind)-1; }
+
+int l8_optim_state_count(const l8_optim *o) { return o ? o->nstate : 0; }
+
+const char *l8_optim_state_name(const l8_optim *o, int k)
+{
+    return (o && k >= 0 && k < o->nstate) ? o->state_name[k] : NULL;
+}
+
+l8_tensor *l8_optim_state(const l8_optim *o, int k)
+{
+    return (o && k >= 0 && k < o->nstate) ? o->state[k] : NULL;
+}
+
+l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out)
+{
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(o != NULL);
+    if (k < 0 || k >= o->nstate)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: state %d of %d", k, o->nstate);
+    int64_t off = l8_params_offset(o->g, id);
+    if (off < 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: parameter id %d is out of "
+                       "range (%d registered)", id, l8_params_count(o->g));
+    int nd = l8_params_ndim(o->g, id);
+    int64_t shape[L8_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        shape[d] = l8_params_dim(o->g, id, d);
+    return l8_tensor_from_storage(o->state_st[k], (size_t)off * sizeof(float), L8_F32, nd, shape,
+                                  NULL, out);
+}
+
+l8_status l8_optim_get_step(l8_optim *o, uint64_t *step)
+{
+    L8_ARG(o != NULL && step != NULL);
+    scalars sc;
+    L8_CHECK(scalars_read(o, o->last, &sc));
+    *step = sc.step;
+    return L8_OK;
+}
+
+l8_status l8_optim_set_step(l8_optim *o, uint64_t step)
+{
+    L8_ARG(o != NULL);
+    scalars sc;
+    L8_CHECK(scalars_read(o, o->last, &sc));
+    sc.step = step;
+    return scalars_write(o, o->last, &sc);
+}
+
+l8_tensor *l8_optim_grad_norm(const l8_optim *o) { return o ? o->norm_t : NULL; }
+l8_tensor *l8_optim_skip_flag(const l8_optim *o) { return o ? o->skip_t : NULL; }

@@ -1,0 +1,185 @@
+/* optim.h - optimizers over a whole parameter group: AdamW and SGD with
+ * momentum, global-norm gradient clipping, and skipping of steps whose
+ * gradients are not finite.
+ *
+ * An optimizer works on the group's flat buffers (runtime/params.h): the f32
+ * master weights, the main_grad buffer (f32 or bf16) and its own f32 state
+ * buffers laid out like them. One step is three launches on one stream,
+ * none of which waits for the host:
+ *
+ *   1. sum of squares of main_grad in fixed 4096-element chunks, f64, one
+ *      partial per chunk (ptx/optim.ptx l8_optim_sumsq)
+ *   2. one CTA adds the partials in a fixed order and decides (on the
+ *      device): norm = sqrt(sum) rounded to f32; if norm is NaN or +Inf the
+ *      step is SKIPPED; else step += 1, the clip coefficient and the bias
+ *      corrections are computed (l8_optim_finish)
+ *   3. the update over the whole buffer in one launch; when the step is
+ *      skipped it writes nothing (l8_adamw_update / l8_sgd_update)
+ *
+ * Clipping (max_grad_norm > 0): g' = g * c, c = min(1, max_norm / (norm +
+ * 1e-6)) (PyTorch's clip_grad_norm_), in f64 rounded to f32; c = 1 when
+ * clipping is off. The norm is that of the gradients before clipping.
+ *
+ * Skipped step: weights, optimizer state and the step counter stay bitwise
+ * unchanged; the norm (NaN or Inf) and a skip flag are written. "Not
+ * finite" means the f32 norm is NaN or +Inf: a NaN or Inf gradient, or a
+ * norm above FLT_MAX.
+ *
+ * Formulas, per element, f32, each operation rounded once (mul.rn, add.rn,
+ * div.rn, sqrt.rn: never contracted into an fma) in exactly this order:
+ *   g = grad * c                                   (grad widened from bf16)
+ *   AdamW (decoupled weight decay, Loshchilov & Hutter; PyTorch AdamW):
+ *     p = p * (1 - lr*wd)          the factor rounded once on the host
+ *     m = beta1*m + (1-beta1)*g     v = beta2*v + (1-beta2)*(g*g)
+ *     d = sqrt(v) / sqrt(bc2) + eps
+ *     p = p - (lr / bc1) * (m / d)
+ *     bc1 = 1 - beta1^t, sqrt(bc2) = sqrt(1 - beta2^t): f64 from the step
+ *     number t (1-based, after this step), powers by repeated squaring,
+ *     rounded to f32 (the same on host and device)
+ *   SGD (PyTorch SGD):
+ *     weight_decay: g = g + wd*p (L2, coupled)
+ *     momentum:     b = g on the first applied step, else
+ *                   b = momentum*b + (1-dampening)*g
+ *                   nesterov: g = g + momentum*b, else g = b
+ *     p = p - lr*g
+ * 1 - beta1, 1 - beta2 and 1 - dampening are rounded to f32 on the host.
+ *
+ * Determinism: the result does not depend on the device, the grid or the
+ * run. The norm is a fixed-order f64 reduction (squares of f32 values are
+ * exact in f64, so fma or not makes no difference), not an atomic one; the
+ * update is elementwise. The host context runs a reference that repeats the
+ * device arithmetic operation for operation, so a GPU step must match the
+ * host step bit for bit (NaN payloads aside); resuming from a checkpoint
+ * (master, state, step) continues bit for bit.
+ *
+ * Common rules: an optimizer belongs to one finalized group, which must
+ * outlive it (destroy the optimizer first). Memory is allocated at create,
+ * zeroed, never per step: one f32 buffer per state, tagged "optim.exp_avg",
+ * "optim.exp_avg_sq" or "optim.momentum_buffer", and 256 B of step scalars
+ * plus 8 B per 4096 elements of partials, "optim.scalars". Not thread-safe:
+ * one thread drives an optimizer. Errors: L8_ERR_INVALID_ARG (bad config,
+ * NULL, stream of another context), L8_ERR_STATE (group not finalized),
+ * L8_ERR_OOM, L8_ERR_CUDA. A failed call changes nothing unless the last
+ * error says a launch failed (then the step may be half done: restore from
+ * a checkpoint).
+ */
+#ifndef L8_OPS_OPTIM_H
+#define L8_OPS_OPTIM_H
+
+#include <stdint.h>
+#include "runtime/status.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+#include "runtime/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct l8_optim l8_optim;
+
+/* Append-only. */
+typedef enum l8_optim_kind { L8_OPTIM_ADAMW = 0, L8_OPTIM_SGD = 1 } l8_optim_kind;
+
+/* AdamW; PyTorch's defaults. lr >= 0, 0 <= beta < 1, eps > 0, wd >= 0,
+ * max_grad_norm >= 0 (0: no clipping), all finite. */
+typedef struct l8_adamw_config {
+    size_t size;                  /* sizeof(l8_adamw_config) */
+    float lr;
+    float beta1, beta2;
+    float eps;
+    float weight_decay;           /* decoupled */
+    float max_grad_norm;
+} l8_adamw_config;
+#define L8_ADAMW_CONFIG_INIT \
+    { sizeof(l8_adamw_config), 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.0f }
+
+/* SGD; PyTorch's defaults. lr >= 0, momentum >= 0, 0 <= dampening <= 1,
+ * wd >= 0, max_grad_norm >= 0, all finite; nesterov needs momentum > 0 and
+ * dampening 0. Without momentum there is no state buffer. */
+typedef struct l8_sgd_config {
+    size_t size;                  /* sizeof(l8_sgd_config) */
+    float lr;
+    float momentum;
+    float dampening;
+    float weight_decay;           /* L2, added to the gradient */
+    int nesterov;
+    float max_grad_norm;
+} l8_sgd_config;
+#define L8_SGD_CONFIG_INIT { sizeof(l8_sgd_config), 1e-3f, 0.0f, 0.0f, 0.0f, 0, 0.0f }
+
+/* What one step did. */
+typedef struct l8_optim_result {
+    size_t size;                  /* caller sets sizeof(l8_optim_result) */
+    int skipped;                  /* 1: gradients not finite, nothing changed */
+    float grad_norm;              /* global L2 norm of main_grad before clipping */
+    float clip_coef;              /* the factor applied (1: no clipping) */
+    uint64_t step;                /* steps applied so far, this one included */
+} l8_optim_result;
+#define L8_OPTIM_RESULT_INIT { sizeof(l8_optim_result), 0, 0.0f, 1.0f, 0 }
+
+/* Create an optimizer for a finalized group; cfg NULL: defaults. State
+ * buffers start at zero, the step counter at 0. The caller owns *out.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_STATE, L8_ERR_OOM, L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config *cfg,
+                                             l8_optim **out);
+L8_NODISCARD l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg,
+                                           l8_optim **out);
+/* Release the state (stream-ordered on the streams it was used on). NULL:
+ * no-op. */
+void l8_optim_destroy(l8_optim *o);
+
+/* One step over the whole group, enqueued on s (NULL: the compute stream;
+ * it must already be ordered after the gradients, e.g. after the data-
+ * parallel layer's finish). Updates master weights (=) and state (=) in
+ * place from main_grad (read only; not zeroed).
+ * res NULL: nothing blocks; read the outcome later with
+ * l8_optim_read_result. res given: the host waits for s and fills res (one
+ * 64-byte read per step). On the host backend the step runs at once.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA, L8_ERR_OOM (host memory to record
+ * a second stream). */
+L8_NODISCARD l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res);
+
+/* The outcome of the last step (before any: step 0, not skipped, norm 0,
+ * clip 1): blocks until the stream of the last step (or the compute stream)
+ * has finished.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_optim_read_result(l8_optim *o, l8_optim_result *res);
+
+/* Learning rate for the following steps (schedules). Errors:
+ * L8_ERR_INVALID_ARG (negative or not finite). */
+L8_NODISCARD l8_status l8_optim_set_lr(l8_optim *o, float lr);
+float l8_optim_lr(const l8_optim *o);             /* NaN for NULL */
+l8_optim_kind l8_optim_kind_of(const l8_optim *o);
+
+/* ---- state, for checkpoints ---- */
+
+/* Number of state buffers: AdamW 2 ("exp_avg", "exp_avg_sq"), SGD with
+ * momentum 1 ("momentum_buffer"), SGD without 0. */
+int l8_optim_state_count(const l8_optim *o);
+const char *l8_optim_state_name(const l8_optim *o, int k);   /* NULL: bad k */
+/* State buffer k as a whole-buffer view: f32, 1-D
+ * [l8_params_buffer_numel], the group's layout. Borrowed: valid until
+ * l8_optim_destroy. NULL: bad k. Restore it with l8_tensor_copy_from_host. */
+l8_tensor *l8_optim_state(const l8_optim *o, int k);
+/* State buffer k of parameter id as a new view with the parameter's shape
+ * (owned by the caller). Errors: L8_ERR_INVALID_ARG, L8_ERR_OOM. */
+L8_NODISCARD l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out);
+/* Steps applied so far (blocking read: waits for the last step's stream).
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_optim_get_step(l8_optim *o, uint64_t *step);
+/* Set the step counter (resume). Blocking: the value is on the device on
+ * return, ordered after every step enqueued before. Errors: as get_step. */
+L8_NODISCARD l8_status l8_optim_set_step(l8_optim *o, uint64_t step);
+
+/* Device scalars written by every step, as 0-dim views (borrowed, valid
+ * until destroy) for device-side consumers (logging, loss-scale logic):
+ * the grad norm (f32) and the skip flag (i32, 1 when the last step was
+ * skipped). */
+l8_tensor *l8_optim_grad_norm(const l8_optim *o);
+l8_tensor *l8_optim_skip_flag(const l8_optim *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_OPS_OPTIM_H */
