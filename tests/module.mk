@@ -3,4 +3,6 @@ TEST_SRCS += tests/main.c tests/test_status.c tests/test_alloc.c tests/test_pinn
 TEST_SRCS += tests/test_gemm.c
 TEST_SRCS += tests/test_fp8.c
 TEST_SRCS += tests/test_loss.c
+TEST_SRCS += tests/test_checkpoint.c
 TEST_SRCS += tests/test_params.c tests/test_optim.c
+TEST_SRCS += tests/test_fmnist.c tools/fmnist.c
