@@ -57,6 +57,7 @@
 #include "ops/gemm.h"
 #include "ops/fp8.h"
 #include "ops/cublaslt.h"
+#include "ops/internal.h"
 #include "runtime/internal.h"
 
 #define WS_DEFAULT (32u << 20)
@@ -118,6 +119,8 @@ struct l8_gemm_handle {
     plan *buckets[NBUCKETS];
     pthread_mutex_t lock;
     l8_gemm_stats stats;
+    void *host_scratch;           /* host backend: packing memory kept between calls */
+    size_t host_scratch_bytes;
 };
 
 static const char *epi_name(int e)
@@ -234,6 +237,7 @@ void l8_gemm_handle_destroy(l8_gemm_handle *h)
         }
     }
     if (h->lt && bound) (void)l8i_lt.cublasLtDestroy(h->lt);
+    free(h->host_scratch);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
@@ -521,64 +525,36 @@ static void cache_insert(l8_gemm_handle *h, plan *pl)
 
 /* ---- host reference ---- */
 
-static float load_elem(const void *base, l8_dtype dt, size_t i)
+/* The host backend: gemm_host.c does the arithmetic (packed, blocked, SIMD,
+ * threaded; see there for the summation order). */
+static l8_status host_gemm(l8_gemm_handle *h, const problem *p)
 {
-    if (is_fp8(dt)) return l8_fp8_to_f32(((const uint8_t *)base)[i], dt);
-    return l8_host_load_f32(base, dt, i);
-}
-
-static l8_status host_gemm(const problem *p)
-{
-    const size_t M = (size_t)p->m, N = (size_t)p->n, K = (size_t)p->k;
-    /* op(A) as (M,K) and op(B)^T as (N,K), row-major f32: exact decodes */
-    float *fa = malloc(M * K * sizeof *fa), *fb = malloc(N * K * sizeof *fb);
-    if (!fa || !fb) {
-        free(fa);
-        free(fb);
-        return L8_FAIL(L8_ERR_OOM, "l8_gemm (host): out of host memory for %zu x %zu x %zu", M, N, K);
-    }
-    for (size_t m = 0; m < M; m++)
-        for (size_t k = 0; k < K; k++)
-            fa[m * K + k] = load_elem(p->a, p->dt_a, p->ta ? k * (size_t)p->lda + m
-                                                         : m * (size_t)p->lda + k);
-    for (size_t n = 0; n < N; n++)
-        for (size_t k = 0; k < K; k++)
-            fb[n * K + k] = load_elem(p->b, p->dt_b, p->tb ? n * (size_t)p->ldb + k
-                                                         : k * (size_t)p->ldb + n);
-    const float ab = p->alpha * (p->sa ? *p->sa : 1.0f) * (p->sb ? *p->sb : 1.0f);
-    const float sd = p->sd ? *p->sd : 1.0f;
-    float amax = 0.0f;
-    for (size_t m = 0; m < M; m++) {
-        for (size_t n = 0; n < N; n++) {
-            const float *x = fa + m * K, *y = fb + n * K;
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; k++) acc += x[k] * y[k];
-            size_t di = m * (size_t)p->ldd + n;
-            float t = ab * acc;
-            if (p->beta != 0.0f) t += p->beta * load_elem(p->d, p->dt_d, di);
-            if (p->epi == L8_GEMM_EPI_BIAS) t += l8_host_load_f32(p->bias, p->dt_bias, n);
-            amax = l8_amax_combine(amax, t);
-            if (p->d_fp8) ((uint8_t *)p->d)[di] = l8_fp8_from_f32(t * sd, p->dt_d);
-            else l8_host_store_f32(p->d, p->dt_d, di, t);
-        }
-    }
-    if (p->amax) *p->amax = amax;
-    if (p->epi == L8_GEMM_EPI_DBIAS_A) {
-        for (size_t m = 0; m < M; m++) {
-            float s = 0.0f;
-            for (size_t k = 0; k < K; k++) s += fa[m * K + k];
-            l8_host_store_f32(p->bias, p->dt_bias, m, s);
-        }
-    } else if (p->epi == L8_GEMM_EPI_DBIAS_B) {
-        for (size_t n = 0; n < N; n++) {
-            float s = 0.0f;
-            for (size_t k = 0; k < K; k++) s += fb[n * K + k];
-            l8_host_store_f32(p->bias, p->dt_bias, n, s);
-        }
-    }
-    free(fa);
-    free(fb);
-    return L8_OK;
+    l8i_hgemm g;
+    memset(&g, 0, sizeof g);
+    g.m = p->m;
+    g.n = p->n;
+    g.k = p->k;
+    g.lda = p->lda;
+    g.ldb = p->ldb;
+    g.ldd = p->ldd;
+    g.dt_a = p->dt_a;
+    g.dt_b = p->dt_b;
+    g.dt_d = p->dt_d;
+    g.dt_bias = p->dt_bias;
+    g.ta = p->ta;
+    g.tb = p->tb;
+    g.epi = p->epi;
+    g.ab = p->alpha * (p->sa ? *p->sa : 1.0f) * (p->sb ? *p->sb : 1.0f);
+    g.beta = p->beta;
+    g.sd = p->sd ? *p->sd : 1.0f;
+    g.a = p->a;
+    g.b = p->b;
+    g.d = p->d;
+    g.bias = p->bias;
+    g.amax = p->amax;
+    g.scratch = &h->host_scratch;           /* under h->lock */
+    g.scratch_bytes = &h->host_scratch_bytes;
+    return l8i_host_gemm(&g);
 }
 
 /* ---- cuBLASLt plans ---- */
@@ -925,7 +901,7 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
         L8_TRY(ret, launch(h, pl, &p, s, w->ptr), out);
         if (amax_back) L8_TRY(ret, l8_memcpy_dtod(s, amax_back, p.amax, sizeof(float)), out);
     } else {
-        L8_TRY(ret, host_gemm(&p), out);
+        L8_TRY(ret, host_gemm(h, &p), out);
     }
     h->stats.calls++;
 out:

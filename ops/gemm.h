@@ -65,12 +65,18 @@
  * dbias are never touched by the trials) and blocks the host until done,
  * once per plan: do not autotune inside CUDA graph capture.
  *
- * Host backend: the same API runs the C reference: FP8 operands are decoded
- * exactly to f32, products are summed in f32 in k order, then
- * t = alpha*s_A*s_B*acc + beta*D + bias in f32 (amax of t for an FP8 D),
- * and D = round(t * scale_D) to D's dtype (RNE; FP8 saturating, as
- * cvt.rn.satfinite). Bias gradients are summed in f32 and rounded to the
- * bias dtype. It is what the GPU tests compare against.
+ * Host backend: the same API runs the C reference (ops/gemm_host.c): FP8
+ * operands are decoded exactly to f32, products are accumulated in f32 in k
+ * order (0 .. K-1, one chain per output: a fused multiply-add per step on
+ * x86-64 CPUs with AVX2 and FMA, else a multiply and an add; L8_HOST_SIMD=0
+ * forces the latter), then t = alpha*s_A*s_B*acc + beta*D + bias in f32
+ * (amax of t for an FP8 D), and D = round(t * scale_D) to D's dtype (RNE;
+ * FP8 saturating, as cvt.rn.satfinite). Bias gradients are summed in f32 in
+ * k order and rounded to the bias dtype. The operands are packed and the
+ * work is cache-blocked and split by output tiles over up to 8 threads
+ * (L8_HOST_THREADS; calls below 8 MFLOP use one), never along k, so results
+ * do not depend on the thread count. The call blocks until D is written. It
+ * is what the GPU tests compare against.
  */
 #ifndef L8_OPS_GEMM_H
 #define L8_OPS_GEMM_H

@@ -2,9 +2,11 @@
 OPS_HEADERS :=
 LIB_SRCS += ops/fp8.c ops/cast.c
 OPS_HEADERS += ops/fp8.h ops/cast.h
-LIB_SRCS += ops/gemm.c ops/cublaslt.c
+LIB_SRCS += ops/gemm.c ops/cublaslt.c ops/gemm_host.c
 OPS_HEADERS += ops/gemm.h
 LIB_SRCS += ops/loss.c
 OPS_HEADERS += ops/loss.h
 LIB_SRCS += ops/optim.c
 OPS_HEADERS += ops/optim.h
+LIB_SRCS += ops/elementwise.c ops/recipe.c ops/linear.c
+OPS_HEADERS += ops/elementwise.h ops/recipe.h ops/linear.h

@@ -69,6 +69,8 @@ int main(int argc, char **argv)
     srunner_add_suite(sr, l8_fp8_suite());
     srunner_add_suite(sr, l8_gemm_suite());
     srunner_add_suite(sr, l8_loss_suite());
+    srunner_add_suite(sr, l8_recipe_suite());
+    srunner_add_suite(sr, l8_linear_suite());
     srunner_add_suite(sr, l8_checkpoint_suite());
     srunner_add_suite(sr, l8_fmnist_suite());
     srunner_add_suite(sr, l8_params_suite());

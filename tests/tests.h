@@ -20,6 +20,8 @@ Suite *l8_gpu_suite(void);
 Suite *l8_fp8_suite(void);
 Suite *l8_gemm_suite(void);
 Suite *l8_loss_suite(void);
+Suite *l8_recipe_suite(void);
+Suite *l8_linear_suite(void);
 Suite *l8_checkpoint_suite(void);
 Suite *l8_fmnist_suite(void);
 Suite *l8_params_suite(void);

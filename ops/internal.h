@@ -1,0 +1,50 @@
+/* internal.h - ops internals shared across files (not installed).
+ * Grouped by the file that defines them.
+ */
+#ifndef L8_OPS_INTERNAL_H
+#define L8_OPS_INTERNAL_H
+
+#include <stdint.h>
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+/* ---- gemm_host.c: the host backend's GEMM ----
+ *
+ * One validated l8_gemm call in row-major terms (gemm.c's analyze() has
+ * checked shapes, dtypes and strides; pointers are host memory):
+ *
+ *   t[m,n] = ab * sum_k op(A)[m,k] op(B)[k,n]  (+ beta * D[m,n])  (+ bias[n])
+ *   D[m,n] = round(t * sd) to dt_d            amax = max |t| (bit rule of fp8.h)
+ *   EPI_DBIAS_A: bias[m] = sum_k op(A)[m,k];  EPI_DBIAS_B: bias[n] = sum_k op(B)[k,n]
+ *
+ * op(A) is A (M,K) with leading dimension lda, or A^T when ta (A stored
+ * (K,M)); op(B) is B (K,N), or B^T when tb (B stored (N,K)). FP8, bf16 and
+ * f16 operands are decoded exactly to f32. beta == 0 never reads D. */
+typedef struct l8i_hgemm {
+    int64_t m, n, k, lda, ldb, ldd;
+    l8_dtype dt_a, dt_b, dt_d, dt_bias;
+    int ta, tb;
+    int epi;                      /* l8_gemm_epilogue */
+    float ab;                     /* alpha * s_A * s_B */
+    float beta;
+    float sd;                     /* scale of an FP8 D, else 1 */
+    const void *a, *b;
+    void *d, *bias;
+    float *amax;                  /* written when not NULL */
+    /* Optional cache of the packing memory between calls (the GEMM handle's,
+     * used under its mutex): *scratch (64-byte aligned, *scratch_bytes long)
+     * is reused when large enough and replaced when not; blocks above 64 MiB
+     * are not kept. NULL: allocate and free per call. */
+    void **scratch;
+    size_t *scratch_bytes;
+} l8i_hgemm;
+
+/* Run g on the host (blocking; may use worker threads, see gemm_host.c).
+ * Errors: L8_ERR_OOM (host memory for the packed operands). */
+l8_status l8i_host_gemm(const l8i_hgemm *g);
+
+/* Worker threads the host GEMM may use for a call of `flops` (2 M N K):
+ * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */
+int l8i_host_threads(double flops);
+
+#endif

@@ -1,0 +1,642 @@
+/* linear.c - the Linear layer: validation, the per-step weight copies, the
+ * forward and backward dataflow in FP8 and bf16, the saved-tensor ctx.
+ *
+ * Shapes: T tokens, K in-features, N out-features.
+ *
+ * FP8 forward                                 FP8 backward
+ *   [once per step]                             dY  (T, N) bf16
+ *   W   (N, K) f32 --ct--> W8  (N, K) e4m3        --ct+dbias--> dY8  (T, N) e5m2
+ *                          W8t (K, N) e4m3                      dY8t (N, T) e5m2
+ *   b   (N,)   f32 --cv--> b16 (N,)   bf16                      db   (N,)   f32
+ *   X   (T, K) bf16 --ct--> X8  (T, K) e4m3     dgrad dX (T, K) = dY8 . W8t^T
+ *                           X8t (K, T) e4m3 ->  wgrad gW (N, K) = dY8t . X8t^T (+ gW)
+ *   fprop Y (T, N) = X8 . W8^T + b16 (fast)     gb (+)= db
+ *
+ * (ct: l8_fp8_cast_transpose, cv: l8_convert; every GEMM is l8_gemm's
+ * trans_b = 1 form, cuBLASLt's TN.) bf16 mode replaces the casts with
+ * W16 = bf16(W) once per step and keeps X itself for wgrad; its GEMMs use
+ * the transposes l8_gemm offers for bf16 (dgrad trans_b = 0, wgrad
+ * trans_a = 1 with the bias gradient from the DBIAS_A epilogue).
+ *
+ * Invariants:
+ *  - weight_version counts rebuilds of the weight copies; a ctx remembers the
+ *    version its forward used and backward refuses another one.
+ *  - x_cast_epoch is the recipe update count at the layer's latest input
+ *    cast. All casts of one epoch use the same scale, hence write the same
+ *    scale_inv into the shared input meta; a ctx from epoch e can be
+ *    decoded as long as the latest cast is from epoch e too.
+ *  - micro_batch counts backwards since begin_step: 0 means main_grad is
+ *    written (beta = 0), else accumulated (beta = 1).
+ *  - Every temporary is allocated on the call's stream before anything is
+ *    enqueued, and freed stream-ordered after its last use on that stream.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/linear.h"
+#include "ops/cast.h"
+#include "ops/elementwise.h"
+#include "alloc/trace.h"
+
+#define NAME_MAX_LEN 100
+
+struct l8_linear {
+    l8_ctx *ctx;
+    uint64_t serial;              /* identifies the layer in its ctxs */
+    char name[NAME_MAX_LEN + 1];
+    l8_linear_mode mode;
+    l8_gemm_handle *gemm;
+    l8_recipe *recipe;
+    int64_t N, K;
+    l8_tensor *w, *gw, *b, *gb;   /* own views of the caller's tensors */
+    l8_dtype grad_dt;
+    int weight_id, bias_id;
+    l8_grad_ready_fn grad_ready;
+    void *grad_ready_arg;
+    int accumulate_grad;
+    int has_hooks;
+    l8_save_hooks hooks;
+    /* FP8 */
+    int role[3];                  /* recipe rows: input, weight, grad_output */
+    l8_fp8_meta *meta_x, *meta_w, *meta_g;   /* one reference each */
+    l8_dtype fmt_x, fmt_w, fmt_g;
+    l8_tensor *w8, *w8t;          /* (N, K), (K, N) */
+    /* bf16 */
+    l8_tensor *w16;               /* (N, K) */
+    l8_tensor *b16;               /* (N,), both modes when there is a bias */
+    l8_event *ev;
+    /* state */
+    int stale;                    /* weight copies must be rebuilt */
+    uint64_t weight_version;
+    uint64_t x_cast_epoch;
+    l8_linear_stats stats;
+};
+
+struct l8_linear_ctx {
+    uint64_t serial;              /* the layer's */
+    l8_tensor *saved;             /* FP8: X8t (K, T) e4m3 with the input meta; bf16: X (T, K) */
+    char name[NAME_MAX_LEN + 8];  /* "<layer>.x_t" / "<layer>.x" */
+    int hooked;                   /* hooks.save accepted it: release it later */
+    l8_save_hooks hooks;
+    int64_t T;
+    uint64_t weight_version, x_epoch;
+};
+
+static atomic_uint_fast64_t g_serial;
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+
+static int is_fp8_mode(const l8_linear *l) { return l->mode == L8_LINEAR_FP8; }
+
+static l8_status pick_stream(l8_ctx *ctx, const char *op, l8_stream **s)
+{
+    if (!*s)
+        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    else if (l8_stream_ctx(*s) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", op);
+    return L8_OK;
+}
+
+/* A new contiguous tensor (rows, cols) - or (rows,) when cols < 0 - for use
+ * on s, tagged "<layer>.<suffix>", with meta attached when given. */
+static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt, int64_t rows,
+                            int64_t cols, l8_fp8_meta *meta, l8_stream *s, l8_tensor **out)
+{
+    *out = NULL;
+    char tag[NAME_MAX_LEN + 24];
+    snprintf(tag, sizeof tag, "%s.%s", l->name, suffix);
+    int64_t shape[2] = { rows, cols };
+    int ndim = cols < 0 ? 1 : 2;
+    size_t bytes = (size_t)rows * (size_t)(cols < 0 ? 1 : cols) * l8_dtype_size(dt);
+    L8_CHECK(l8_tag_push(tag));
+    l8_storage *st = NULL;
+    l8_status ret = l8_storage_create(l->ctx, bytes, s, &st);
+    l8_status pop = l8_tag_pop();
+    if (ret == L8_OK)
+        ret = pop;
+    if (ret == L8_OK)
+        ret = l8_tensor_from_storage(st, 0, dt, ndim, shape, NULL, out);
+    l8_storage_release(st);       /* the tensor holds its own reference */
+    if (ret == L8_OK && meta) {
+        ret = l8_tensor_set_fp8_meta(*out, meta);
+        if (ret != L8_OK) {
+            l8_tensor_destroy(*out);
+            *out = NULL;
+        }
+    }
+    return ret;
+}
+
+/* t must be a contiguous tensor of ctx with dtype in {want, want2}. */
+static l8_status need(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
+                      l8_dtype want, l8_dtype want2)
+{
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context than the layer",
+                       op, name);
+    if (!l8_tensor_is_contiguous(t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous", op, name);
+    l8_dtype dt = l8_tensor_dtype(t);
+    if (dt != want && dt != want2) {
+        if (want == want2)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted %s", op, name,
+                           l8_dtype_name(dt), l8_dtype_name(want));
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted %s or %s", op, name,
+                       l8_dtype_name(dt), l8_dtype_name(want), l8_dtype_name(want2));
+    }
+    return L8_OK;
+}
+
+/* An activation [.., cols] bf16: its row count and a (rows, cols) view. */
+static l8_status act_view(const l8_linear *l, const char *op, const char *name,
+                          const l8_tensor *t, int64_t cols, int64_t *rows, l8_tensor **view)
+{
+    *view = NULL;
+    L8_CHECK(need(op, name, t, l->ctx, L8_BF16, L8_BF16));
+    int nd = l8_tensor_ndim(t);
+    if (nd < 1 || l8_tensor_dim(t, nd - 1) != cols)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must have a last dimension of %lld (layer %s:"
+                       " %lld in, %lld out), got %lld", op, name, (long long)cols, l->name,
+                       (long long)l->K, (long long)l->N,
+                       (long long)(nd >= 1 ? l8_tensor_dim(t, nd - 1) : 0));
+    *rows = l8_tensor_numel(t) / cols;
+    if (*rows == 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is empty (no rows)", op, name);
+    int64_t shape[2] = { *rows, cols };
+    return l8_tensor_reshape(t, 2, shape, view);
+}
+
+static l8_status fp8_dim(const char *op, const char *what, int64_t v)
+{
+    if (v % 16)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: FP8 GEMMs need %s to be a multiple of 16, got %lld"
+                       " (pad it, or use L8_LINEAR_BF16)", op, what, (long long)v);
+    return L8_OK;
+}
+
+static int overlap(const l8_tensor *a, const l8_tensor *b)
+{
+    if (!a || !b || l8_tensor_storage(a) != l8_tensor_storage(b))
+        return 0;
+    size_t a0 = l8_tensor_offset(a), a1 = a0 + l8_tensor_nbytes(a);
+    size_t b0 = l8_tensor_offset(b), b1 = b0 + l8_tensor_nbytes(b);
+    return a0 < b1 && b0 < a1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* create / destroy                                                          */
+
+static l8_status check_config(l8_ctx *ctx, const l8_linear_config *c)
+{
+    static const char *op = "l8_linear_create";
+    if (c->size < sizeof(l8_linear_config))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size is %zu, expected %zu (use"
+                       " L8_LINEAR_CONFIG_INIT)", op, c->size, sizeof(l8_linear_config));
+    if (c->mode != L8_LINEAR_FP8 && c->mode != L8_LINEAR_BF16)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)c->mode);
+    if (c->name && (c->name[0] == '\0' || strlen(c->name) > NAME_MAX_LEN))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the name must be 1 to %d bytes", op,
+                       NAME_MAX_LEN);
+    if (!c->gemm)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->gemm is NULL (a GEMM handle is required)",
+                       op);
+    if (c->mode == L8_LINEAR_FP8 && !c->recipe)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: FP8 mode needs cfg->recipe", op);
+    if (c->recipe && l8_recipe_ctx(c->recipe) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the recipe belongs to another context", op);
+    if (c->accumulate_grad != 0 && c->accumulate_grad != 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: accumulate_grad is %d, not 0 or 1", op,
+                       c->accumulate_grad);
+    if (c->save_hooks && c->save_hooks->size < sizeof(l8_save_hooks))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: save_hooks->size is %zu, expected %zu (use"
+                       " L8_SAVE_HOOKS_INIT)", op, c->save_hooks->size, sizeof(l8_save_hooks));
+    L8_CHECK(need(op, "weight", c->weight, ctx, L8_F32, L8_F32));
+    if (l8_tensor_ndim(c->weight) != 2 || l8_tensor_dim(c->weight, 0) < 1 ||
+        l8_tensor_dim(c->weight, 1) < 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: weight must be 2-D [out, in] and not empty", op);
+    int64_t N = l8_tensor_dim(c->weight, 0), K = l8_tensor_dim(c->weight, 1);
+    L8_CHECK(need(op, "weight_grad", c->weight_grad, ctx, L8_F32, L8_BF16));
+    if (l8_tensor_ndim(c->weight_grad) != 2 || l8_tensor_dim(c->weight_grad, 0) != N ||
+        l8_tensor_dim(c->weight_grad, 1) != K)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: weight_grad must be [%lld, %lld] like the weight",
+                       op, (long long)N, (long long)K);
+    if (overlap(c->weight, c->weight_grad))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: weight_grad overlaps the weight", op);
+    if (!c->bias != !c->bias_grad)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: bias and bias_grad must be given together", op);
+    if (c->bias) {
+        L8_CHECK(need(op, "bias", c->bias, ctx, L8_F32, L8_F32));
+        L8_CHECK(need(op, "bias_grad", c->bias_grad, ctx, l8_tensor_dtype(c->weight_grad),
+                      l8_tensor_dtype(c->weight_grad)));
+        if (l8_tensor_ndim(c->bias) != 1 || l8_tensor_dim(c->bias, 0) != N ||
+            l8_tensor_ndim(c->bias_grad) != 1 || l8_tensor_dim(c->bias_grad, 0) != N)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: bias and bias_grad must be [%lld]", op,
+                           (long long)N);
+        if (overlap(c->bias_grad, c->weight_grad) || overlap(c->bias_grad, c->bias) ||
+            overlap(c->bias_grad, c->weight) || overlap(c->weight_grad, c->bias))
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the gradients overlap a parameter or each"
+                           " other", op);
+    }
+    if (c->mode == L8_LINEAR_FP8) {
+        L8_CHECK(fp8_dim(op, "in_features (K)", K));
+        L8_CHECK(fp8_dim(op, "out_features (N)", N));
+    }
+    return L8_OK;
+}
+
+static l8_status own_view(const l8_tensor *t, l8_tensor **out)
+{
+    *out = NULL;
+    if (!t)
+        return L8_OK;
+    int nd = l8_tensor_ndim(t);
+    int64_t shape[L8_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        shape[d] = l8_tensor_dim(t, d);
+    return l8_tensor_reshape(t, nd, shape, out);
+}
+
+static l8_status register_roles(l8_linear *l)
+{
+    static const char *const suffix[3] = { "input", "weight", "grad_output" };
+    static const l8_fp8_role roles[3] = { L8_ROLE_INPUT, L8_ROLE_WEIGHT, L8_ROLE_GRAD_OUTPUT };
+    l8_fp8_meta **dst[3] = { &l->meta_x, &l->meta_w, &l->meta_g };
+    for (int i = 0; i < 3; i++) {
+        char nm[NAME_MAX_LEN + 16];
+        snprintf(nm, sizeof nm, "%s.%s", l->name, suffix[i]);
+        l8_fp8_meta *m = NULL;
+        L8_CHECK(l8_recipe_register(l->recipe, nm, roles[i], &l->role[i], &m));
+        l8_fp8_meta_retain(m);
+        *dst[i] = m;
+    }
+    l->fmt_x = l8_recipe_dtype(l->recipe, L8_ROLE_INPUT);
+    l->fmt_w = l8_recipe_dtype(l->recipe, L8_ROLE_WEIGHT);
+    l->fmt_g = l8_recipe_dtype(l->recipe, L8_ROLE_GRAD_OUTPUT);
+    return L8_OK;
+}
+
+l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear **out)
+{
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_ARG(ctx != NULL && cfg != NULL);
+    L8_CHECK(check_config(ctx, cfg));
+    l8_linear *l = calloc(1, sizeof *l);
+    if (!l)
+        return L8_FAIL(L8_ERR_OOM, "l8_linear_create: out of host memory");
+    l8_status ret = L8_OK;
+    l->ctx = ctx;
+    l->serial = atomic_fetch_add(&g_serial, 1) + 1;
+    snprintf(l->name, sizeof l->name, "%s", cfg->name ? cfg->name : "linear");
+    l->mode = cfg->mode;
+    l->gemm = cfg->gemm;
+    l->recipe = cfg->recipe;
+    l->N = l8_tensor_dim(cfg->weight, 0);
+    l->K = l8_tensor_dim(cfg->weight, 1);
+    l->grad_dt = l8_tensor_dtype(cfg->weight_grad);
+    l->weight_id = cfg->weight_id;
+    l->bias_id = cfg->bias_id;
+    l->grad_ready = cfg->grad_ready;
+    l->grad_ready_arg = cfg->grad_ready_arg;
+    l->accumulate_grad = cfg->accumulate_grad;
+    if (cfg->save_hooks) {
+        l->has_hooks = 1;
+        l->hooks = *cfg->save_hooks;
+        l->hooks.size = sizeof l->hooks;
+    }
+    l->role[0] = l->role[1] = l->role[2] = -1;
+    l->stale = 1;
+    l->stats.size = sizeof l->stats;
+    L8_TRY(ret, own_view(cfg->weight, &l->w), fail);
+    L8_TRY(ret, own_view(cfg->weight_grad, &l->gw), fail);
+    L8_TRY(ret, own_view(cfg->bias, &l->b), fail);
+    L8_TRY(ret, own_view(cfg->bias_grad, &l->gb), fail);
+    l8_stream *cs = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    if (is_fp8_mode(l)) {
+        /* persistent copies first, the roles last: a failure registers nothing */
+        l8_dtype fw = l8_recipe_dtype(l->recipe, L8_ROLE_WEIGHT);
+        L8_TRY(ret, new_tensor(l, "w_fp8", fw, l->N, l->K, NULL, cs, &l->w8), fail);
+        L8_TRY(ret, new_tensor(l, "w_t_fp8", fw, l->K, l->N, NULL, cs, &l->w8t), fail);
+    } else {
+        L8_TRY(ret, new_tensor(l, "w_bf16", L8_BF16, l->N, l->K, NULL, cs, &l->w16), fail);
+    }
+    if (l->b)
+        L8_TRY(ret, new_tensor(l, "b_bf16", L8_BF16, l->N, -1, NULL, cs, &l->b16), fail);
+    L8_TRY(ret, l8_event_create(ctx, 0, &l->ev), fail);
+    if (is_fp8_mode(l)) {
+        L8_TRY(ret, register_roles(l), fail);
+        L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8, l->meta_w), fail);
+        L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8t, l->meta_w), fail);
+    }
+    *out = l;
+    return L8_OK;
+fail:
+    l8_linear_destroy(l);
+    return ret;
+}
+
+void l8_linear_destroy(l8_linear *l)
+{
+    if (!l)
+        return;
+    l8_tensor_destroy(l->w);
+    l8_tensor_destroy(l->gw);
+    l8_tensor_destroy(l->b);
+    l8_tensor_destroy(l->gb);
+    l8_tensor_destroy(l->w8);
+    l8_tensor_destroy(l->w8t);
+    l8_tensor_destroy(l->w16);
+    l8_tensor_destroy(l->b16);
+    l8_fp8_meta_release(l->meta_x);
+    l8_fp8_meta_release(l->meta_w);
+    l8_fp8_meta_release(l->meta_g);
+    l8_event_destroy(l->ev);
+    free(l);
+}
+
+/* ------------------------------------------------------------------------ */
+/* small accessors                                                           */
+
+l8_status l8_linear_begin_step(l8_linear *l)
+{
+    L8_ARG(l != NULL);
+    l->stale = 1;
+    l->stats.micro_batch = 0;
+    l->stats.steps++;
+    return L8_OK;
+}
+
+l8_status l8_linear_get_stats(const l8_linear *l, l8_linear_stats *out)
+{
+    L8_ARG(l != NULL && out != NULL);
+    L8_ARG(out->size >= sizeof(l8_linear_stats));
+    *out = l->stats;
+    out->size = sizeof *out;
+    return L8_OK;
+}
+
+int64_t l8_linear_in_features(const l8_linear *l) { return l ? l->K : 0; }
+int64_t l8_linear_out_features(const l8_linear *l) { return l ? l->N : 0; }
+l8_linear_mode l8_linear_get_mode(const l8_linear *l) { return l ? l->mode : L8_LINEAR_FP8; }
+
+int l8_linear_role_index(const l8_linear *l, l8_fp8_role role)
+{
+    if (!l || (unsigned)role > L8_ROLE_GRAD_OUTPUT)
+        return -1;
+    return l->role[role];
+}
+
+void l8_linear_ctx_destroy(l8_linear_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->hooked && c->hooks.release)
+        c->hooks.release(c->hooks.arg, c->saved, c->name);
+    l8_tensor_destroy(c->saved);
+    free(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* forward                                                                   */
+
+/* Rebuild the weight copies if the step changed (once per step). */
+static l8_status ensure_weights(l8_linear *l, l8_stream *s)
+{
+    if (!l->stale)
+        return L8_OK;
+    if (is_fp8_mode(l))
+        L8_CHECK(l8_fp8_cast_transpose(l->w, l->w8, l->w8t, L8_CAST_ACCUMULATE_AMAX, s));
+    else
+        L8_CHECK(l8_convert(l->w, l->w16, s));
+    if (l->b)
+        L8_CHECK(l8_convert(l->b, l->b16, s));
+    l->stale = 0;
+    l->weight_version++;
+    l->stats.weight_casts++;
+    return L8_OK;
+}
+
+l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
+                            l8_linear_ctx **saved, l8_stream *s)
+{
+    static const char *op = "l8_linear_forward";
+    if (saved)
+        *saved = NULL;
+    L8_ARG(l != NULL);
+    L8_CHECK(pick_stream(l->ctx, op, &s));
+    l8_status ret = L8_OK;
+    l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL;
+    l8_linear_ctx *c = NULL;
+    int64_t T = 0, Ty = 0;
+    const int fp8 = is_fp8_mode(l);
+    L8_TRY(ret, act_view(l, op, "x", x, l->K, &T, &x2), out);
+    L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
+    if (Ty != T) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: x has %lld rows but y has %lld", op,
+                      (long long)T, (long long)Ty);
+        goto out;
+    }
+    if (overlap(x, y)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps x", op);
+        goto out;
+    }
+    if (fp8)
+        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x)", T), out);
+
+    /* everything allocated before anything is enqueued */
+    if (saved) {
+        c = calloc(1, sizeof *c);
+        if (!c) {
+            ret = L8_FAIL(L8_ERR_OOM, "%s: out of host memory", op);
+            goto out;
+        }
+    }
+    if (fp8) {
+        L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
+        if (saved)
+            L8_TRY(ret, new_tensor(l, "x_t", l->fmt_x, l->K, T, l->meta_x, s, &x8t), out);
+    }
+
+    L8_TRY(ret, ensure_weights(l, s), out);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.d = y2;
+    g.trans_b = 1;
+    if (l->b) {
+        g.bias = l->b16;
+        g.epilogue = L8_GEMM_EPI_BIAS;
+    }
+    if (fp8) {
+        /* X8 (T, K) and X8t (K, T) e4m3 in one pass; the amax accumulates
+         * over the step's micro-batches */
+        if (saved)
+            L8_TRY(ret, l8_fp8_cast_transpose(x2, x8, x8t, L8_CAST_ACCUMULATE_AMAX, s), out);
+        else
+            L8_TRY(ret, l8_fp8_cast(x2, x8, L8_CAST_ACCUMULATE_AMAX, s), out);
+        l->x_cast_epoch = l8_recipe_updates(l->recipe);
+        l->stats.input_casts++;
+        g.a = x8;                 /* (T, K) e4m3 */
+        g.b = l->w8;              /* (N, K) e4m3 */
+        g.fast_accum = 1;
+    } else {
+        g.a = x2;                 /* (T, K) bf16 */
+        g.b = l->w16;             /* (N, K) bf16 */
+    }
+    L8_TRY(ret, l8_gemm(l->gemm, &g, s), out);   /* Y (T, N) bf16 */
+    l->stats.forwards++;
+
+    if (saved) {
+        c->serial = l->serial;
+        c->T = T;
+        c->weight_version = l->weight_version;
+        c->x_epoch = l->x_cast_epoch;
+        if (fp8) {
+            c->saved = x8t;
+            x8t = NULL;
+            snprintf(c->name, sizeof c->name, "%s.x_t", l->name);
+        } else {
+            c->saved = x2;        /* a view of the caller's X: its storage is retained */
+            x2 = NULL;
+            snprintf(c->name, sizeof c->name, "%s.x", l->name);
+        }
+        if (l->has_hooks) {
+            c->hooks = l->hooks;
+            if (c->hooks.save)
+                L8_TRY(ret, c->hooks.save(c->hooks.arg, c->saved, c->name, s), out);
+            c->hooked = 1;
+        }
+        *saved = c;
+        c = NULL;
+    }
+out:
+    l8_linear_ctx_destroy(c);
+    l8_tensor_destroy(x2);
+    l8_tensor_destroy(y2);
+    l8_tensor_destroy(x8);        /* stream-ordered: fprop read it on s */
+    l8_tensor_destroy(x8t);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward                                                                  */
+
+l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
+                             l8_tensor *dx, l8_stream *s)
+{
+    static const char *op = "l8_linear_backward";
+    L8_ARG(l != NULL && saved != NULL);
+    if (!*saved)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: *saved is NULL (forward was run without a ctx,"
+                       " or this ctx was consumed already)", op);
+    l8_linear_ctx *c = *saved;
+    if (c->serial != l->serial)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the ctx comes from another layer's forward (this"
+                       " is %s)", op, l->name);
+    L8_CHECK(pick_stream(l->ctx, op, &s));
+    const int fp8 = is_fp8_mode(l);
+    const int64_t T = c->T;
+    l8_status ret = L8_OK;
+    l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dbs = NULL;
+    int64_t Tdy = 0, Tdx = 0;
+    L8_TRY(ret, act_view(l, op, "dy", dy, l->N, &Tdy, &dy2), out);
+    if (dx)
+        L8_TRY(ret, act_view(l, op, "dx", dx, l->K, &Tdx, &dx2), out);
+    if (Tdy != T || (dx && Tdx != T)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: the forward had %lld rows; dy has %lld%s", op,
+                      (long long)T, (long long)Tdy, dx && Tdx != T ? " and dx another count" : "");
+        goto out;
+    }
+    if (overlap(dx, dy)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx overlaps dy", op);
+        goto out;
+    }
+    if (c->weight_version != l->weight_version) {
+        ret = L8_FAIL(L8_ERR_STATE, "%s: %s rebuilt its weights (begin_step and a forward) after"
+                      " the forward this ctx comes from; its backward would use other weights",
+                      op, l->name);
+        goto out;
+    }
+    if (fp8 && c->x_epoch != l->x_cast_epoch) {
+        ret = L8_FAIL(L8_ERR_STATE, "%s: %s cast its input with a newer scale (recipe update, then"
+                      " a forward) after the forward this ctx comes from, so the saved FP8 input"
+                      " can no longer be decoded: run l8_recipe_update after the step's"
+                      " backwards", op, l->name);
+        goto out;
+    }
+    const int first = !l->accumulate_grad && l->stats.micro_batch == 0;
+
+    /* everything allocated before anything is enqueued */
+    if (fp8) {
+        L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
+        L8_TRY(ret, new_tensor(l, "dy_t_fp8", l->fmt_g, l->N, T, l->meta_g, s, &dy8t), out);
+    }
+    if (l->gb && !first)          /* the bias gradient of this micro-batch, added below */
+        L8_TRY(ret, new_tensor(l, "dbias", fp8 ? L8_F32 : l->grad_dt, l->N, -1, NULL, s, &dbs),
+               out);
+    l8_tensor *db = l->gb ? (first ? l->gb : dbs) : NULL;
+    if (c->hooked && c->hooks.restore)
+        L8_TRY(ret, c->hooks.restore(c->hooks.arg, c->saved, c->name, s), out);
+
+    l8_gemm_desc dg = L8_GEMM_DESC_INIT, wg = L8_GEMM_DESC_INIT;
+    dg.d = dx2;                   /* (T, K) bf16, = */
+    wg.d = l->gw;                 /* (N, K) main_grad */
+    wg.beta = first ? 0.0f : 1.0f;
+    if (fp8) {
+        /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass */
+        if (db)
+            L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX,
+                                                    s), out);
+        else
+            L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8t, L8_CAST_ACCUMULATE_AMAX, s), out);
+        l->stats.grad_casts++;
+        dg.a = dy8;               /* (T, N) e5m2 */
+        dg.b = l->w8t;            /* (K, N) e4m3 */
+        dg.trans_b = 1;
+        wg.a = dy8t;              /* (N, T) e5m2 */
+        wg.b = c->saved;          /* (K, T) e4m3 */
+        wg.trans_b = 1;
+    } else {
+        dg.a = dy2;               /* (T, N) bf16 */
+        dg.b = l->w16;            /* (N, K) bf16, not transposed */
+        dg.trans_b = 0;
+        wg.a = dy2;               /* op(A) = dY^T (N, T) */
+        wg.trans_a = 1;
+        wg.b = c->saved;          /* X (T, K) bf16 */
+        wg.trans_b = 0;
+        if (db) {
+            wg.bias = db;         /* db[n] = sum_t dY[t, n], = */
+            wg.epilogue = L8_GEMM_EPI_DBIAS_A;
+        }
+    }
+    if (dx)
+        L8_TRY(ret, l8_gemm(l->gemm, &dg, s), out);
+    L8_TRY(ret, l8_gemm(l->gemm, &wg, s), out);
+    if (dbs)
+        L8_TRY(ret, l8_add_into(l->gb, dbs, s), out);
+    L8_TRY(ret, l8_event_record(l->ev, s), out);
+    l->stats.micro_batch++;
+    l->stats.backwards++;
+
+    /* the layer's work is enqueued: the ctx is consumed whatever follows */
+    l8_linear_ctx_destroy(c);
+    *saved = NULL;
+    if (l->grad_ready) {
+        l8_status st = l->grad_ready(l->grad_ready_arg, l->weight_id, l->ev);
+        if (l->gb) {
+            l8_status sb = l->grad_ready(l->grad_ready_arg, l->bias_id, l->ev);
+            if (st == L8_OK)
+                st = sb;
+        }
+        ret = st;
+    }
+out:
+    l8_tensor_destroy(dy2);
+    l8_tensor_destroy(dx2);
+    l8_tensor_destroy(dy8);       /* stream-ordered after the GEMMs on s */
+    l8_tensor_destroy(dy8t);
+    l8_tensor_destroy(dbs);
+    return ret;
+}

@@ -1,0 +1,225 @@
+/* linear.h - the Linear layer Y[T,N] = X[T,K] . W[N,K]^T (+ bias[N]) with
+ * forward and backward, in FP8 (HYBRID delayed scaling) or bf16.
+ *
+ * Tensors (row-major; T tokens, K in-features, N out-features):
+ *     X  [.., K]  bf16   input, any leading dims (T = numel / K), contiguous
+ *     Y  [.., N]  bf16   output (=)
+ *     dY [.., N]  bf16   output gradient
+ *     dX [.., K]  bf16   input gradient (=)
+ *     W  [N, K]   f32    master weight (the caller's, e.g. a parameter group view)
+ *     b  [N]      f32    master bias (optional)
+ *     gW [N, K]   f32 or bf16   the weight's main_grad; gb [N] the bias's, same dtype
+ * Convert f32 activations with l8_convert (ops/elementwise.h). In FP8 mode
+ * X, Y, dY, dX and gW must start 16-byte aligned (cuBLASLt's FP8 rule; new
+ * tensors and parameter-group views are).
+ *
+ * FP8 mode (L8_LINEAR_FP8, the DESIGN.md table; all GEMMs TN):
+ *   once per step  W --cast+transpose--> W8 [N,K] e4m3, W8t [K,N] e4m3     (weight meta)
+ *                  b --convert--> b16 [N] bf16                              (fprop epilogue)
+ *   forward        X --cast+transpose--> X8 [T,K] e4m3 (freed after fprop),
+ *                                        X8t [K,T] e4m3 (saved)             (input meta)
+ *                  fprop  Y = X8 . W8^T + b16      bf16, fast accumulation
+ *   backward       dY --cast+transpose+dbias--> dY8 [T,N] e5m2, dY8t [N,T] e5m2, db f32
+ *                  dgrad  dX = dY8 . W8t^T         bf16, split accumulation  (grad meta)
+ *                  wgrad  gW = dY8t . X8t^T (+ gW) in gW's dtype, split accumulation
+ *                  gb = db (+ gb)   (later micro-batches: db in a scratch, l8_add_into)
+ * The casts max-accumulate their amaxes into the recipe's metas
+ * (L8_CAST_ACCUMULATE_AMAX) over the micro-batches of a step; the recipe
+ * update gathers them (ops/recipe.h). FP8 needs T, K and N to be multiples
+ * of 16 (cuBLASLt's FP8 rules, and T is the reduction dimension of wgrad):
+ * anything else is L8_ERR_UNSUPPORTED (no padded path yet: pad the batch or
+ * the features yourself, e.g. a 10-class head as N = 16).
+ *
+ * bf16 mode (L8_LINEAR_BF16): the same structure with bf16 copies: W -> W16
+ * [N,K] and b -> b16 once per step; fprop Y = X . W16^T + b16; saved: X
+ * itself (a view: the caller must not overwrite X before backward); dgrad
+ * dX = dY . W16; wgrad gW (+)= dY^T . X in gW's dtype, with the bias
+ * gradient from the GEMM's DBIAS epilogue. Any shapes.
+ *
+ * Steps and micro-batches. l8_linear_begin_step marks a new optimizer step:
+ * the weight copies are rebuilt at the next forward (once per step, not per
+ * micro-batch; l8_linear_stats counts the casts) and the micro-batch count
+ * restarts. The first backward of a step writes main_grad (=, beta = 0: old
+ * contents, NaNs included, are never read); later ones accumulate (+=,
+ * beta = 1) - gradient-accumulation fusion. With accumulate_grad = 1 every
+ * backward accumulates (the caller zeroes main_grad, e.g. for a weight
+ * shared by several layers). main_grad is always written, zero gradients
+ * included; it is never NULL.
+ *
+ * Grad ready. After a backward has enqueued the wgrad GEMM (and the bias
+ * gradient) it records an event on the stream and calls grad_ready(arg,
+ * weight_id, event), then grad_ready(arg, bias_id, event) when there is a
+ * bias: once per parameter per backward. The event is the layer's and is
+ * re-recorded by its next backward: make a stream wait on it
+ * (l8_stream_wait_event) or query it inside the callback; do not keep it.
+ * A parameter group's l8_params_grad_ready fits with a two-line adapter.
+ *
+ * Saved tensors. Forward hands what backward needs to an l8_linear_ctx
+ * (FP8: X8t; bf16: X) and, when save hooks are set, calls hooks.save for
+ * each saved tensor; backward calls hooks.restore before using it and
+ * hooks.release when done (also l8_linear_ctx_destroy). This is the one hook
+ * point for activation offload: offload works on the tensor's storage (the
+ * views follow it), and the layer never caches a data pointer across calls.
+ * The persistent weight copies (W8, W8t, W16, b16) are the layer's and are
+ * never offloaded.
+ *
+ * Memory tags (alloc/trace.h): "<name>.w_fp8", "<name>.w_t_fp8",
+ * "<name>.w_bf16", "<name>.b_bf16" (at create), "<name>.x_fp8",
+ * "<name>.x_t" (forward), "<name>.dy_fp8", "<name>.dy_t_fp8",
+ * "<name>.dbias" (backward).
+ *
+ * Streams: every call enqueues on its stream (NULL: the compute stream) and
+ * returns without waiting; on a host context the work is done on return.
+ * Tensors and streams belong to the layer's context. Not thread-safe: one
+ * thread drives a layer.
+ *
+ * Errors, common to all calls: L8_ERR_INVALID_ARG (NULL, shapes, dtypes,
+ * contexts, non-contiguous tensors, a ctx from another layer),
+ * L8_ERR_UNSUPPORTED (FP8 dimensions not multiples of 16), L8_ERR_STATE (a
+ * storage not on the device; a backward whose forward used other weights or
+ * input scales, see l8_linear_backward), L8_ERR_OOM, L8_ERR_CUDA,
+ * L8_ERR_CUBLAS, and any status a hook or callback returns. Allocation
+ * happens before anything is enqueued, so an OOM leaves the layer, the
+ * outputs and main_grad untouched.
+ */
+#ifndef L8_OPS_LINEAR_H
+#define L8_OPS_LINEAR_H
+
+#include <stdint.h>
+#include "runtime/status.h"
+#include "runtime/ctx.h"
+#include "runtime/tensor.h"
+#include "ops/gemm.h"
+#include "ops/recipe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct l8_linear l8_linear;
+typedef struct l8_linear_ctx l8_linear_ctx;
+
+/* Append-only. */
+typedef enum l8_linear_mode {
+    L8_LINEAR_FP8 = 0,            /* FP8 GEMMs with the recipe's scales (HYBRID by default) */
+    L8_LINEAR_BF16 = 1            /* bf16 GEMMs (for comparison) */
+} l8_linear_mode;
+
+/* Parameter `param_id`'s main_grad has its wgrad enqueued; `event` completes
+ * when it is written. A non-OK status is returned by l8_linear_backward
+ * (after the layer's own work, which stays done). */
+typedef l8_status (*l8_grad_ready_fn)(void *arg, int param_id, l8_event *event);
+
+/* Save/restore hooks for tensors kept from forward to backward. `name` is
+ * "<layer>.x_t" (FP8) or "<layer>.x" (bf16). The tensor is borrowed: hooks
+ * act on its storage (l8_tensor_storage) and keep no pointer to the view
+ * after release. save: the tensor will not be read before restore (offload
+ * may start). restore: make the storage resident and ordered before later
+ * work on s. release: the ctx no longer needs it. Any may be NULL. */
+typedef struct l8_save_hooks {
+    size_t size;                  /* sizeof(l8_save_hooks) */
+    l8_status (*save)(void *arg, l8_tensor *t, const char *name, l8_stream *s);
+    l8_status (*restore)(void *arg, l8_tensor *t, const char *name, l8_stream *s);
+    void (*release)(void *arg, l8_tensor *t, const char *name);
+    void *arg;
+} l8_save_hooks;
+#define L8_SAVE_HOOKS_INIT { sizeof(l8_save_hooks), NULL, NULL, NULL, NULL }
+
+typedef struct l8_linear_config {
+    size_t size;                  /* sizeof(l8_linear_config) */
+    const char *name;             /* tag and role prefix, copied (<= 100 bytes); NULL: "linear" */
+    l8_linear_mode mode;          /* L8_LINEAR_FP8 */
+    l8_gemm_handle *gemm;         /* required; of the same context; must outlive the layer */
+    l8_recipe *recipe;            /* FP8: required (3 roles registered: "<name>.input",
+                                     ".weight", ".grad_output"); must outlive the layer */
+    const l8_tensor *weight;      /* f32 [N, K], contiguous; required */
+    const l8_tensor *weight_grad; /* f32 or bf16 [N, K], contiguous; required */
+    const l8_tensor *bias;        /* f32 [N] or NULL */
+    const l8_tensor *bias_grad;   /* [N], weight_grad's dtype; required with a bias, else NULL */
+    int weight_id, bias_id;       /* passed to grad_ready */
+    l8_grad_ready_fn grad_ready;  /* NULL: none */
+    void *grad_ready_arg;
+    int accumulate_grad;          /* 0: first backward of a step writes main_grad; 1: always += */
+    const l8_save_hooks *save_hooks;  /* copied; NULL: saved tensors stay as they are */
+} l8_linear_config;
+#define L8_LINEAR_CONFIG_INIT \
+    { sizeof(l8_linear_config), NULL, L8_LINEAR_FP8, NULL, NULL, NULL, NULL, NULL, NULL, \
+      0, 1, NULL, NULL, 0, NULL }
+
+/* Create a layer on ctx. The layer keeps its own views of weight, bias and
+ * their grads (the caller's tensors may be destroyed; the storages are
+ * retained), allocates its persistent weight copies, and in FP8 mode
+ * registers its three roles in the recipe. Nothing is cast until the first
+ * forward. Errors: L8_ERR_INVALID_ARG (config, shapes, dtypes, contexts,
+ * name), L8_ERR_UNSUPPORTED (FP8 with K or N not a multiple of 16),
+ * L8_ERR_OOM; on error nothing is left behind (a role already registered in
+ * the recipe stays there, unused). */
+L8_NODISCARD l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg,
+                                        l8_linear **out);
+
+/* Release the layer (stream-ordered). Outstanding ctxs must be destroyed
+ * first or after; they do not reference the layer's memory. NULL: no-op. */
+void l8_linear_destroy(l8_linear *l);
+
+/* A new optimizer step: the master weights (may) have changed. The weight
+ * copies are rebuilt at the next forward; the next backward writes
+ * main_grad (=). Never fails on a valid layer. Errors: L8_ERR_INVALID_ARG. */
+L8_NODISCARD l8_status l8_linear_begin_step(l8_linear *l);
+
+/* Y = X . W^T + b.
+ *   x      bf16 [.., K], contiguous; read
+ *   y      bf16 [.., N], contiguous, same leading rows T; written (=); must
+ *          not overlap x
+ *   saved  NULL: inference (FP8: X is cast without its transpose; nothing is
+ *          kept); else *saved receives a new ctx, owned by the caller, to
+ *          pass to l8_linear_backward (or l8_linear_ctx_destroy)
+ * Errors: see the banner. On error *saved is NULL, and y is unwritten
+ * unless the device or hooks.save failed (hooks.save runs last). */
+L8_NODISCARD l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
+                                         l8_linear_ctx **saved, l8_stream *s);
+
+/* Backward of the forward that made *saved:
+ *   dy     bf16 [.., N] with the forward's T rows; read
+ *   dx     bf16 [.., K] with T rows, written (=); NULL: dgrad is skipped
+ *          (first layer); must not overlap dy
+ *   main_grads: = or += as in the banner; then grad_ready is called.
+ * *saved is consumed (destroyed, set to NULL) once the layer's work is
+ * enqueued: on success, and when only a grad_ready callback failed (its
+ * status is returned). On any other error *saved is left valid and the
+ * caller's: fix the cause and retry, or l8_linear_ctx_destroy it
+ * (hooks.restore may then run again: make it idempotent). An error from the
+ * device may leave dx and main_grad partly written.
+ * L8_ERR_STATE when the weights were rebuilt since that forward
+ * (begin_step, then another forward) or, in FP8, the recipe updated the
+ * input scale and the input was cast again since (the saved X8t could no
+ * longer be decoded). */
+L8_NODISCARD l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved,
+                                          const l8_tensor *dy, l8_tensor *dx, l8_stream *s);
+
+/* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
+void l8_linear_ctx_destroy(l8_linear_ctx *c);
+
+/* Counters since create. */
+typedef struct l8_linear_stats {
+    size_t size;                  /* sizeof(l8_linear_stats), set by the caller */
+    uint64_t forwards, backwards;
+    uint64_t weight_casts;        /* weight copies built (FP8 cast+transpose or bf16 convert) */
+    uint64_t input_casts;         /* FP8 casts of X */
+    uint64_t grad_casts;          /* FP8 casts of dY */
+    uint64_t steps;               /* l8_linear_begin_step calls */
+    int64_t micro_batch;          /* backwards since the last begin_step */
+} l8_linear_stats;
+
+/* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
+L8_NODISCARD l8_status l8_linear_get_stats(const l8_linear *l, l8_linear_stats *out);
+
+int64_t l8_linear_in_features(const l8_linear *l);    /* K; 0 for NULL */
+int64_t l8_linear_out_features(const l8_linear *l);   /* N; 0 for NULL */
+l8_linear_mode l8_linear_get_mode(const l8_linear *l);
+/* The recipe rows of the input, weight and grad_output roles (FP8), else -1. */
+int l8_linear_role_index(const l8_linear *l, l8_fp8_role role);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_OPS_LINEAR_H */

@@ -1,0 +1,1746 @@
+/* test_linear.c - the Linear layer (FP8 HYBRID and bf16) against an fp64
+ * reference, micro-batch accumulation, the once-per-step weight copies,
+ * main_grad semantics, grad-ready callbacks, save hooks, memory tags, bad
+ * arguments and fault injection; the elementwise ops; the host GEMM's
+ * blocked and threaded path. On a GPU: the same layer on the device against
+ * the host, and the elementwise kernels against their host references.
+ *
+ * Data: fresh random values each run (seeded, see main.c), magnitudes in
+ * [1/4, 1) with random signs (no zeros, and at every scale the recipe
+ * produces the FP8 values stay normal, so the relative bounds below hold).
+ * Outputs and main_grads are poisoned with NaN before the call; NaN never
+ * passes a comparison.
+ *
+ * Tolerances, per output, relative to S = sum |a| |b| over the products that
+ * make it (+ |bias|), plus one unit in the last place of the output dtype:
+ *   FP8   an E4M3 rounding is within 2^-4 of the value, an E5M2 rounding
+ *         within 2^-3, so a product of two is within
+ *         fprop  E4M3 x E4M3: 2^-4 + 2^-4 + 2^-8 < 0.13   (+ 2e-2 for fast
+ *                accumulation on the GPU, as tests/test_gemm.c)
+ *         dgrad, wgrad  E5M2 x E4M3: 2^-3 + 2^-4 + 2^-7 < 0.2   (+ 2e-3 GPU)
+ *         Worst-case bounds are loose for sums of random signs, so every FP8
+ *         comparison also bounds the relative RMS error over the whole
+ *         output: 0.1 (fprop) and 0.16 (dgrad, wgrad), about 2.5x what
+ *         uniform rounding errors give - a transposed or misplaced operand
+ *         gives ~1.
+ *   bf16  W is rounded once to bf16 (2^-9): fprop and dgrad 2^-8 + (n + 2)
+ *         2^-24 for n-term f32 sums; wgrad has exact bf16 operands: only the
+ *         f32 sum, (T + 2) 2^-24.
+ *   dbias (both modes) is an f32 column sum of the exact dY: (T + 2) 2^-24.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "tests/tests.h"
+#include "runtime/lean8.h"
+#include "ops/linear.h"
+#include "ops/recipe.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/fp8.h"
+#include "alloc/trace.h"
+
+#define U24 (1.0 / 16777216.0)
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+
+static l8_ctx *mk_ctx_prov(const char *dev, const l8_segment_provider *prov)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    cfg.device = dev;
+    cfg.provider = prov;
+    l8_ctx *ctx = NULL;
+    l8_status st = l8_ctx_create(&cfg, &ctx);
+    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
+    return ctx;
+}
+
+static l8_ctx *mk_ctx(const char *dev) { return mk_ctx_prov(dev, NULL); }
+
+static uint64_t live_bytes(l8_ctx *ctx)
+{
+    l8_alloc_stats s = { .size = sizeof s };
+    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
+    return s.allocated_bytes;
+}
+
+static void done_ctx(l8_ctx *ctx)
+{
+    L8_CK(l8_ctx_synchronize(ctx));
+    ck_assert_msg(live_bytes(ctx) == 0, "%llu bytes still allocated (a leak)",
+                  (unsigned long long)live_bytes(ctx));
+    l8_ctx_destroy(ctx);
+}
+
+static l8_tensor *mk(l8_ctx *ctx, l8_dtype dt, int64_t d0, int64_t d1)
+{
+    int64_t shape[2] = { d0, d1 };
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, d1 < 0 ? 1 : 2, shape, &t));
+    return t;
+}
+
+/* Upload f32 values into a tensor of dtype f32, bf16 or f16 (rounded). */
+static void put(l8_tensor *t, const float *v)
+{
+    size_t n = (size_t)l8_tensor_numel(t), es = l8_dtype_size(l8_tensor_dtype(t));
+    uint8_t *buf = malloc(n * es + 4);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t i = 0; i < n; i++)
+        l8_host_store_f32(buf, l8_tensor_dtype(t), i, v[i]);
+    L8_CK(l8_tensor_copy_from_host(t, buf, n * es, NULL));
+    free(buf);
+}
+
+static void get(const l8_tensor *t, float *out)
+{
+    size_t n = (size_t)l8_tensor_numel(t), es = l8_dtype_size(l8_tensor_dtype(t));
+    uint8_t *buf = malloc(n * es + 4);
+    ck_assert_ptr_nonnull(buf);
+    L8_CK(l8_tensor_copy_to_host(t, buf, n * es, NULL));
+    for (size_t i = 0; i < n; i++)
+        out[i] = l8_host_load_f32(buf, l8_tensor_dtype(t), i);
+    free(buf);
+}
+
+static void poison(l8_tensor *t)
+{
+    size_t n = l8_tensor_nbytes(t);
+    uint8_t *buf = malloc(n + 4);
+    memset(buf, 0xFF, n);                         /* NaN in f32, bf16, f16 */
+    L8_CK(l8_tensor_copy_from_host(t, buf, n, NULL));
+    free(buf);
+}
+
+static float rv(l8_rng *r)
+{
+    float m = l8_rng_float(r, 0.25f, 1.0f);
+    return l8_rng_below(r, 2) ? m : -m;
+}
+
+/* bf16-exact random values (activations are bf16) */
+static void fill_bf16(l8_rng *r, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = l8_bf16_to_f32(l8_bf16_from_f32(rv(r)));
+}
+
+static void fill_f32(l8_rng *r, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = rv(r);
+}
+
+static float *fmem(int64_t n)
+{
+    float *p = calloc((size_t)n + 1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static double *dmem(int64_t n)
+{
+    double *p = calloc((size_t)n + 1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static double ulp_of(l8_dtype dt, double x)
+{
+    int e = x > 0 ? ilogb(x) : -126;
+    if (e < -126)
+        e = -126;
+    if (dt == L8_BF16)
+        return ldexp(1.0, e - 7);
+    if (dt == L8_F16)
+        return ldexp(1.0, (e > -14 ? e : -14) - 10);
+    return ldexp(1.0, e - 23);
+}
+
+/* got[i] vs ref[i] within tol * S[i] + one ulp of dt; and, when rms > 0,
+ * ||got - ref|| / ||ref|| <= rms. */
+static void check(const char *what, const float *got, const double *ref, const double *S,
+                  int64_t n, double tol, l8_dtype dt, double rms)
+{
+    double e2 = 0, r2 = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        double slack = tol * S[i] + ulp_of(dt, fabs(ref[i]));
+        ck_assert_msg(!isnan(got[i]) && err <= slack, "%s[%lld] = %.9g, expected %.9g (err %.3g,"
+                      " allowed %.3g, S %.3g)", what, (long long)i, (double)got[i], ref[i], err,
+                      slack, S[i]);
+        e2 += err * err;
+        r2 += ref[i] * ref[i];
+        if (S[i] > 0 && err / S[i] > worst)
+            worst = err / S[i];
+    }
+    if (rms > 0) {
+        double q = sqrt(e2 / (r2 > 0 ? r2 : 1));
+        ck_assert_msg(q <= rms, "%s: relative RMS error %.4f above %.4f", what, q, rms);
+    }
+    if (getenv("L8_LINEAR_TEST_VERBOSE"))
+        printf("  %-28s n %6lld  max err/S %.3g (tol %.3g)\n", what, (long long)n, worst, tol);
+}
+
+/* ---- fp64 references ---- */
+
+static void ref_fwd(const float *x, const float *w, const float *b, int64_t T, int64_t K,
+                    int64_t N, double *y, double *S)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double a = b ? b[n] : 0, s = b ? fabs(b[n]) : 0;
+            for (int64_t k = 0; k < K; k++) {
+                a += (double)x[t * K + k] * w[n * K + k];
+                s += fabs((double)x[t * K + k] * w[n * K + k]);
+            }
+            y[t * N + n] = a;
+            S[t * N + n] = s;
+        }
+}
+
+static void ref_dx(const float *dy, const float *w, int64_t T, int64_t K, int64_t N, double *dx,
+                   double *S)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++) {
+            double a = 0, s = 0;
+            for (int64_t n = 0; n < N; n++) {
+                a += (double)dy[t * N + n] * w[n * K + k];
+                s += fabs((double)dy[t * N + n] * w[n * K + k]);
+            }
+            dx[t * K + k] = a;
+            S[t * K + k] = s;
+        }
+}
+
+/* dw (+)= dY^T X, db (+)= colsum dY; S likewise (accumulate: add to them) */
+static void ref_dw(const float *dy, const float *x, int64_t T, int64_t K, int64_t N, double *dw,
+                   double *S, double *db, double *Sb)
+{
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) {
+            double a = 0, s = 0;
+            for (int64_t t = 0; t < T; t++) {
+                a += (double)dy[t * N + n] * x[t * K + k];
+                s += fabs((double)dy[t * N + n] * x[t * K + k]);
+            }
+            dw[n * K + k] += a;
+            S[n * K + k] += s;
+        }
+        double a = 0, s = 0;
+        for (int64_t t = 0; t < T; t++) {
+            a += dy[t * N + n];
+            s += fabs(dy[t * N + n]);
+        }
+        db[n] += a;
+        Sb[n] += s;
+    }
+}
+
+/* ---- tolerances ---- */
+
+typedef struct tols {
+    double fwd, dgrad, wgrad, rms_fwd, rms_bwd;
+} tols;
+
+static tols tols_for(l8_linear_mode mode, int64_t T, int64_t K, int64_t N, int gpu)
+{
+    tols t;
+    if (mode == L8_LINEAR_FP8) {
+        /* + the GPU's accumulation error (test_gemm: 2e-2 fast, 2e-3 split) */
+        t.fwd = 0.13 + (gpu ? 2e-2 : 0);
+        t.dgrad = t.wgrad = 0.2 + (gpu ? 2e-3 : 0);
+        t.rms_fwd = 0.1;
+        t.rms_bwd = 0.16;
+    } else {
+        t.fwd = 1.0 / 256 + (double)(K + 2) * U24;
+        t.dgrad = 1.0 / 256 + (double)(N + 2) * U24;
+        t.wgrad = (double)(T + 2) * U24;
+        t.rms_fwd = t.rms_bwd = 0;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the layer fixture                                                         */
+
+#define WID 7
+#define BID 8
+
+typedef struct fx {
+    l8_ctx *ctx;
+    l8_gemm_handle *h;
+    l8_recipe *rec;
+    l8_linear_mode mode;
+    int64_t K, N;
+    int bias;
+    l8_dtype gdt;
+    float *w, *b;                 /* host master copies */
+    l8_tensor *tw, *tgw, *tb, *tgb;
+    l8_linear *lin;
+    int ready[2], ready_bad;
+    l8_status cb_status;
+} fx;
+
+static l8_status on_ready(void *arg, int id, l8_event *ev)
+{
+    fx *f = arg;
+    int done = 0;
+    if (l8_event_query(ev, &done) != L8_OK || !done)
+        f->ready_bad++;
+    if (id == WID)
+        f->ready[0]++;
+    else if (id == BID)
+        f->ready[1]++;
+    else
+        f->ready_bad++;
+    return f->cb_status == L8_OK ? L8_OK : L8_FAIL(f->cb_status, "simulated reducer failure");
+}
+
+/* A layer on ctx with fresh random master weights; main_grads poisoned. */
+static void fx_init_cfg(fx *f, l8_ctx *ctx, l8_gemm_handle *h, l8_recipe *rec,
+                        l8_linear_mode mode, int64_t K, int64_t N, int bias, l8_dtype gdt,
+                        int accumulate, const l8_save_hooks *hooks, const char *name, l8_rng *r)
+{
+    memset(f, 0, sizeof *f);
+    f->ctx = ctx;
+    f->h = h;
+    f->rec = rec;
+    f->mode = mode;
+    f->K = K;
+    f->N = N;
+    f->bias = bias;
+    f->gdt = gdt;
+    f->w = fmem(N * K);
+    f->b = fmem(N);
+    fill_f32(r, f->w, N * K);
+    fill_f32(r, f->b, N);
+    f->tw = mk(ctx, L8_F32, N, K);
+    f->tgw = mk(ctx, gdt, N, K);
+    put(f->tw, f->w);
+    poison(f->tgw);
+    if (bias) {
+        f->tb = mk(ctx, L8_F32, N, -1);
+        f->tgb = mk(ctx, gdt, N, -1);
+        put(f->tb, f->b);
+        poison(f->tgb);
+    }
+    l8_linear_config c = L8_LINEAR_CONFIG_INIT;
+    c.name = name ? name : "fc";
+    c.mode = mode;
+    c.gemm = h;
+    c.recipe = rec;
+    c.weight = f->tw;
+    c.weight_grad = f->tgw;
+    c.bias = f->tb;
+    c.bias_grad = f->tgb;
+    c.weight_id = WID;
+    c.bias_id = BID;
+    c.grad_ready = on_ready;
+    c.grad_ready_arg = f;
+    c.accumulate_grad = accumulate;
+    c.save_hooks = hooks;
+    L8_CK(l8_linear_create(ctx, &c, &f->lin));
+}
+
+static void fx_init(fx *f, l8_ctx *ctx, l8_gemm_handle *h, l8_recipe *rec, l8_linear_mode mode,
+                    int64_t K, int64_t N, int bias, l8_dtype gdt, l8_rng *r)
+{
+    fx_init_cfg(f, ctx, h, rec, mode, K, N, bias, gdt, 0, NULL, NULL, r);
+}
+
+static void fx_free(fx *f)
+{
+    l8_linear_destroy(f->lin);
+    l8_tensor_destroy(f->tw);
+    l8_tensor_destroy(f->tgw);
+    l8_tensor_destroy(f->tb);
+    l8_tensor_destroy(f->tgb);
+    free(f->w);
+    free(f->b);
+}
+
+/* New master weights (host copy and device), then begin_step. */
+static void fx_new_weights(fx *f, l8_rng *r)
+{
+    fill_f32(r, f->w, f->N * f->K);
+    put(f->tw, f->w);
+    if (f->bias) {
+        fill_f32(r, f->b, f->N);
+        put(f->tb, f->b);
+    }
+    L8_CK(l8_linear_begin_step(f->lin));
+}
+
+/* forward with a ctx; y (T*N) may be NULL */
+static l8_linear_ctx *fwd(fx *f, int64_t T, const float *x, float *y)
+{
+    l8_tensor *tx = mk(f->ctx, L8_BF16, T, f->K), *ty = mk(f->ctx, L8_BF16, T, f->N);
+    put(tx, x);
+    poison(ty);
+    l8_linear_ctx *c = NULL;
+    L8_CK(l8_linear_forward(f->lin, tx, ty, &c, NULL));
+    ck_assert_ptr_nonnull(c);
+    if (y)
+        get(ty, y);
+    l8_tensor_destroy(tx);        /* bf16 mode: the ctx keeps X's storage alive */
+    l8_tensor_destroy(ty);
+    return c;
+}
+
+/* backward; dx (T*K) NULL: no dgrad */
+static void bwd(fx *f, l8_linear_ctx **c, int64_t T, const float *dy, float *dx)
+{
+    l8_tensor *tdy = mk(f->ctx, L8_BF16, T, f->N), *tdx = NULL;
+    put(tdy, dy);
+    if (dx) {
+        tdx = mk(f->ctx, L8_BF16, T, f->K);
+        poison(tdx);
+    }
+    L8_CK(l8_linear_backward(f->lin, c, tdy, tdx, NULL));
+    ck_assert_ptr_null(*c);
+    if (dx)
+        get(tdx, dx);
+    l8_tensor_destroy(tdy);
+    l8_tensor_destroy(tdx);
+}
+
+static l8_linear_stats stats(const fx *f)
+{
+    l8_linear_stats s = { .size = sizeof s };
+    L8_CK(l8_linear_get_stats(f->lin, &s));
+    return s;
+}
+
+static l8_recipe *mk_recipe(l8_ctx *ctx)
+{
+    l8_recipe *r = NULL;
+    L8_CK(l8_recipe_create(ctx, NULL, &r));
+    return r;
+}
+
+static l8_gemm_handle *mk_gemm(l8_ctx *ctx)
+{
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    cfg.precise_reduction = 1;
+    cfg.autotune = 0;
+    l8_gemm_handle *h = NULL;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    return h;
+}
+
+/* ------------------------------------------------------------------------ */
+/* forward / backward against fp64                                           */
+
+typedef struct variant {
+    const char *name;
+    l8_linear_mode mode;
+    l8_dtype gdt;
+    int bias;
+    int64_t T, K, N;
+} variant;
+
+static const variant k_variants[] = {
+    { "fp8 f32-grad bias", L8_LINEAR_FP8, L8_F32, 1, 32, 48, 32 },
+    { "fp8 bf16-grad bias", L8_LINEAR_FP8, L8_BF16, 1, 48, 32, 16 },
+    { "fp8 f32-grad", L8_LINEAR_FP8, L8_F32, 0, 16, 64, 48 },
+    { "bf16 f32-grad bias odd", L8_LINEAR_BF16, L8_F32, 1, 37, 23, 19 },
+    { "bf16 bf16-grad", L8_LINEAR_BF16, L8_BF16, 0, 20, 40, 24 },
+};
+#define N_VARIANTS (int)(sizeof k_variants / sizeof k_variants[0])
+
+/* One step of v on f (fresh x, dy), everything checked against fp64. */
+static void step_vs_fp64(fx *f, const variant *v, l8_rng *r, int gpu, const char *tag)
+{
+    const int64_t T = v->T, K = v->K, N = v->N;
+    float *x = fmem(T * K), *dy = fmem(T * N), *y = fmem(T * N), *dx = fmem(T * K);
+    float *gw = fmem(N * K), *gb = fmem(N);
+    double *ry = dmem(T * N), *sy = dmem(T * N), *rdx = dmem(T * K), *sdx = dmem(T * K);
+    double *rdw = dmem(N * K), *sdw = dmem(N * K), *rdb = dmem(N), *sdb = dmem(N);
+    fill_bf16(r, x, T * K);
+    fill_bf16(r, dy, T * N);
+    poison(f->tgw);
+    if (f->tgb)
+        poison(f->tgb);
+    l8_linear_ctx *c = fwd(f, T, x, y);
+    bwd(f, &c, T, dy, dx);
+    get(f->tgw, gw);
+    if (f->tgb)
+        get(f->tgb, gb);
+    ref_fwd(x, f->w, v->bias ? f->b : NULL, T, K, N, ry, sy);
+    ref_dx(dy, f->w, T, K, N, rdx, sdx);
+    ref_dw(dy, x, T, K, N, rdw, sdw, rdb, sdb);
+    tols tl = tols_for(v->mode, T, K, N, gpu);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s Y", v->name, tag);
+    check(what, y, ry, sy, T * N, tl.fwd, L8_BF16, tl.rms_fwd);
+    snprintf(what, sizeof what, "%s %s dX", v->name, tag);
+    check(what, dx, rdx, sdx, T * K, tl.dgrad, L8_BF16, tl.rms_bwd);
+    snprintf(what, sizeof what, "%s %s dW", v->name, tag);
+    check(what, gw, rdw, sdw, N * K, tl.wgrad, v->gdt, tl.rms_bwd);
+    if (v->bias) {
+        snprintf(what, sizeof what, "%s %s db", v->name, tag);
+        check(what, gb, rdb, sdb, N, (double)(T + 2) * U24, v->gdt, 0);
+    }
+    free(x); free(dy); free(y); free(dx); free(gw); free(gb);
+    free(ry); free(sy); free(rdx); free(sdx); free(rdw); free(sdw); free(rdb); free(sdb);
+}
+
+static void fwd_bwd_run(const char *dev, int vi)
+{
+    const variant *v = &k_variants[vi];
+    l8_rng r;
+    l8_rng_init(&r, 0x11ea + (uint64_t)vi);
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    fx f;
+    fx_init(&f, ctx, h, rec, v->mode, v->K, v->N, v->bias, v->gdt, &r);
+    int gpu = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
+    /* step 1: the initial scales (1); step 2: new weights, scales from step 1 */
+    step_vs_fp64(&f, v, &r, gpu, "step1");
+    L8_CK(l8_recipe_update(rec, NULL));
+    fx_new_weights(&f, &r);
+    step_vs_fp64(&f, v, &r, gpu, "step2");
+    l8_linear_stats s = stats(&f);
+    ck_assert_uint_eq(s.forwards, 2);
+    ck_assert_uint_eq(s.backwards, 2);
+    ck_assert_uint_eq(s.weight_casts, 2);
+    ck_assert_uint_eq(s.input_casts, v->mode == L8_LINEAR_FP8 ? 2 : 0);
+    ck_assert_uint_eq(s.grad_casts, v->mode == L8_LINEAR_FP8 ? 2 : 0);
+    ck_assert_int_eq(f.ready[0], 2);
+    ck_assert_int_eq(f.ready[1], v->bias ? 2 : 0);
+    ck_assert_int_eq(f.ready_bad, 0);
+    if (v->mode == L8_LINEAR_FP8)
+        ck_assert_int_eq(l8_recipe_count(rec), 3);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_fwd_bwd_vs_fp64)
+{
+    fwd_bwd_run("host", _i);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* micro-batches                                                             */
+
+/* Two micro-batches of T rows (beta 0, then 1) give the gradient of the
+ * concatenated 2T batch. order 0: f1 b1 f2 b2; order 1: f1 f2 b2 b1 (two
+ * ctxs outstanding). accumulate 1: main_grad starts from G0, every backward
+ * adds. Then a new step's first backward overwrites again. */
+static void micro_run(const char *dev, l8_linear_mode mode, int order, int accumulate)
+{
+    const int64_t T = 32, K = 48, N = 32;
+    l8_rng r;
+    l8_rng_init(&r, 0x3b + (uint64_t)mode * 5 + (uint64_t)order * 3 + (uint64_t)accumulate);
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    fx f;
+    fx_init_cfg(&f, ctx, h, rec, mode, K, N, 1, L8_F32, accumulate, NULL, NULL, &r);
+    float *x = fmem(2 * T * K), *dy = fmem(2 * T * N), *gw = fmem(N * K), *gb = fmem(N);
+    float *g0 = fmem(N * K), *g0b = fmem(N);
+    double *rdw = dmem(N * K), *sdw = dmem(N * K), *rdb = dmem(N), *sdb = dmem(N);
+    for (int step = 0; step < 2; step++) {
+        fill_bf16(&r, x, 2 * T * K);
+        fill_bf16(&r, dy, 2 * T * N);
+        memset(rdw, 0, (size_t)(N * K) * sizeof *rdw);
+        memset(sdw, 0, (size_t)(N * K) * sizeof *sdw);
+        memset(rdb, 0, (size_t)N * sizeof *rdb);
+        memset(sdb, 0, (size_t)N * sizeof *sdb);
+        if (accumulate) {
+            fill_f32(&r, g0, N * K);
+            fill_f32(&r, g0b, N);
+            put(f.tgw, g0);
+            put(f.tgb, g0b);
+            for (int64_t i = 0; i < N * K; i++) {
+                rdw[i] = g0[i];
+                sdw[i] = fabs(g0[i]);
+            }
+            for (int64_t i = 0; i < N; i++) {
+                rdb[i] = g0b[i];
+                sdb[i] = fabs(g0b[i]);
+            }
+        } else {
+            poison(f.tgw);                        /* the first backward must overwrite */
+            poison(f.tgb);
+        }
+        if (step)
+            fx_new_weights(&f, &r);
+        if (order == 0) {
+            l8_linear_ctx *c = fwd(&f, T, x, NULL);
+            bwd(&f, &c, T, dy, NULL);
+            c = fwd(&f, T, x + T * K, NULL);
+            bwd(&f, &c, T, dy + T * N, NULL);
+        } else {
+            l8_linear_ctx *c1 = fwd(&f, T, x, NULL), *c2 = fwd(&f, T, x + T * K, NULL);
+            bwd(&f, &c2, T, dy + T * N, NULL);
+            bwd(&f, &c1, T, dy, NULL);
+        }
+        ck_assert_int_eq(stats(&f).micro_batch, 2);
+        get(f.tgw, gw);
+        get(f.tgb, gb);
+        ref_dw(dy, x, 2 * T, K, N, rdw, sdw, rdb, sdb);
+        tols tl = tols_for(mode, 2 * T, K, N, l8_ctx_backend(ctx) == L8_BACKEND_CUDA);
+        char what[96];
+        snprintf(what, sizeof what, "%s order %d acc %d step %d dW",
+                 mode == L8_LINEAR_FP8 ? "fp8" : "bf16", order, accumulate, step);
+        /* one more f32 addition per element for the second micro-batch */
+        check(what, gw, rdw, sdw, N * K, tl.wgrad + 2 * U24, L8_F32, tl.rms_bwd);
+        snprintf(what, sizeof what, "%s order %d acc %d step %d db",
+                 mode == L8_LINEAR_FP8 ? "fp8" : "bf16", order, accumulate, step);
+        check(what, gb, rdb, sdb, N, (double)(2 * T + 4) * U24, L8_F32, 0);
+        L8_CK(l8_recipe_update(rec, NULL));
+    }
+    ck_assert_int_eq(f.ready[0], 4);
+    ck_assert_int_eq(f.ready[1], 4);
+    free(x); free(dy); free(gw); free(gb); free(g0); free(g0b);
+    free(rdw); free(sdw); free(rdb); free(sdb);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_micro_batches)
+{
+    /* _i: bit 0 mode, bit 1 order, bit 2 accumulate */
+    micro_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, (_i >> 1) & 1, (_i >> 2) & 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* the weight copies are built once per step                                 */
+
+static void once_run(l8_linear_mode mode)
+{
+    const int64_t T = 16, K = 32, N = 16;
+    l8_rng r;
+    l8_rng_init(&r, 0x0ce + (uint64_t)mode);
+    l8_ctx *ctx = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    fx f;
+    fx_init(&f, ctx, h, rec, mode, K, N, 1, L8_F32, &r);
+    float *x = fmem(T * K), *y1 = fmem(T * N), *y2 = fmem(T * N), *dy = fmem(T * N);
+    fill_bf16(&r, x, T * K);
+    fill_bf16(&r, dy, T * N);
+    l8_linear_ctx *c = fwd(&f, T, x, y1);
+    ck_assert_uint_eq(stats(&f).weight_casts, 1);
+    l8_linear_ctx_destroy(fwd(&f, T, x, y2));                   /* same step: no recast */
+    ck_assert_uint_eq(stats(&f).weight_casts, 1);
+    ck_assert(!memcmp(y1, y2, (size_t)(T * N) * sizeof *y1));
+    /* new master values without begin_step: the copies are not rebuilt */
+    float *w_old = fmem(N * K), *b_old = fmem(N);
+    memcpy(w_old, f.w, (size_t)(N * K) * sizeof *w_old);
+    memcpy(b_old, f.b, (size_t)N * sizeof *b_old);
+    fill_f32(&r, f.w, N * K);
+    put(f.tw, f.w);
+    l8_linear_ctx_destroy(fwd(&f, T, x, y2));
+    ck_assert_uint_eq(stats(&f).weight_casts, 1);
+    ck_assert(!memcmp(y1, y2, (size_t)(T * N) * sizeof *y1));
+    /* an inference forward (no ctx) in the same step */
+    {
+        l8_tensor *tx = mk(ctx, L8_BF16, T, K), *ty = mk(ctx, L8_BF16, T, N);
+        put(tx, x);
+        poison(ty);
+        L8_CK(l8_linear_forward(f.lin, tx, ty, NULL, NULL));
+        get(ty, y2);
+        ck_assert(!memcmp(y1, y2, (size_t)(T * N) * sizeof *y1));
+        l8_tensor_destroy(tx);
+        l8_tensor_destroy(ty);
+    }
+    bwd(&f, &c, T, dy, NULL);                                   /* the first ctx is still good */
+    /* a new step: rebuilt once, from the new master weights */
+    L8_CK(l8_linear_begin_step(f.lin));
+    c = fwd(&f, T, x, y2);
+    l8_linear_ctx_destroy(fwd(&f, T, x, NULL));
+    l8_linear_stats s = stats(&f);
+    ck_assert_uint_eq(s.weight_casts, 2);
+    ck_assert_uint_eq(s.steps, 1);
+    ck_assert_uint_eq(s.forwards, 6);
+    ck_assert_uint_eq(s.input_casts, mode == L8_LINEAR_FP8 ? 6 : 0);
+    double *ry = dmem(T * N), *sy = dmem(T * N);
+    ref_fwd(x, f.w, f.b, T, K, N, ry, sy);
+    tols tl = tols_for(mode, T, K, N, 0);
+    check("Y after begin_step", y2, ry, sy, T * N, tl.fwd, L8_BF16, tl.rms_fwd);
+    l8_linear_ctx_destroy(c);
+    free(x); free(y1); free(y2); free(dy); free(w_old); free(b_old); free(ry); free(sy);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_weight_cast_once_per_step)
+{
+    once_run(L8_LINEAR_FP8);
+    once_run(L8_LINEAR_BF16);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* main_grad is written for a zero gradient; grad-ready                      */
+
+START_TEST(test_zero_grad_written)
+{
+    const int64_t T = 16, K = 32, N = 16;
+    for (int m = 0; m < 2; m++) {
+        l8_rng r;
+        l8_rng_init(&r, 0x2e60 + (uint64_t)m);
+        l8_ctx *ctx = mk_ctx("host");
+        l8_gemm_handle *h = mk_gemm(ctx);
+        l8_recipe *rec = mk_recipe(ctx);
+        fx f;
+        fx_init(&f, ctx, h, rec, m ? L8_LINEAR_BF16 : L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
+        float *x = fmem(T * K), *dy = fmem(T * N), *dx = fmem(T * K), *gw = fmem(N * K),
+              *gb = fmem(N);
+        fill_bf16(&r, x, T * K);                  /* dy stays all zeros */
+        l8_linear_ctx *c = fwd(&f, T, x, NULL);
+        bwd(&f, &c, T, dy, dx);                   /* main_grads were poisoned with NaN */
+        get(f.tgw, gw);
+        get(f.tgb, gb);
+        for (int64_t i = 0; i < N * K; i++)
+            ck_assert_msg(gw[i] == 0.0f, "mode %d: dW[%lld] = %g, expected 0", m, (long long)i,
+                          (double)gw[i]);
+        for (int64_t i = 0; i < N; i++)
+            ck_assert_msg(gb[i] == 0.0f, "mode %d: db[%lld] = %g", m, (long long)i, (double)gb[i]);
+        for (int64_t i = 0; i < T * K; i++)
+            ck_assert(dx[i] == 0.0f);
+        ck_assert_int_eq(f.ready[0], 1);
+        ck_assert_int_eq(f.ready[1], 1);
+        free(x); free(dy); free(dx); free(gw); free(gb);
+        fx_free(&f);
+        l8_recipe_destroy(rec);
+        l8_gemm_handle_destroy(h);
+        done_ctx(ctx);
+    }
+}
+END_TEST
+
+START_TEST(test_grad_ready)
+{
+    const int64_t T = 16, K = 16, N = 16;
+    l8_rng r;
+    l8_rng_init(&r, 0x9ead);
+    for (int bias = 0; bias < 2; bias++) {
+        l8_ctx *ctx = mk_ctx("host");
+        l8_gemm_handle *h = mk_gemm(ctx);
+        l8_recipe *rec = mk_recipe(ctx);
+        fx f;
+        fx_init(&f, ctx, h, rec, L8_LINEAR_FP8, K, N, bias, L8_F32, &r);
+        float *x = fmem(T * K), *dy = fmem(T * N);
+        fill_bf16(&r, x, T * K);
+        fill_bf16(&r, dy, T * N);
+        for (int i = 0; i < 3; i++) {
+            l8_linear_ctx *c = fwd(&f, T, x, NULL);
+            bwd(&f, &c, T, dy, NULL);
+            ck_assert_int_eq(f.ready[0], i + 1);               /* once per backward */
+            ck_assert_int_eq(f.ready[1], bias ? i + 1 : 0);
+        }
+        /* a failing callback: its status comes back, the layer's work is done
+         * (ctx consumed), and the bias is still reported */
+        f.cb_status = L8_ERR_COMM;
+        l8_linear_ctx *c = fwd(&f, T, x, NULL);
+        l8_tensor *tdy = mk(ctx, L8_BF16, T, N);
+        put(tdy, dy);
+        L8_CK_ST(l8_linear_backward(f.lin, &c, tdy, NULL, NULL), L8_ERR_COMM);
+        ck_assert_ptr_null(c);
+        ck_assert_int_eq(f.ready[0], 4);
+        ck_assert_int_eq(f.ready[1], bias ? 4 : 0);
+        ck_assert_int_eq(stats(&f).backwards, 4);
+        f.cb_status = L8_OK;
+        c = fwd(&f, T, x, NULL);
+        L8_CK(l8_linear_backward(f.lin, &c, tdy, NULL, NULL));
+        ck_assert_int_eq(f.ready_bad, 0);
+        l8_tensor_destroy(tdy);
+        free(x);
+        free(dy);
+        fx_free(&f);
+        l8_recipe_destroy(rec);
+        l8_gemm_handle_destroy(h);
+        done_ctx(ctx);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* save hooks: a simulated offload                                           */
+
+typedef struct offload {
+    int saves, restores, releases;
+    char last_name[128];
+    void *host;                   /* the saved storage's bytes while "offloaded" */
+    size_t bytes;
+} offload;
+
+static l8_status ol_save(void *arg, l8_tensor *t, const char *name, l8_stream *s)
+{
+    offload *o = arg;
+    o->saves++;
+    snprintf(o->last_name, sizeof o->last_name, "%s", name);
+    l8_storage *st = l8_tensor_storage(t);
+    void *p = NULL;
+    L8_CHECK(l8_storage_data(st, &p));
+    o->bytes = l8_storage_bytes(st);
+    o->host = malloc(o->bytes);
+    if (!o->host)
+        return L8_FAIL(L8_ERR_OOM, "test offload: no host memory");
+    L8_CHECK(l8_memcpy_dtoh(s, o->host, p, o->bytes));
+    L8_CHECK(l8_stream_synchronize(s));
+    /* the device bytes are "reused" while offloaded */
+    return l8_memset_d8(s, p, 0xFF, o->bytes);
+}
+
+static l8_status ol_restore(void *arg, l8_tensor *t, const char *name, l8_stream *s)
+{
+    offload *o = arg;
+    o->restores++;
+    ck_assert_str_eq(name, o->last_name);
+    void *p = NULL;
+    L8_CHECK(l8_storage_data(l8_tensor_storage(t), &p));
+    L8_CHECK(l8_memcpy_htod(s, p, o->host, o->bytes));
+    return l8_stream_synchronize(s);
+}
+
+static void ol_release(void *arg, l8_tensor *t, const char *name)
+{
+    offload *o = arg;
+    o->releases++;
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(name, o->last_name);
+    free(o->host);
+    o->host = NULL;
+}
+
+START_TEST(test_save_hooks)
+{
+    const int64_t T = 32, K = 32, N = 16;
+    for (int m = 0; m < 2; m++) {
+        l8_linear_mode mode = m ? L8_LINEAR_BF16 : L8_LINEAR_FP8;
+        l8_rng r, r2;
+        l8_rng_init(&r, 0x5a7e + (uint64_t)m);
+        r2 = r;
+        l8_ctx *ctx = mk_ctx("host");
+        l8_gemm_handle *h = mk_gemm(ctx);
+        l8_recipe *rec = mk_recipe(ctx);
+        offload o;
+        memset(&o, 0, sizeof o);
+        l8_save_hooks hk = L8_SAVE_HOOKS_INIT;
+        hk.save = ol_save;
+        hk.restore = ol_restore;
+        hk.release = ol_release;
+        hk.arg = &o;
+        fx a, b;                  /* the same weights (same rng), with and without hooks */
+        fx_init_cfg(&a, ctx, h, rec, mode, K, N, 1, L8_F32, 0, &hk, "hooked", &r);
+        fx_init_cfg(&b, ctx, h, rec, mode, K, N, 1, L8_F32, 0, NULL, "plain", &r2);
+        float *x = fmem(T * K), *dy = fmem(T * N), *dxa = fmem(T * K), *dxb = fmem(T * K);
+        float *gwa = fmem(N * K), *gwb = fmem(N * K);
+        fill_bf16(&r, x, T * K);
+        fill_bf16(&r, dy, T * N);
+        l8_linear_ctx *ca = fwd(&a, T, x, NULL), *cb = fwd(&b, T, x, NULL);
+        ck_assert_int_eq(o.saves, 1);
+        ck_assert_str_eq(o.last_name, m ? "hooked.x" : "hooked.x_t");
+        bwd(&a, &ca, T, dy, dxa);
+        bwd(&b, &cb, T, dy, dxb);
+        ck_assert_int_eq(o.restores, 1);
+        ck_assert_int_eq(o.releases, 1);
+        get(a.tgw, gwa);
+        get(b.tgw, gwb);
+        ck_assert(!memcmp(gwa, gwb, (size_t)(N * K) * sizeof *gwa));   /* the restore worked */
+        ck_assert(!memcmp(dxa, dxb, (size_t)(T * K) * sizeof *dxa));
+        /* a ctx dropped without backward releases its tensor */
+        l8_linear_ctx_destroy(fwd(&a, T, x, NULL));
+        ck_assert_int_eq(o.saves, 2);
+        ck_assert_int_eq(o.restores, 1);
+        ck_assert_int_eq(o.releases, 2);
+        free(x); free(dy); free(dxa); free(dxb); free(gwa); free(gwb);
+        fx_free(&a);
+        fx_free(&b);
+        l8_recipe_destroy(rec);
+        l8_gemm_handle_destroy(h);
+        done_ctx(ctx);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* memory tags                                                               */
+
+START_TEST(test_tags)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/l8_test_linear_%d.trace", (int)getpid());
+    setenv("L8_TRACE", path, 1);
+    l8_trace *tr = l8_trace_global();
+    if (!tr) {
+        /* the process-wide trace was decided before this test (no-fork runs) */
+        printf("test_tags: skipped: the process trace was started without L8_TRACE\n");
+        unsetenv("L8_TRACE");
+        return;
+    }
+    const int64_t T = 16, K = 32, N = 16;
+    l8_rng r;
+    l8_rng_init(&r, 0x7a9);
+    l8_ctx *ctx = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    fx f, g;
+    fx_init_cfg(&f, ctx, h, rec, L8_LINEAR_FP8, K, N, 1, L8_F32, 0, NULL, "blk3.fc1", &r);
+    fx_init_cfg(&g, ctx, h, rec, L8_LINEAR_BF16, K, N, 1, L8_F32, 0, NULL, "blk3.fc2", &r);
+    float *x = fmem(T * K), *dy = fmem(T * N);
+    fill_bf16(&r, x, T * K);
+    fill_bf16(&r, dy, T * N);
+    for (int mb = 0; mb < 2; mb++) {
+        l8_linear_ctx *c = fwd(&f, T, x, NULL);
+        bwd(&f, &c, T, dy, NULL);
+        c = fwd(&g, T, x, NULL);
+        bwd(&g, &c, T, dy, NULL);
+    }
+    static const char *const want[] = {
+        "blk3.fc1.w_fp8", "blk3.fc1.w_t_fp8", "blk3.fc1.b_bf16", "blk3.fc1.x_fp8",
+        "blk3.fc1.x_t", "blk3.fc1.dy_fp8", "blk3.fc1.dy_t_fp8", "blk3.fc1.dbias",
+        "blk3.fc2.w_bf16", "blk3.fc2.b_bf16", "blk3.fc2.dbias",
+    };
+    const int nw = (int)(sizeof want / sizeof want[0]);
+    int seen[16] = { 0 };
+    size_t held = l8_trace_held(tr);
+    l8_trace_event *ev = malloc(held * sizeof *ev + 1);
+    size_t n = l8_trace_events(tr, 0, ev, held);
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].kind != L8_TRACE_ALLOC)
+            continue;
+        const char *tag = l8_trace_tag_name(tr, ev[i].tag);
+        for (int j = 0; j < nw; j++)
+            if (tag && !strcmp(tag, want[j]))
+                seen[j]++;
+    }
+    for (int j = 0; j < nw; j++)
+        ck_assert_msg(seen[j] > 0, "no allocation tagged %s", want[j]);
+    ck_assert_ptr_null(l8_tag_current());          /* every push was popped */
+    free(ev);
+    free(x);
+    free(dy);
+    fx_free(&f);
+    fx_free(&g);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+    unlink(path);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* bad arguments and state errors                                           */
+
+START_TEST(test_errors)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xe770);
+    l8_ctx *ctx = mk_ctx("host"), *other = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx), *rec_other = mk_recipe(other);
+    l8_tensor *w = mk(ctx, L8_F32, 16, 32), *gw = mk(ctx, L8_F32, 16, 32);
+    l8_tensor *b = mk(ctx, L8_F32, 16, -1), *gb = mk(ctx, L8_F32, 16, -1);
+    l8_tensor *w24 = mk(ctx, L8_F32, 16, 24), *gw24 = mk(ctx, L8_F32, 16, 24);
+    l8_tensor *wf16 = mk(ctx, L8_F16, 16, 32), *b8 = mk(ctx, L8_F32, 8, -1);
+    l8_tensor *w_o = mk(other, L8_F32, 16, 32);
+    l8_linear_config ok = L8_LINEAR_CONFIG_INIT;
+    ok.gemm = h;
+    ok.recipe = rec;
+    ok.weight = w;
+    ok.weight_grad = gw;
+    ok.bias = b;
+    ok.bias_grad = gb;
+    l8_linear *l = (l8_linear *)ctx;
+    l8_linear_config c;
+#define BAD(mod, want) do { c = ok; mod; l = (l8_linear *)ctx; \
+        L8_CK_ST(l8_linear_create(ctx, &c, &l), want); ck_assert_ptr_null(l); } while (0)
+    L8_CK_ST(l8_linear_create(ctx, NULL, &l), L8_ERR_INVALID_ARG);
+    BAD(c.size = 8, L8_ERR_INVALID_ARG);
+    BAD(c.gemm = NULL, L8_ERR_INVALID_ARG);
+    BAD(c.recipe = NULL, L8_ERR_INVALID_ARG);
+    BAD(c.recipe = rec_other, L8_ERR_INVALID_ARG);
+    BAD(c.mode = (l8_linear_mode)5, L8_ERR_INVALID_ARG);
+    BAD(c.weight = NULL, L8_ERR_INVALID_ARG);
+    BAD(c.weight = wf16, L8_ERR_INVALID_ARG);
+    BAD(c.weight = w_o, L8_ERR_INVALID_ARG);
+    BAD(c.weight_grad = NULL, L8_ERR_INVALID_ARG);
+    BAD(c.weight_grad = w24, L8_ERR_INVALID_ARG);
+    BAD(c.weight_grad = w, L8_ERR_INVALID_ARG);              /* overlaps the weight */
+    BAD(c.bias_grad = NULL, L8_ERR_INVALID_ARG);
+    BAD(c.bias = b8, L8_ERR_INVALID_ARG);
+    BAD(c.accumulate_grad = 2, L8_ERR_INVALID_ARG);
+    BAD(c.name = "", L8_ERR_INVALID_ARG);
+    BAD((c.weight = w24, c.weight_grad = gw24), L8_ERR_UNSUPPORTED);   /* FP8: K = 24 */
+    BAD((c.weight = w24, c.weight_grad = gw24, c.bias = b8, c.bias_grad = NULL),
+        L8_ERR_INVALID_ARG);
+#undef BAD
+    ck_assert_int_eq(l8_recipe_count(rec), 0);                /* no failed create registered */
+    /* bf16 takes any shape */
+    c = ok;
+    c.mode = L8_LINEAR_BF16;
+    c.recipe = NULL;
+    c.weight = w24;
+    c.weight_grad = gw24;
+    L8_CK(l8_linear_create(ctx, &c, &l));
+    l8_linear_destroy(l);
+
+    /* forward / backward on a good FP8 layer */
+    fx f;
+    fx_init(&f, ctx, h, rec, L8_LINEAR_FP8, 32, 16, 1, L8_F32, &r);
+    l8_tensor *x = mk(ctx, L8_BF16, 16, 32), *y = mk(ctx, L8_BF16, 16, 16);
+    l8_tensor *x24 = mk(ctx, L8_BF16, 24, 32), *y24 = mk(ctx, L8_BF16, 24, 16);
+    l8_tensor *xf = mk(ctx, L8_F32, 16, 32), *xk = mk(ctx, L8_BF16, 16, 48);
+    l8_tensor *y8 = mk(ctx, L8_BF16, 8, 16), *xo = mk(other, L8_BF16, 16, 32);
+    float xv[16 * 32], dyv[16 * 16];
+    fill_bf16(&r, xv, 16 * 32);
+    fill_bf16(&r, dyv, 16 * 16);
+    put(x, xv);
+    l8_tensor *xy = NULL;                                    /* y as a view of x's storage */
+    L8_CK(l8_tensor_from_storage(l8_tensor_storage(x), 0, L8_BF16, 2, (const int64_t[2]){ 16, 16 },
+                                 NULL, &xy));
+    l8_linear_ctx *sv = (l8_linear_ctx *)ctx;
+    L8_CK_ST(l8_linear_forward(NULL, x, y, &sv, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(sv);
+    L8_CK_ST(l8_linear_forward(f.lin, NULL, y, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, xf, y, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, xk, y, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, x, y8, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, xo, y, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, x, xy, &sv, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward(f.lin, x24, y24, &sv, NULL), L8_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(l8_last_error()->message, "multiple of 16") != NULL, "%s",
+                  l8_last_error()->message);
+    L8_CK_ST(l8_linear_forward(f.lin, x, y, &sv, l8_ctx_stream(other, L8_STREAM_COMPUTE)),
+             L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(sv);
+    ck_assert_uint_eq(stats(&f).forwards, 0);
+
+    l8_tensor *dy = mk(ctx, L8_BF16, 16, 16), *dx = mk(ctx, L8_BF16, 16, 32);
+    l8_tensor *dy8r = mk(ctx, L8_BF16, 8, 16), *dxy = NULL;
+    put(dy, dyv);
+    L8_CK(l8_tensor_from_storage(l8_tensor_storage(dy), 0, L8_BF16, 2, (const int64_t[2]){ 8, 32 },
+                                 NULL, &dxy));
+    l8_linear_ctx *c1 = NULL, *none = NULL;
+    L8_CK_ST(l8_linear_backward(f.lin, &none, dy, dx, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_backward(f.lin, NULL, dy, dx, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_linear_forward(f.lin, x, y, &c1, NULL));
+    L8_CK_ST(l8_linear_backward(f.lin, &c1, dy8r, dx, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_backward(f.lin, &c1, dy, xy, NULL), L8_ERR_INVALID_ARG);  /* dx [16,16] */
+    L8_CK_ST(l8_linear_backward(f.lin, &c1, dy, dxy, NULL), L8_ERR_INVALID_ARG); /* rows */
+    ck_assert_ptr_nonnull(c1);                                /* still the caller's */
+    {
+        fx g;                                                 /* another layer's ctx */
+        fx_init(&g, ctx, h, rec, L8_LINEAR_FP8, 32, 16, 1, L8_F32, &r);
+        L8_CK_ST(l8_linear_backward(g.lin, &c1, dy, dx, NULL), L8_ERR_INVALID_ARG);
+        fx_free(&g);
+    }
+    ck_assert_uint_eq(stats(&f).backwards, 0);
+    /* weights rebuilt since that forward */
+    l8_linear_ctx *c2 = NULL;
+    L8_CK(l8_linear_begin_step(f.lin));
+    L8_CK(l8_linear_forward(f.lin, x, y, &c2, NULL));
+    L8_CK_ST(l8_linear_backward(f.lin, &c1, dy, dx, NULL), L8_ERR_STATE);
+    ck_assert_ptr_nonnull(c1);
+    l8_linear_ctx_destroy(c1);
+    /* recipe update then a forward between c2's forward and its backward */
+    L8_CK(l8_recipe_update(rec, NULL));
+    l8_linear_ctx *c3 = NULL;
+    L8_CK(l8_linear_forward(f.lin, x, y, &c3, NULL));
+    L8_CK_ST(l8_linear_backward(f.lin, &c2, dy, dx, NULL), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error()->message, "recipe") != NULL, "%s",
+                  l8_last_error()->message);
+    l8_linear_ctx_destroy(c2);
+    /* an update alone between forward and backward is fine */
+    L8_CK(l8_recipe_update(rec, NULL));
+    L8_CK(l8_linear_backward(f.lin, &c3, dy, dx, NULL));
+    ck_assert_ptr_null(c3);
+    ck_assert_uint_eq(stats(&f).backwards, 1);
+    l8_linear_ctx_destroy(NULL);
+    l8_linear_destroy(NULL);
+    L8_CK_ST(l8_linear_begin_step(NULL), L8_ERR_INVALID_ARG);
+    l8_linear_stats st = { .size = 4 };
+    L8_CK_ST(l8_linear_get_stats(f.lin, &st), L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(l8_linear_in_features(f.lin), 32);
+    ck_assert_int_eq(l8_linear_out_features(f.lin), 16);
+    ck_assert_int_eq(l8_linear_get_mode(f.lin), L8_LINEAR_FP8);
+    ck_assert_int_eq(l8_linear_role_index(f.lin, (l8_fp8_role)9), -1);
+
+    l8_tensor *all[] = { w, gw, b, gb, w24, gw24, wf16, b8, w_o, x, y, x24, y24, xf, xk, y8, xo,
+                         xy, dy, dx, dy8r, dxy };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_recipe_destroy(rec_other);
+    l8_gemm_handle_destroy(h);
+    done_ctx(other);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* fault injection                                                           */
+
+/* The workload, step by step, on a context whose provider fails its nth
+ * segment allocation and every later one until cleared. A failing step must
+ * return L8_ERR_OOM, leave its outputs NULL / unwritten and the layer's
+ * counters unchanged; cleared, the same step succeeds.
+ *
+ * Segments are cached per stream, so the workload spreads over the
+ * context's streams to make each layer call need a segment of its own:
+ * the caller's tensors live on the copy stream, the layer is created on the
+ * compute stream (its weight copies and the recipe's state), forwards run
+ * on the comm stream, backwards on the compute stream with dY [T, N] large
+ * enough (> 1 MiB in FP8) to need a large segment. K is small, so the
+ * GEMMs stay cheap. (Host streams run at once: no events needed.) */
+enum { W_RECIPE, W_CREATE, W_FWD, W_BWD, W_UPDATE, W_FWD2, W_BWD2, W_STEPS };
+
+typedef struct wl {
+    l8_ctx *ctx;
+    l8_stream *s_fwd, *s_bwd;
+    l8_gemm_handle *h;
+    l8_recipe *rec;
+    l8_linear *lin;
+    l8_tensor *w, *gw, *b, *gb, *x, *y, *dy;
+    l8_linear_ctx *c;
+} wl;
+
+static l8_tensor *mk_on(l8_ctx *ctx, l8_stream *s, l8_dtype dt, int64_t d0, int64_t d1)
+{
+    int64_t shape[2] = { d0, d1 };
+    l8_storage *st = NULL;
+    l8_tensor *t = NULL;
+    L8_CK(l8_storage_create(ctx, (size_t)(d0 * (d1 < 0 ? 1 : d1)) * l8_dtype_size(dt), s, &st));
+    L8_CK(l8_tensor_from_storage(st, 0, dt, d1 < 0 ? 1 : 2, shape, NULL, &t));
+    l8_storage_release(st);
+    return t;
+}
+
+static l8_status wl_step(wl *w, int step)
+{
+    switch (step) {
+    case W_RECIPE: return l8_recipe_create(w->ctx, NULL, &w->rec);
+    case W_CREATE: {
+        l8_linear_config c = L8_LINEAR_CONFIG_INIT;
+        c.name = "faulty";
+        c.gemm = w->h;
+        c.recipe = w->rec;
+        c.weight = w->w;
+        c.weight_grad = w->gw;
+        c.bias = w->b;
+        c.bias_grad = w->gb;
+        return l8_linear_create(w->ctx, &c, &w->lin);
+    }
+    case W_FWD:
+    case W_FWD2: return l8_linear_forward(w->lin, w->x, w->y, &w->c, w->s_fwd);
+    case W_BWD:
+    case W_BWD2: return l8_linear_backward(w->lin, &w->c, w->dy, NULL, w->s_bwd);
+    default: return l8_recipe_update(w->rec, w->s_bwd);
+    }
+}
+
+#define WL_T 1024
+#define WL_K 16
+#define WL_N 1040
+
+static int wl_run(l8_fault_provider *fp, uint64_t nth, uint64_t *calls, const float *wv,
+                  const float *xv, const float *dyv, float *gw_out)
+{
+    const int64_t T = WL_T, K = WL_K, N = WL_N;
+    wl w;
+    memset(&w, 0, sizeof w);
+    fp->fail_nth = 0;
+    w.ctx = mk_ctx_prov("host", &fp->base);
+    w.s_fwd = l8_ctx_stream(w.ctx, L8_STREAM_COMM);
+    w.s_bwd = l8_ctx_stream(w.ctx, L8_STREAM_COMPUTE);
+    l8_stream *s_data = l8_ctx_stream(w.ctx, L8_STREAM_COPY);
+    w.h = mk_gemm(w.ctx);
+    w.w = mk_on(w.ctx, s_data, L8_F32, N, K);
+    w.gw = mk_on(w.ctx, s_data, L8_F32, N, K);
+    w.b = mk_on(w.ctx, s_data, L8_F32, N, -1);
+    w.gb = mk_on(w.ctx, s_data, L8_F32, N, -1);
+    w.x = mk_on(w.ctx, s_data, L8_BF16, T, K);
+    w.y = mk_on(w.ctx, s_data, L8_BF16, T, N);
+    w.dy = mk_on(w.ctx, s_data, L8_BF16, T, N);
+    put(w.w, wv);
+    put(w.b, wv);
+    put(w.x, xv);
+    put(w.dy, dyv);
+    poison(w.gw);
+    fp->calls = fp->failures = 0;
+    fp->fail_nth = nth;
+    fp->fail_sticky = 1;
+    int failed = -1;
+    float *before = fmem(N * K), *after = fmem(N * K);
+    for (int step = 0; step < W_STEPS; step++) {
+        uint64_t c0 = fp->calls;
+        l8_linear_stats s0 = { .size = sizeof s0 };
+        if (w.lin)
+            L8_CK(l8_linear_get_stats(w.lin, &s0));
+        if (step == W_FWD2)
+            L8_CK(l8_linear_begin_step(w.lin));
+        get(w.gw, before);
+        l8_status st = wl_step(&w, step);
+        if (calls)
+            calls[step] = fp->calls - c0;
+        if (st != L8_OK) {
+            ck_assert_msg(st == L8_ERR_OOM, "step %d -> %s", step, l8_last_error_string());
+            ck_assert_msg(failed < 0, "a second step failed after the fault was cleared");
+            failed = step;
+            L8_CK(l8_alloc_check(l8_ctx_allocator(w.ctx)));
+            if (step == W_RECIPE)
+                ck_assert_ptr_null(w.rec);
+            if (step == W_CREATE)
+                ck_assert_ptr_null(w.lin);
+            if (step == W_FWD || step == W_FWD2 || step == W_BWD || step == W_BWD2) {
+                l8_linear_stats s1 = { .size = sizeof s1 };
+                L8_CK(l8_linear_get_stats(w.lin, &s1));
+                ck_assert_uint_eq(s1.forwards, s0.forwards);
+                ck_assert_uint_eq(s1.backwards, s0.backwards);
+                ck_assert_int_eq(s1.micro_batch, s0.micro_batch);
+            }
+            if (step == W_FWD || step == W_FWD2)
+                ck_assert_ptr_null(w.c);
+            if (step == W_BWD || step == W_BWD2) {
+                ck_assert_ptr_nonnull(w.c);               /* still the caller's */
+                get(w.gw, after);                         /* main_grad untouched */
+                ck_assert(!memcmp(before, after, (size_t)(N * K) * sizeof *before));
+            }
+            fp->fail_nth = 0;                             /* clear, retry */
+            L8_CK(wl_step(&w, step));
+        }
+    }
+    if (gw_out)
+        get(w.gw, gw_out);
+    free(before);
+    free(after);
+    l8_linear_ctx_destroy(w.c);
+    l8_linear_destroy(w.lin);
+    l8_recipe_destroy(w.rec);
+    l8_tensor *all[] = { w.w, w.gw, w.b, w.gb, w.x, w.y, w.dy };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    l8_gemm_handle_destroy(w.h);
+    done_ctx(w.ctx);
+    ck_assert_uint_eq(fp->live_bytes, 0);
+    return failed;
+}
+
+START_TEST(test_fault_injection)
+{
+    const int64_t T = WL_T, K = WL_K, N = WL_N;
+    l8_rng r;
+    l8_rng_init(&r, 0xfa17);
+    float *wv = fmem(N * K), *xv = fmem(T * K), *dyv = fmem(T * N);
+    float *g_ref = fmem(N * K), *g = fmem(N * K);
+    fill_f32(&r, wv, N * K);
+    fill_bf16(&r, xv, T * K);
+    fill_bf16(&r, dyv, T * N);
+    l8_segment_provider host;
+    l8_host_provider(&host);
+    l8_fault_provider fp;
+    l8_fault_provider_init(&fp, &host);
+    uint64_t calls[W_STEPS];
+    ck_assert_int_eq(wl_run(&fp, 0, calls, wv, xv, dyv, g_ref), -1);
+    uint64_t total = 0;
+    for (int s = 0; s < W_STEPS; s++)
+        total += calls[s];
+    ck_assert_msg(calls[W_CREATE] > 0 && calls[W_FWD] > 0 && calls[W_BWD] > 0,
+                  "segment allocations per step: create %llu, forward %llu, backward %llu - the"
+                  " test no longer reaches the layer's error paths",
+                  (unsigned long long)calls[W_CREATE], (unsigned long long)calls[W_FWD],
+                  (unsigned long long)calls[W_BWD]);
+    int hit = 0;
+    for (uint64_t nth = 1; nth <= total; nth++) {
+        int got = wl_run(&fp, nth, NULL, wv, xv, dyv, g);
+        ck_assert_msg(got >= 0, "fault at call %llu failed no step", (unsigned long long)nth);
+        hit |= 1 << got;
+        /* the retried run computes the same gradient */
+        ck_assert(!memcmp(g, g_ref, (size_t)(N * K) * sizeof *g));
+    }
+    ck_assert_msg(hit & (1 << W_CREATE), "no fault landed in l8_linear_create");
+    ck_assert_msg(hit & (1 << W_FWD), "no fault landed in a forward");
+    ck_assert_msg(hit & (1 << W_BWD), "no fault landed in a backward");
+    /* past the end: nothing fails */
+    ck_assert_int_eq(wl_run(&fp, total + 1, NULL, wv, xv, dyv, g), -1);
+    free(wv); free(xv); free(dyv); free(g_ref); free(g);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* elementwise ops (host references)                                         */
+
+static double gelu_ref(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_grad_ref(double x)
+{
+    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x);
+}
+
+START_TEST(test_elementwise_host)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xe1e);
+    l8_ctx *ctx = mk_ctx("host"), *other = mk_ctx("host");
+    const int64_t n = 1000;
+    float *a = fmem(n), *bv = fmem(n), *o = fmem(n), *o2 = fmem(n);
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = l8_rng_float(&r, -6.0f, 6.0f);
+        bv[i] = l8_rng_float(&r, -2.0f, 2.0f);
+    }
+    a[0] = 0.0f;
+    a[1] = -0.0f;
+    a[2] = 1e-30f;
+    a[3] = 30.0f;
+    a[4] = -30.0f;
+    l8_tensor *tf = mk(ctx, L8_F32, n, -1), *tb = mk(ctx, L8_BF16, n, -1);
+    l8_tensor *th = mk(ctx, L8_F16, n, -1), *tf2 = mk(ctx, L8_F32, n, -1);
+    put(tf, a);
+    /* conversions round once, RNE */
+    L8_CK(l8_convert(tf, tb, NULL));
+    L8_CK(l8_convert(tb, th, NULL));
+    L8_CK(l8_convert(th, tf2, NULL));
+    get(tb, o);
+    get(tf2, o2);
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(o[i] == l8_bf16_to_f32(l8_bf16_from_f32(a[i])));
+        ck_assert(o2[i] == l8_f16_to_f32(l8_f16_from_f32(o[i])));
+    }
+    L8_CK(l8_convert(tf, tf, NULL));                           /* in place, same dtype */
+    /* accumulate: f32 += bf16 and bf16 += f32 */
+    put(tf, a);
+    put(tf2, bv);
+    L8_CK(l8_add_into(tf, tb, NULL));
+    get(tf, o);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(o[i] == a[i] + l8_bf16_to_f32(l8_bf16_from_f32(a[i])));
+    put(tb, a);
+    L8_CK(l8_add_into(tb, tf2, NULL));
+    get(tb, o);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(o[i] == l8_bf16_to_f32(l8_bf16_from_f32(l8_bf16_to_f32(l8_bf16_from_f32(a[i]))
+                                                          + bv[i])));
+    /* GELU against the tanh formula in double */
+    put(tf, a);
+    L8_CK(l8_gelu(tf, tf2, NULL));
+    get(tf2, o);
+    for (int64_t i = 0; i < n; i++) {
+        double want = gelu_ref(a[i]);
+        ck_assert_msg(fabs(o[i] - want) <= 2e-6 * fabs(a[i]) + 1e-30, "gelu(%g) = %.9g, expected"
+                      " %.9g", (double)a[i], (double)o[i], want);
+    }
+    put(tf2, bv);
+    L8_CK(l8_gelu_backward(tf, tf2, tf2, NULL));               /* dx in place over dy */
+    get(tf2, o);
+    for (int64_t i = 0; i < n; i++) {
+        double want = bv[i] * gelu_grad_ref(a[i]);
+        ck_assert_msg(fabs(o[i] - want) <= 4e-6 * fabs(bv[i]) * (1 + fabs(a[i])), "gelu'(%g) * %g ="
+                      " %.9g, expected %.9g", (double)a[i], (double)bv[i], (double)o[i], want);
+    }
+    L8_CK(l8_gelu(tf, tf, NULL));                              /* in place */
+    /* errors */
+    l8_tensor *t8 = mk(ctx, L8_E4M3, n, -1), *ts = mk(ctx, L8_F32, n - 1, -1);
+    l8_tensor *to = mk(other, L8_F32, n, -1), *tv = NULL, *tt = NULL;
+    l8_tensor *m2 = mk(ctx, L8_F32, 10, 100);
+    L8_CK(l8_tensor_transpose(m2, 0, 1, &tt));
+    L8_CK(l8_tensor_narrow(tf, 0, 1, n - 1, &tv));
+    L8_CK_ST(l8_convert(tf, t8, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_convert(tf, ts, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_convert(tf, to, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_convert(tt, tf, NULL), L8_ERR_INVALID_ARG);   /* not contiguous */
+    L8_CK_ST(l8_convert(tf, tb, l8_ctx_stream(other, L8_STREAM_COMPUTE)), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_add_into(tf, tf, NULL), L8_ERR_INVALID_ARG);  /* x overlaps y */
+    L8_CK(l8_add_into(tv, ts, NULL));                          /* n - 1 each: fine */
+    L8_CK_ST(l8_gelu(tf, tv, NULL), L8_ERR_INVALID_ARG);      /* counts differ */
+    L8_CK_ST(l8_gelu_backward(tf, tf2, tf, NULL), L8_ERR_INVALID_ARG);   /* dx over x */
+    L8_CK_ST(l8_gelu(NULL, tf, NULL), L8_ERR_INVALID_ARG);
+    l8_tensor *all[] = { tf, tb, th, tf2, t8, ts, to, tv, tt, m2 };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    free(a); free(bv); free(o); free(o2);
+    done_ctx(other);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* the host GEMM's blocked / threaded path against fp64                      */
+
+/* Shapes past one k block (256), one MC block (96 rows), the panel tails
+ * (M % 6, N % 16) and the threading threshold; every transpose; results
+ * must not depend on the thread count (bit for bit). */
+START_TEST(test_host_gemm_blocked)
+{
+    static const int64_t shapes[][3] = {
+        { 1, 1, 1 }, { 7, 17, 300 }, { 97, 33, 257 }, { 200, 130, 513 }, { 64, 512, 96 },
+    };
+    int nshapes = l8_test_quick() ? 3 : 5;
+    l8_rng r;
+    l8_rng_init(&r, 0x6e33);
+    l8_ctx *ctx = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    for (int si = 0; si < nshapes; si++) {
+        for (int tr = 0; tr < 4; tr++) {
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const int ta = tr & 1, tb = tr >> 1;
+            float *a = fmem(M * K), *b = fmem(K * N), *d = fmem(M * N), *d1 = fmem(M * N);
+            double *ref = dmem(M * N), *S = dmem(M * N);
+            fill_bf16(&r, a, M * K);
+            fill_bf16(&r, b, K * N);
+            /* A stored (M,K) or (K,M); B stored (K,N) or (N,K) */
+            l8_tensor *A = mk(ctx, L8_BF16, ta ? K : M, ta ? M : K);
+            l8_tensor *B = mk(ctx, L8_BF16, tb ? N : K, tb ? K : N);
+            l8_tensor *D = mk(ctx, L8_F32, M, N);
+            put(A, a);
+            put(B, b);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double acc = 0, s = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double av = ta ? a[k * M + m] : a[m * K + k];
+                        double bw = tb ? b[n * K + k] : b[k * N + n];
+                        acc += av * bw;
+                        s += fabs(av * bw);
+                    }
+                    ref[m * N + n] = acc;
+                    S[m * N + n] = s;
+                }
+            l8_gemm_desc g = L8_GEMM_DESC_INIT;
+            g.a = A;
+            g.b = B;
+            g.d = D;
+            g.trans_a = ta;
+            g.trans_b = tb;
+            poison(D);
+            L8_CK(l8_gemm(h, &g, NULL));
+            get(D, d);
+            char what[64];
+            snprintf(what, sizeof what, "gemm %lldx%lldx%lld t%d%d", (long long)M, (long long)N,
+                     (long long)K, ta, tb);
+            check(what, d, ref, S, M * N, (double)(K + 2) * U24, L8_F32, 0);
+            /* the portable kernel agrees within the same bound */
+            setenv("L8_HOST_SIMD", "0", 1);
+            poison(D);
+            L8_CK(l8_gemm(h, &g, NULL));
+            unsetenv("L8_HOST_SIMD");
+            get(D, d1);
+            check(what, d1, ref, S, M * N, (double)(K + 2) * U24, L8_F32, 0);
+            free(a); free(b); free(d); free(d1); free(ref); free(S);
+            l8_tensor_destroy(A);
+            l8_tensor_destroy(B);
+            l8_tensor_destroy(D);
+        }
+    }
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* Thread count independence: the same big GEMM in two processes' worth of
+ * settings is not possible in one process (the count is read once), so
+ * compare the threaded result against a split the test does itself: rows
+ * [0, M/2) and [M/2, M) as two single-threaded GEMMs on narrower views. */
+START_TEST(test_host_gemm_split_invariance)
+{
+    const int64_t M = 192, N = 160, K = 384;        /* 23.6 MFLOP: threaded */
+    l8_rng r;
+    l8_rng_init(&r, 0x5b17);
+    l8_ctx *ctx = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    float *a = fmem(M * K), *b = fmem(N * K), *d = fmem(M * N), *dh = fmem(M * N);
+    fill_bf16(&r, a, M * K);
+    fill_bf16(&r, b, N * K);
+    l8_tensor *A = mk(ctx, L8_BF16, M, K), *B = mk(ctx, L8_BF16, N, K);
+    l8_tensor *D = mk(ctx, L8_F32, M, N), *Dh = mk(ctx, L8_F32, M, N);
+    put(A, a);
+    put(B, b);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = A;
+    g.b = B;
+    g.d = D;
+    L8_CK(l8_gemm(h, &g, NULL));
+    get(D, d);
+    /* 12 rows at a time: 2 * 12 * 160 * 384 = 1.5 MFLOP, single-threaded */
+    for (int64_t m0 = 0; m0 < M; m0 += 12) {
+        l8_tensor *Av = NULL, *Dv = NULL;
+        L8_CK(l8_tensor_narrow(A, 0, m0, 12, &Av));
+        L8_CK(l8_tensor_narrow(Dh, 0, m0, 12, &Dv));
+        g.a = Av;
+        g.d = Dv;
+        L8_CK(l8_gemm(h, &g, NULL));
+        l8_tensor_destroy(Av);
+        l8_tensor_destroy(Dv);
+    }
+    get(Dh, dh);
+    ck_assert(!memcmp(d, dh, (size_t)(M * N) * sizeof *d));
+    free(a); free(b); free(d); free(dh);
+    l8_tensor_destroy(A);
+    l8_tensor_destroy(B);
+    l8_tensor_destroy(D);
+    l8_tensor_destroy(Dh);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* GPU: the device against the host                                          */
+
+/* The same layer, weights and data on cuda:0 and on the host, two steps
+ * with a recipe update between them and two micro-batches in the second.
+ * The casts agree bit for bit (same scales), so the outputs differ only by
+ * GEMM accumulation, bounded as in tests/test_gemm.c: FP8 2e-2 S (fprop,
+ * fast accumulation) and 2e-3 S (dgrad, wgrad: split accumulation), bf16
+ * 1e-4 S, plus an ulp of the output; the recipe's
+ * histories and scales must be identical. Both sides are also checked
+ * against fp64 (step_vs_fp64). */
+static void gpu_vs_host(l8_linear_mode mode, int64_t T, int64_t K, int64_t N)
+{
+    l8_rng r, rg, rh;
+    l8_rng_init(&r, 0x6b0 + (uint64_t)mode + (uint64_t)K);
+    rg = rh = r;
+    l8_ctx *gc = mk_ctx("cuda:0"), *hc = mk_ctx("host");
+    l8_gemm_handle *gh = mk_gemm(gc), *hh = mk_gemm(hc);
+    l8_recipe *grec = mk_recipe(gc), *hrec = mk_recipe(hc);
+    fx g, h;
+    fx_init(&g, gc, gh, grec, mode, K, N, 1, L8_F32, &rg);
+    fx_init(&h, hc, hh, hrec, mode, K, N, 1, L8_F32, &rh);
+    float *x = fmem(T * K), *dy = fmem(T * N);
+    float *yg = fmem(T * N), *yh = fmem(T * N), *dxg = fmem(T * K), *dxh = fmem(T * K);
+    float *gwg = fmem(N * K), *gwh = fmem(N * K), *gbg = fmem(N), *gbh = fmem(N);
+    double *ry = dmem(T * N), *sy = dmem(T * N), *rdx = dmem(T * K), *sdx = dmem(T * K);
+    double *rdw = dmem(N * K), *sdw = dmem(N * K), *rdb = dmem(N), *sdb = dmem(N);
+    for (int step = 0; step < 2; step++) {
+        if (step) {
+            fx_new_weights(&g, &r);
+            memcpy(h.w, g.w, (size_t)(N * K) * sizeof *h.w);
+            memcpy(h.b, g.b, (size_t)N * sizeof *h.b);
+            put(h.tw, h.w);
+            put(h.tb, h.b);
+            L8_CK(l8_linear_begin_step(h.lin));
+        }
+        memset(rdw, 0, (size_t)(N * K) * sizeof *rdw);
+        memset(sdw, 0, (size_t)(N * K) * sizeof *sdw);
+        memset(rdb, 0, (size_t)N * sizeof *rdb);
+        memset(sdb, 0, (size_t)N * sizeof *sdb);
+        for (int mb = 0; mb <= step; mb++) {
+            fill_bf16(&r, x, T * K);
+            fill_bf16(&r, dy, T * N);
+            l8_linear_ctx *cg = fwd(&g, T, x, yg), *ch = fwd(&h, T, x, yh);
+            bwd(&g, &cg, T, dy, dxg);
+            bwd(&h, &ch, T, dy, dxh);
+            ref_fwd(x, g.w, g.b, T, K, N, ry, sy);
+            ref_dx(dy, g.w, T, K, N, rdx, sdx);
+            ref_dw(dy, x, T, K, N, rdw, sdw, rdb, sdb);
+            tols tl = tols_for(mode, T, K, N, 1);
+            double *yhd = dmem(T * N), *dxhd = dmem(T * K);
+            for (int64_t i = 0; i < T * N; i++)
+                yhd[i] = yh[i];
+            for (int64_t i = 0; i < T * K; i++)
+                dxhd[i] = dxh[i];
+            check("gpu Y vs fp64", yg, ry, sy, T * N, tl.fwd, L8_BF16, tl.rms_fwd);
+            check("gpu dX vs fp64", dxg, rdx, sdx, T * K, tl.dgrad, L8_BF16, tl.rms_bwd);
+            check("gpu Y vs host", yg, yhd, sy, T * N, mode == L8_LINEAR_FP8 ? 2e-2 : 1e-4,
+                  L8_BF16, 0);
+            check("gpu dX vs host", dxg, dxhd, sdx, T * K, mode == L8_LINEAR_FP8 ? 2e-3 : 1e-4,
+                  L8_BF16, 0);
+            free(yhd);
+            free(dxhd);
+        }
+        get(g.tgw, gwg);
+        get(h.tgw, gwh);
+        get(g.tgb, gbg);
+        get(h.tgb, gbh);
+        tols tl = tols_for(mode, (step + 1) * T, K, N, 1);
+        check("gpu dW vs fp64", gwg, rdw, sdw, N * K, tl.wgrad + 2 * U24, L8_F32, tl.rms_bwd);
+        double *gwhd = dmem(N * K);
+        for (int64_t i = 0; i < N * K; i++)
+            gwhd[i] = gwh[i];
+        check("gpu dW vs host", gwg, gwhd, sdw, N * K, mode == L8_LINEAR_FP8 ? 2e-3 : 1e-4,
+              L8_F32, 0);
+        free(gwhd);
+        double *gbhd = dmem(N);
+        for (int64_t i = 0; i < N; i++)
+            gbhd[i] = gbh[i];
+        check("gpu db vs host", gbg, gbhd, sdb, N, (double)(2 * T + 4) * U24, L8_F32, 0);
+        check("gpu db vs fp64", gbg, rdb, sdb, N, (double)(2 * T + 4) * U24, L8_F32, 0);
+        free(gbhd);
+        L8_CK(l8_recipe_update(grec, NULL));
+        L8_CK(l8_recipe_update(hrec, NULL));
+        if (mode == L8_LINEAR_FP8) {
+            l8_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+            L8_CK(l8_recipe_state(grec, &a, &b, NULL, NULL));
+            L8_CK(l8_recipe_state(hrec, &c, &d, NULL, NULL));
+            size_t nh = l8_tensor_nbytes(a), ns = l8_tensor_nbytes(b);
+            uint8_t *p = malloc(nh), *q = malloc(nh), *p2 = malloc(ns), *q2 = malloc(ns);
+            L8_CK(l8_tensor_copy_to_host(a, p, nh, NULL));
+            L8_CK(l8_tensor_copy_to_host(c, q, nh, NULL));
+            L8_CK(l8_tensor_copy_to_host(b, p2, ns, NULL));
+            L8_CK(l8_tensor_copy_to_host(d, q2, ns, NULL));
+            ck_assert_msg(!memcmp(p, q, nh), "amax histories differ between GPU and host");
+            ck_assert_msg(!memcmp(p2, q2, ns), "scales differ between GPU and host");
+            free(p); free(q); free(p2); free(q2);
+            l8_tensor_destroy(a); l8_tensor_destroy(b); l8_tensor_destroy(c); l8_tensor_destroy(d);
+        }
+    }
+    ck_assert_int_eq(g.ready[0], 3);
+    ck_assert_int_eq(g.ready_bad, 0);
+    free(x); free(dy); free(yg); free(yh); free(dxg); free(dxh);
+    free(gwg); free(gwh); free(gbg); free(gbh);
+    free(ry); free(sy); free(rdx); free(sdx); free(rdw); free(sdw); free(rdb); free(sdb);
+    fx_free(&g);
+    fx_free(&h);
+    l8_recipe_destroy(grec);
+    l8_recipe_destroy(hrec);
+    l8_gemm_handle_destroy(gh);
+    l8_gemm_handle_destroy(hh);
+    done_ctx(hc);
+    done_ctx(gc);
+}
+
+START_TEST(test_gpu_linear_vs_host)
+{
+    gpu_vs_host(L8_LINEAR_FP8, 64, 128, 96);
+    gpu_vs_host(L8_LINEAR_BF16, 64, 128, 96);
+    gpu_vs_host(L8_LINEAR_BF16, 37, 40, 24);
+    if (!l8_test_quick())
+        gpu_vs_host(L8_LINEAR_FP8, 256, 512, 384);
+}
+END_TEST
+
+START_TEST(test_gpu_fwd_bwd_vs_fp64)
+{
+    fwd_bwd_run("cuda:0", _i);
+}
+END_TEST
+
+START_TEST(test_gpu_micro_batches)
+{
+    micro_run("cuda:0", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, (_i >> 1) & 1, 0);
+}
+END_TEST
+
+/* Elementwise kernels against the host references: conversions and
+ * accumulation bit for bit (NaN: NaN-ness), GELU within 1e-6 relative plus
+ * the ex2.approx term below plus one ulp of the output dtype. n is odd and above one
+ * grid's worth of threads, so the grid-stride loop runs. */
+START_TEST(test_gpu_elementwise)
+{
+    l8_ctx *gc = mk_ctx("cuda:0"), *hc = mk_ctx("host");
+    const int64_t n = 1500007;
+    l8_rng r;
+    l8_rng_init(&r, 0x9e1e);
+    float *a = fmem(n), *bv = fmem(n), *og = fmem(n), *oh = fmem(n);
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = l8_rng_float(&r, -8.0f, 8.0f) * (i % 7 == 0 ? 1e-3f : 1.0f);
+        bv[i] = l8_rng_float(&r, -2.0f, 2.0f);
+    }
+    a[0] = NAN; a[1] = INFINITY; a[2] = -INFINITY; a[3] = 1e-40f; a[4] = -0.0f; a[5] = 3.4e38f;
+    a[6] = 65519.0f; a[7] = 1e-7f; a[8] = 100.0f; a[9] = -100.0f;
+    static const l8_dtype dts[3] = { L8_F32, L8_BF16, L8_F16 };
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 3; o++) {
+            for (int op = 0; op < 4; op++) {
+                l8_tensor *gx = mk(gc, dts[i], n, -1), *gy = mk(gc, dts[o], n, -1);
+                l8_tensor *hx = mk(hc, dts[i], n, -1), *hy = mk(hc, dts[o], n, -1);
+                l8_tensor *gd = mk(gc, dts[o], n, -1), *hd = mk(hc, dts[o], n, -1);
+                put(gx, a);
+                put(hx, a);
+                put(gy, bv);
+                put(hy, bv);
+                put(gd, bv);
+                put(hd, bv);
+                const char *name = "";
+                if (op == 0) {
+                    name = "convert";
+                    L8_CK(l8_convert(gx, gy, NULL));
+                    L8_CK(l8_convert(hx, hy, NULL));
+                } else if (op == 1) {
+                    name = "add_into";
+                    L8_CK(l8_add_into(gy, gx, NULL));
+                    L8_CK(l8_add_into(hy, hx, NULL));
+                } else if (op == 2) {
+                    name = "gelu";
+                    L8_CK(l8_gelu(gx, gy, NULL));
+                    L8_CK(l8_gelu(hx, hy, NULL));
+                } else {
+                    name = "gelu_backward";
+                    L8_CK(l8_gelu_backward(gx, gd, gy, NULL));
+                    L8_CK(l8_gelu_backward(hx, hd, hy, NULL));
+                }
+                get(gy, og);
+                get(hy, oh);
+                for (int64_t k = 0; k < n; k++) {
+                    if (isnan(oh[k]) || isnan(og[k])) {
+                        ck_assert_msg(isnan(oh[k]) && isnan(og[k]), "%s %s->%s [%lld]: gpu %g"
+                                      " host %g", name, l8_dtype_name(dts[i]),
+                                      l8_dtype_name(dts[o]), (long long)k, (double)og[k],
+                                      (double)oh[k]);
+                        continue;
+                    }
+                    /* exp(-z) on the GPU: ex2.approx of the f32 product z * -log2(e),
+                     * whose rounding grows with |z|: relative ~1e-7 (1 + |z|) */
+                    double ax = fabs(l8_host_load_f32(&a[k], L8_F32, 0));
+                    double z = 1.6 * (ax + 0.045 * ax * ax * ax);
+                    double tol = op < 2 ? 0 : 1e-6 * fabs(oh[k]) + ulp_of(dts[o], fabs(oh[k]))
+                                              + 1e-7 * ax * (1 + z);
+                    if (op == 3)
+                        tol += 2e-7 * fabs(bv[k]) * (1 + ax) * (1 + z);
+                    ck_assert_msg(fabs((double)og[k] - oh[k]) <= tol || og[k] == oh[k],
+                                  "%s %s->%s [%lld] x %g: gpu %.9g host %.9g", name,
+                                  l8_dtype_name(dts[i]), l8_dtype_name(dts[o]), (long long)k,
+                                  (double)a[k], (double)og[k], (double)oh[k]);
+                }
+                l8_tensor_destroy(gx); l8_tensor_destroy(gy); l8_tensor_destroy(hx);
+                l8_tensor_destroy(hy); l8_tensor_destroy(gd); l8_tensor_destroy(hd);
+            }
+        }
+    free(a); free(bv); free(og); free(oh);
+    l8_ctx_destroy(hc);
+    done_ctx(gc);
+}
+END_TEST
+
+Suite *l8_linear_suite(void)
+{
+    Suite *s = suite_create("linear");
+    TCase *tc = tcase_create("host");
+    tcase_set_tags(tc, "host");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_fwd_bwd_vs_fp64, 0, N_VARIANTS);
+    tcase_add_loop_test(tc, test_micro_batches, 0, 8);
+    tcase_add_test(tc, test_weight_cast_once_per_step);
+    tcase_add_test(tc, test_zero_grad_written);
+    tcase_add_test(tc, test_grad_ready);
+    tcase_add_test(tc, test_save_hooks);
+    tcase_add_test(tc, test_tags);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_fault_injection);
+    tcase_add_test(tc, test_elementwise_host);
+    tcase_add_test(tc, test_host_gemm_blocked);
+    tcase_add_test(tc, test_host_gemm_split_invariance);
+    suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 600);
+    tcase_add_test(tg, test_gpu_linear_vs_host);
+    tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
+    tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
+    tcase_add_test(tg, test_gpu_elementwise);
+    suite_add_tcase(s, tg);
+    return s;
+}
