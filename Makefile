@@ -4,8 +4,9 @@
 #   make test       build and run every Check suite (installs Check if missing),
 #                   host suites again under valgrind, GPU suites when a GPU is
 #                   present, and ptxas over ptx/*.ptx
-#   make run        the main job (lean8-info until the trainer exists)
-#   make bench      lean8-bench alloc
+#   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
+#   make info       lean8-info: devices, libraries, allocator self-check
+#   make bench      lean8-bench alloc, cast, gemm
 #   make install    PREFIX=/usr/local DESTDIR=
 #   V=1             print full command lines
 .DEFAULT_GOAL := all
@@ -43,6 +44,7 @@ LIB_SRCS  :=
 PTX_SRCS  :=
 TOOLS     :=
 BENCH_SRCS :=
+TRAIN_SRCS :=
 TEST_SRCS :=
 include runtime/module.mk alloc/module.mk ops/module.mk ptx/module.mk tools/module.mk tests/module.mk
 
@@ -109,6 +111,11 @@ $(BUILD)/bin/lean8-bench: $(BENCH_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.a
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bin/lean8-train: $(BUILD)/tools/lean8-train.o $(TRAIN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.a
+	@mkdir -p $(@D)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/bin/%: $(BUILD)/tools/%.o $(BUILD)/liblean8.a
 	@mkdir -p $(@D)
 	$(call say,LD,$@)
@@ -130,10 +137,11 @@ deps:
 	    else echo "Check is missing: install the 'check' package (or set CHECK_PREFIX)"; exit 1; fi; \
 	fi
 
-.PHONY: test test-ptx test-host test-valgrind test-gpu test-link
+.PHONY: test test-ptx test-host test-valgrind test-gpu test-link test-train
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-host
+	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 
@@ -152,7 +160,7 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS) $(BUILD)/lean8.
 	@if nm -u $(BUILD)/liblean8.so | grep -E ' (cu|cublas|nccl)[A-Z]'; then \
 	    echo "liblean8.so has undefined CUDA symbols (above): it must dlopen them"; exit 1; fi
 	@echo "  NM      liblean8.so: no CUDA, cuBLASLt or NCCL symbols"
-	$(Q)rm -rf $(BUILD)/stage && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(BUILD)/stage PREFIX=/usr >/dev/null
+	$(Q)rm -rf $(BUILD)/stage && $(MAKE) --no-print-directory install DESTDIR=$(abspath $(BUILD))/stage PREFIX=/usr >/dev/null
 	$(Q)$(CC) -std=c11 -Wall -Werror -I$(BUILD)/stage/usr/include/lean8 examples/hello.c \
 	    -o $(BUILD)/stage/hello $(BUILD)/stage/usr/lib/liblean8.a $(LDLIBS)
 	$(Q)L8_DEVICE=host $(BUILD)/stage/hello
@@ -160,6 +168,10 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS) $(BUILD)/lean8.
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
+
+# lean8-train end to end on the host: loss falls, bitwise resume, bad checkpoints.
+test-train: $(BUILD)/bin/lean8-train dataset
+	$(Q)timeout 900 tests/train.sh $(BUILD) $(FMNIST_DIR)
 
 VALGRIND ?= $(shell command -v valgrind 2>/dev/null)
 test-valgrind: $(BUILD)/bin/lean8-tests
@@ -173,12 +185,28 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 test-gpu: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1800 $(BUILD)/bin/lean8-tests --tags gpu
 
-.PHONY: run bench clean install
-run: $(BUILD)/bin/lean8-info
+.PHONY: run info bench clean install
+# The main job: lean8-train on Fashion-MNIST (installs the dataset when missing).
+FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
+RUN_ARGS   ?=
+run: $(BUILD)/bin/lean8-train dataset
+	$(BUILD)/bin/lean8-train --data $(FMNIST_DIR) $(RUN_ARGS)
+
+.PHONY: dataset
+dataset:
+	@if [ ! -f $(FMNIST_DIR)/train-images-idx3-ubyte.gz ] && [ ! -f $(FMNIST_DIR)/train-images-idx3-ubyte ]; then \
+	    echo "  DEPS    installing the dataset (apt-get install dataset-fashion-mnist)"; \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        (apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+	         (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist)) || exit 1; \
+	    else echo "Fashion-MNIST is missing: install the package dataset-fashion-mnist"; exit 1; fi; \
+	fi
+
+info: $(BUILD)/bin/lean8-info
 	$(BUILD)/bin/lean8-info
 
 bench: $(BUILD)/bin/lean8-bench
-	$(BUILD)/bin/lean8-bench alloc
+	$(BUILD)/bin/lean8-bench alloc && $(BUILD)/bin/lean8-bench cast && $(BUILD)/bin/lean8-bench gemm
 
 clean:
 	rm -rf $(BUILD)

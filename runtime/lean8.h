@@ -17,6 +17,18 @@
 #include "alloc/trace.h"
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
+#include "runtime/params.h"
+#include "runtime/checkpoint.h"
+/* ops/: the umbrella is the one runtime header that names them (for users;
+ * runtime code itself never includes ops/) */
+#include "ops/fp8.h"
+#include "ops/cast.h"
+#include "ops/gemm.h"
+#include "ops/elementwise.h"
+#include "ops/recipe.h"
+#include "ops/linear.h"
+#include "ops/optim.h"
+#include "ops/loss.h"
 
 /* Version of the library this header belongs to. */
 #define L8_VERSION_MAJOR 0

@@ -38,6 +38,7 @@ int bench_parse(int argc, char **argv, bench_opts *o);
 /* Subcommands. Return a process exit status. */
 int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);
+int bench_linear(const bench_opts *o);
 int bench_gemm(const bench_opts *o);
 
 #endif

@@ -37,6 +37,15 @@ if [ "${1:-}" != quick ]; then
         "$OUT/bench-cast-torch.json"
     step "bench gemm" bench-gemm.log build/bin/lean8-bench gemm --json "$OUT/bench-gemm.json"
     step "torch gemm" torch-gemm.log python3 tools/bench_torch_gemm.py --json /tmp/bench-gemm-torch.json
+    step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
+    step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
+    if [ -d .data ]; then      # Fashion-MNIST carried along (the machine has no package registry)
+        step "train fp8" train-fp8.log build/bin/lean8-train --data .data --quiet
+        step "train bf16" train-bf16.log build/bin/lean8-train --data .data --quiet --bf16
+        step "train 512x512" train-512.log build/bin/lean8-train --data .data --quiet --hidden 512,512 --batch 256
+        step "torch mlp" torch-mlp.log python3 tools/bench_torch_mlp.py .data
+        step "torch mlp 512x512" torch-mlp-512.log python3 tools/bench_torch_mlp.py .data --hidden 512,512 --batch 256
+    fi
     step "gemm ratios" gemm-ratio.log python3 tools/bench_ratio.py "$OUT/bench-gemm.json" \
         /tmp/bench-gemm-torch.json
 fi
@@ -50,6 +59,8 @@ grep -h -E '^(lean8|TOTAL|[0-9]+%:|gpu suites|  [a-z])' "$OUT/test.log" | tail -
 [ -f "$OUT/bench-cast.log" ] && cat "$OUT/bench-cast.log"
 [ -f "$OUT/torch-cast.log" ] && cat "$OUT/torch-cast.log"
 [ -f "$OUT/gemm-ratio.log" ] && cat "$OUT/gemm-ratio.log"
+for f in bench-linear torch-linear train-fp8 train-bf16 train-512; do [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"; done
+for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10' "$OUT/$f.log"; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
 for f in test.log memcheck.log bench-alloc.json bench-cast.json bench-gemm.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"

@@ -3,6 +3,7 @@
  *   lean8-bench alloc [--device D] [--json PATH] [--dump-trace PATH] [--quick]
  *   lean8-bench gemm  [--device D] [--json PATH] [--quick]
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
+ *   lean8-bench linear [--device D] [--json PATH] [--quick]
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 static const struct { const char *name; int (*fn)(const bench_opts *); const char *what; } k_cmds[] = {
     { "cast", bench_cast, "FP8 cast, cast+transpose(+dbias), dequantize, transpose vs copy bandwidth" },
+    { "linear", bench_linear, "FP8 and bf16 Linear forward + backward on GPU-sized shapes" },
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
 };
