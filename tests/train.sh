@@ -25,11 +25,14 @@ l3=$(core "$tmp/full.txt" | sed -n 3p | awk '{print $4}')
 if [ -n "$l1" ] && [ -n "$l3" ] && awk "BEGIN{exit !($l3 < $l1)}"; then ok "loss falls ($l1 -> $l3)"
 else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
 
-"$bin" "${args[@]}" --epochs 3 --stop-after 2 --save "$tmp/a.ckpt" > "$tmp/part1.txt" 2>&1 || bad "first half exited non-zero"
-"$bin" "${args[@]}" --epochs 3 --resume "$tmp/a.ckpt" > "$tmp/part2.txt" 2>&1 || bad "resume exited non-zero"
-if [ "$(core "$tmp/full.txt")" = "$(core "$tmp/part1.txt"; core "$tmp/part2.txt")" ] && [ -n "$(core "$tmp/part2.txt")" ]; then
-    ok "resume reproduces the uninterrupted run bitwise"
-else bad "resume differs"; diff <(core "$tmp/full.txt") <(core "$tmp/part1.txt"; core "$tmp/part2.txt"); fi
+for mode in fp8 bf16; do
+    [ $mode = bf16 ] && L8_DEVICE=host "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1
+    "$bin" "${args[@]}" --$mode --epochs 3 --stop-after 2 --save "$tmp/a.ckpt" > "$tmp/part1.txt" 2>&1 || bad "$mode: first half exited non-zero"
+    "$bin" "${args[@]}" --$mode --epochs 3 --resume "$tmp/a.ckpt" > "$tmp/part2.txt" 2>&1 || bad "$mode: resume exited non-zero"
+    if [ "$(core "$tmp/full.txt")" = "$(core "$tmp/part1.txt"; core "$tmp/part2.txt")" ] && [ -n "$(core "$tmp/part2.txt")" ]; then
+        ok "$mode: resume reproduces the uninterrupted run bitwise"
+    else bad "$mode: resume differs"; diff <(core "$tmp/full.txt") <(core "$tmp/part1.txt"; core "$tmp/part2.txt"); fi
+done
 
 for mode in fp8 bf16; do
     "$bin" "${args[@]}" --$mode --epochs 1 --save "$tmp/$mode.ckpt" > /dev/null 2>&1 || bad "$mode save"
