@@ -114,42 +114,12 @@ static uint64_t clock_ns(clockid_t id)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Constant errno names for the last-error record (strerrorname_np is
- * glibc-only and recent). */
-static const char *errno_name(int e)
-{
-    switch (e) {
-    case ENOENT: return "ENOENT";
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ENOSPC: return "ENOSPC";
-    case EDQUOT: return "EDQUOT";
-    case EFBIG: return "EFBIG";
-    case EIO: return "EIO";
-    case EROFS: return "EROFS";
-    case EISDIR: return "EISDIR";
-    case ENOTDIR: return "ENOTDIR";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case ELOOP: return "ELOOP";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case EBADF: return "EBADF";
-    case EINVAL: return "EINVAL";
-    case EPIPE: return "EPIPE";
-    case EAGAIN: return "EAGAIN";
-    case ENOMEM: return "ENOMEM";
-    case ETXTBSY: return "ETXTBSY";
-    case EEXIST: return "EEXIST";
-    default: return "errno";
-    }
-}
-
 static l8_status io_error(int e, const char *call, const char *file, int line, const char *what,
                           const char *path)
 {
     char buf[128];
     const char *msg = strerror_r(e, buf, sizeof buf);   /* GNU form: returns the string */
-    return l8_error_set(L8_ERR_IO, e, errno_name(e), call, file, line, "%s '%s': %s", what,
+    return l8_error_set(L8_ERR_IO, e, l8_errno_name(e), call, file, line, "%s '%s': %s", what,
                         path, msg);
 }
 
@@ -454,7 +424,7 @@ l8_status l8_trace_flush(l8_trace *t)
     if (e) {
         char buf[128];
         const char *msg = strerror_r(e, buf, sizeof buf);
-        return l8_error_set(L8_ERR_IO, e, errno_name(e), "write", __FILE__, __LINE__,
+        return l8_error_set(L8_ERR_IO, e, l8_errno_name(e), "write", __FILE__, __LINE__,
                             "trace file '%s': write failed after %llu bytes: %s; the file ends "
                             "there (%llu later events kept only in memory)",
                             t->path, (unsigned long long)written, msg,

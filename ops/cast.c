@@ -23,6 +23,7 @@
 #include "ops/cast.h"
 #include "ops/fp8.h"
 #include "runtime/internal.h"
+#include "ops/internal.h"
 
 #define CTA_THREADS 256u
 #define OCC_CAST 8u        /* l8_cast_fp8: 32 registers */
@@ -107,42 +108,6 @@ static void rows_cols(const l8_tensor *t, int64_t *rows, int64_t *cols)
 /* ------------------------------------------------------------------------ */
 /* device helpers                                                            */
 
-#define MAX_DEVICES 64
-static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
-
-static l8_status sm_count(l8_ctx *ctx, unsigned *out)
-{
-    int dev = l8_ctx_device(ctx);
-    if (dev >= 0 && dev < MAX_DEVICES) {
-        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
-        if (v > 0) {
-            *out = (unsigned)v;
-            return L8_OK;
-        }
-    }
-    CUdevice d;
-    int n = 0;
-    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
-    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
-    if (n <= 0)
-        n = 1;
-    if (dev >= 0 && dev < MAX_DEVICES)
-        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
-    *out = (unsigned)n;
-    return L8_OK;
-}
-
-/* Grid for `work` units of CTA_THREADS threads each, at most occ CTAs per SM. */
-static l8_status grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
-{
-    unsigned nsm;
-    L8_CHECK(sm_count(ctx, &nsm));
-    uint64_t cap = (uint64_t)nsm * occ;
-    uint64_t g = work < cap ? work : cap;
-    *grid = g ? (unsigned)g : 1u;
-    return L8_OK;
-}
-
 /* One CTA per tile, at least one (it writes scale_inv), at most MAX_TILE_CTAS. */
 static unsigned tile_grid(uint64_t ntiles)
 {
@@ -200,7 +165,7 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
     uint64_t nvec = (aligned(x, 16) && aligned(y, 16)) ? nn / 16 : 0;
     uint64_t work = ((nvec ? nvec : nn) + CTA_THREADS - 1) / CTA_THREADS;
     unsigned grid;
-    L8_CHECK(grid_for(ctx, work, OCC_CAST, &grid));
+    L8_CHECK(l8i_grid_for(ctx, work, OCC_CAST, &grid));
     uint64_t a_in = dptr(x), a_out = dptr(y), a_scale = dptr(scale), a_amax = dptr(amax);
     uint64_t a_sinv = dptr(sinv);
     uint32_t itype = (uint32_t)idt, ofmt = (uint32_t)fmt;
@@ -433,7 +398,7 @@ l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     uint64_t nvec = (aligned(x, 16) && aligned(y, 16)) ? nn / 16 : 0;
     uint64_t work = ((nvec ? nvec : nn) + CTA_THREADS - 1) / CTA_THREADS;
     unsigned grid;
-    L8_CHECK(grid_for(ctx, work, OCC_DQ, &grid));
+    L8_CHECK(l8i_grid_for(ctx, work, OCC_DQ, &grid));
     uint64_t a_in = dptr(x), a_out = dptr(y), a_sinv = dptr(sinv);
     uint32_t ifmt = (uint32_t)fmt, otype = (uint32_t)odt;
     void *args[] = { &a_in, &a_out, &a_sinv, &nvec, &nn, &ifmt, &otype };

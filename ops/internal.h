@@ -47,4 +47,12 @@ l8_status l8i_host_gemm(const l8i_hgemm *g);
  * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */
 int l8i_host_threads(double flops);
 
+/* ---- launch.c: launch geometry ---- */
+
+/* Multiprocessors of ctx's device, asked once per device. Errors: L8_ERR_CUDA. */
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
+/* Grid for `work` CTAs' worth of work: min(work, SMs x occ), at least 1
+ * (occ = resident CTAs per SM from ptxas -v). Grid sizes never change results. */
+l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
+
 #endif

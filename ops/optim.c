@@ -30,6 +30,7 @@
 #include "ops/optim.h"
 #include "alloc/trace.h"
 #include "runtime/internal.h"
+#include "ops/internal.h"
 
 #define CHUNK 4096u            /* elements per partial (the kernel's 256 x 4 x 4) */
 #define RED_THREADS 256u       /* l8_optim_sumsq / l8_optim_finish: .reqntid 256 */
@@ -262,41 +263,6 @@ static void sgd_ref(float *p, const void *g, int bf16, float *b, uint64_t n, con
 
 static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-#define MAX_DEVICES 64
-static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
-
-static l8_status sm_count(l8_ctx *ctx, unsigned *out)
-{
-    int dev = l8_ctx_device(ctx);
-    if (dev >= 0 && dev < MAX_DEVICES) {
-        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
-        if (v > 0) {
-            *out = (unsigned)v;
-            return L8_OK;
-        }
-    }
-    CUdevice d;
-    int n = 0;
-    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
-    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
-    if (n <= 0)
-        n = 1;
-    if (dev >= 0 && dev < MAX_DEVICES)
-        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
-    *out = (unsigned)n;
-    return L8_OK;
-}
-
-/* min(work, SMs x occ), at least 1. Grid sizes never change results. */
-static l8_status grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
-{
-    unsigned nsm;
-    L8_CHECK(sm_count(ctx, &nsm));
-    uint64_t cap = (uint64_t)nsm * occ;
-    uint64_t gr = work < cap ? work : cap;
-    *grid = gr ? (unsigned)gr : 1u;
-    return L8_OK;
-}
 
 static l8_status storage_tagged(l8_ctx *ctx, const char *tag, size_t bytes, l8_storage **out)
 {
@@ -558,7 +524,7 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
     unsigned grid;
     o->last = s;                  /* from here work may be enqueued on s */
     if (nch > 0) {
-        L8_CHECK(grid_for(ctx, nch, OCC_SUMSQ, &grid));
+        L8_CHECK(l8i_grid_for(ctx, nch, OCC_SUMSQ, &grid));
         void *args[] = { &a_g, &nn, &gtype, &a_part, &nch };
         L8_CHECK(l8i_launch(s, fsum, grid, 1, 1, RED_THREADS, 1, 1, 0, args));
     }
@@ -571,14 +537,14 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         uint64_t work = (nvec + UPD_THREADS - 1) / UPD_THREADS;
         if (adamw) {
             uint64_t a_m = dptr(st0), a_v = dptr(st1);
-            L8_CHECK(grid_for(ctx, work, OCC_ADAMW, &grid));
+            L8_CHECK(l8i_grid_for(ctx, work, OCC_ADAMW, &grid));
             void *args[] = { &a_p, &a_g, &a_m, &a_v, &nvec, &gtype, &a_sc, &aa.lr, &aa.beta1,
                              &aa.beta2, &aa.omb1, &aa.omb2, &aa.eps, &aa.decay };
             L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
         } else {
             uint64_t a_b = dptr(st0);
             uint32_t flags = sa.flags;
-            L8_CHECK(grid_for(ctx, work, OCC_SGD, &grid));
+            L8_CHECK(l8i_grid_for(ctx, work, OCC_SGD, &grid));
             void *args[] = { &a_p, &a_g, &a_b, &nvec, &gtype, &a_sc, &sa.lr, &sa.wd, &sa.mom,
                              &sa.omd, &flags };
             L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));

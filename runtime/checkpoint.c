@@ -176,37 +176,11 @@ uint32_t l8i_crc32c_portable(uint32_t crc, const void *p, size_t n)
 
 /* ================================================================ helpers */
 
-static const char *errno_name(int e)
-{
-    switch (e) {
-    case ENOENT: return "ENOENT";
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ENOSPC: return "ENOSPC";
-    case EDQUOT: return "EDQUOT";
-    case EFBIG: return "EFBIG";
-    case EIO: return "EIO";
-    case EROFS: return "EROFS";
-    case EISDIR: return "EISDIR";
-    case ENOTDIR: return "ENOTDIR";
-    case ENOTEMPTY: return "ENOTEMPTY";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case ELOOP: return "ELOOP";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case EXDEV: return "EXDEV";
-    case EBUSY: return "EBUSY";
-    case EINVAL: return "EINVAL";
-    case ENOMEM: return "ENOMEM";
-    default: return "errno";
-    }
-}
-
 static l8_status io_error(int e, const char *call, int line, const char *what, const char *path)
 {
     char buf[128];
     const char *msg = strerror_r(e, buf, sizeof buf);   /* GNU form: returns the string */
-    return l8_error_set(L8_ERR_IO, e, errno_name(e), call, __FILE__, line, "%s '%s': %s", what,
+    return l8_error_set(L8_ERR_IO, e, l8_errno_name(e), call, __FILE__, line, "%s '%s': %s", what,
                         path, msg);
 }
 

@@ -4,6 +4,7 @@
  * error never allocates (it must work when memory is exhausted) and the
  * pointers handed out stay valid until the next failure on the thread.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -116,3 +117,36 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
 #define L8_VERSION "unknown"
 #endif
 const char *l8_version(void) { return L8_VERSION; }
+
+/* Constant errno names for the last-error record (strerrorname_np is
+ * glibc-only and recent). */
+const char *l8_errno_name(int e)
+{
+    switch (e) {
+    case EACCES: return "EACCES";
+    case EAGAIN: return "EAGAIN";
+    case EBADF: return "EBADF";
+    case EBUSY: return "EBUSY";
+    case EDQUOT: return "EDQUOT";
+    case EEXIST: return "EEXIST";
+    case EFBIG: return "EFBIG";
+    case EINVAL: return "EINVAL";
+    case EIO: return "EIO";
+    case EISDIR: return "EISDIR";
+    case ELOOP: return "ELOOP";
+    case EMFILE: return "EMFILE";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case ENFILE: return "ENFILE";
+    case ENOENT: return "ENOENT";
+    case ENOMEM: return "ENOMEM";
+    case ENOSPC: return "ENOSPC";
+    case ENOTDIR: return "ENOTDIR";
+    case ENOTEMPTY: return "ENOTEMPTY";
+    case EPERM: return "EPERM";
+    case EPIPE: return "EPIPE";
+    case EROFS: return "EROFS";
+    case ETXTBSY: return "ETXTBSY";
+    case EXDEV: return "EXDEV";
+    default: return "errno";
+    }
+}

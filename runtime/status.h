@@ -81,6 +81,10 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
                        const char *call, const char *file, int line,
                        const char *fmt, ...) L8_PRINTF(7, 8);
 
+/* The constant name of an errno value ("ENOENT"), "errno" for others: the
+ * foreign_name of L8_ERR_IO records. */
+const char *l8_errno_name(int e);
+
 /* ---- checking macros (also usable by embedders) ---- */
 
 /* Fail with a caller error: return l8_error_set(...). */
