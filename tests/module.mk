@@ -1,4 +1,4 @@
-TEST_SRCS += tests/main.c tests/test_status.c tests/test_alloc.c tests/test_pinned.c \
+TEST_SRCS += tests/main.c tests/util.c tests/test_status.c tests/test_alloc.c tests/test_pinned.c \
              tests/test_trace.c tests/test_tensor.c tests/test_gpu.c
 TEST_SRCS += tests/test_gemm.c
 TEST_SRCS += tests/test_fp8.c

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/tests.h"
+
+#define xmalloc l8t_xmalloc
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
 #include "ops/fp8.h"
@@ -190,13 +192,6 @@ static float ref_amax(const void *buf, l8_dtype dt, size_t n)
 }
 
 static size_t hp_size(l8_dtype dt) { return dt == L8_F32 ? 4 : 2; }
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", n);
-    return p;
-}
 
 /* ---- contexts and tensors ---- */
 

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tests/tests.h"
+
+#define xmalloc l8t_xmalloc
 #include "ops/optim.h"
 #include "runtime/params.h"
 #include "runtime/tensor.h"
@@ -61,13 +63,6 @@ static void ctx_finish(l8_ctx *ctx)
                   (unsigned long long)live_bytes(ctx));
     L8_CK(l8_alloc_check(l8_ctx_allocator(ctx)));
     l8_ctx_destroy(ctx);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 /* ---- the model ---- */

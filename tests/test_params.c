@@ -19,16 +19,9 @@
 
 /* ---- contexts ---- */
 
-static l8_ctx *ctx_make(const l8_segment_provider *prov, size_t memory_limit)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = "host";
-    cfg.provider = prov;
-    cfg.memory_limit = memory_limit;
-    l8_ctx *ctx = NULL;
-    L8_CK(l8_ctx_create(&cfg, &ctx));
-    return ctx;
-}
+#define ctx_make(prov, limit) l8t_ctx("host", (prov), (limit))
+#define ctx_finish l8t_ctx_finish
+#define xmalloc l8t_xmalloc
 
 static l8_alloc_stats ctx_stats(l8_ctx *ctx)
 {
@@ -37,23 +30,6 @@ static l8_alloc_stats ctx_stats(l8_ctx *ctx)
     s.size = sizeof s;
     L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
     return s;
-}
-
-static void ctx_finish(l8_ctx *ctx)
-{
-    l8_alloc_stats s = ctx_stats(ctx);
-    ck_assert_msg(s.allocated_bytes == 0 && s.live_blocks == 0,
-                  "leak: %llu bytes in %llu live blocks at the end of the test",
-                  (unsigned long long)s.allocated_bytes, (unsigned long long)s.live_blocks);
-    L8_CK(l8_alloc_check(l8_ctx_allocator(ctx)));
-    l8_ctx_destroy(ctx);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 /* ---- a model's worth of parameters ---- */

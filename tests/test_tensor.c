@@ -23,16 +23,9 @@
 
 /* ---- contexts ---- */
 
-static l8_ctx *ctx_make(const l8_segment_provider *prov, size_t memory_limit)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = "host";
-    cfg.provider = prov;
-    cfg.memory_limit = memory_limit;
-    l8_ctx *ctx = NULL;
-    L8_CK(l8_ctx_create(&cfg, &ctx));
-    return ctx;
-}
+#define ctx_make(prov, limit) l8t_ctx("host", (prov), (limit))
+#define ctx_finish l8t_ctx_finish
+#define xmalloc l8t_xmalloc
 
 static l8_alloc_stats ctx_stats(l8_ctx *ctx)
 {
@@ -45,17 +38,6 @@ static l8_alloc_stats ctx_stats(l8_ctx *ctx)
 
 static uint64_t live_bytes(l8_ctx *ctx) { return ctx_stats(ctx).allocated_bytes; }
 
-/* Every storage of the context must be gone by now. */
-static void ctx_finish(l8_ctx *ctx)
-{
-    l8_alloc_stats s = ctx_stats(ctx);
-    ck_assert_msg(s.allocated_bytes == 0 && s.live_blocks == 0,
-                  "leak: %llu bytes in %llu live blocks at the end of the test",
-                  (unsigned long long)s.allocated_bytes, (unsigned long long)s.live_blocks);
-    L8_CK(l8_alloc_check(l8_ctx_allocator(ctx)));
-    l8_ctx_destroy(ctx);
-}
-
 /* ---- data ---- */
 
 static void fill_data(l8_rng *r, uint8_t *p, size_t n)
@@ -65,13 +47,6 @@ static void fill_data(l8_rng *r, uint8_t *p, size_t n)
         do b = (uint8_t)(1 + l8_rng_below(r, 255)); while (b == POISON);
         p[i] = b;
     }
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 static l8_tensor *tensor_empty(l8_ctx *ctx, l8_dtype dt, int ndim, const int64_t *shape)

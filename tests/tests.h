@@ -40,6 +40,18 @@ float l8_rng_float(l8_rng *r, float lo, float hi);
 /* 1 when L8_TEST_QUICK is set (valgrind runs): loops use fewer iterations. */
 int l8_test_quick(void);
 
+/* ---- util.c ---- */
+struct l8_segment_provider;
+typedef struct l8_ctx l8_ctx;
+/* A context on `device` ("host", "cuda:0") with an optional provider and
+ * memory limit; fails the test if it cannot be made. */
+l8_ctx *l8t_ctx(const char *device, const struct l8_segment_provider *prov, size_t memory_limit);
+/* Synchronize, assert that no byte is still allocated and the allocator is
+ * consistent, destroy. */
+void l8t_ctx_finish(l8_ctx *ctx);
+/* malloc that fails the test instead of returning NULL. */
+void *l8t_xmalloc(size_t n);
+
 /* Assert a status and show the last error when it differs. */
 #define L8_CK(expr) do { l8_status l8__t = (expr); \
     ck_assert_msg(l8__t == L8_OK, "%s -> %s", #expr, l8_last_error_string()); } while (0)

@@ -1,0 +1,43 @@
+/* util.c - helpers shared by the Check suites (declared in tests/tests.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "tests/tests.h"
+#include "runtime/ctx.h"
+
+l8_ctx *l8t_ctx(const char *device, const l8_segment_provider *prov, size_t memory_limit)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = device;
+    cfg.provider = prov;
+    cfg.memory_limit = memory_limit;
+    L8_CK(l8_ctx_create(&cfg, &ctx));
+    return ctx;
+}
+
+static l8_alloc_stats l8t_stats(l8_ctx *ctx)
+{
+    l8_alloc_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
+    return s;
+}
+
+void l8t_ctx_finish(l8_ctx *ctx)
+{
+    L8_CK(l8_ctx_synchronize(ctx));
+    l8_alloc_stats s = l8t_stats(ctx);
+    ck_assert_msg(s.allocated_bytes == 0 && s.live_blocks == 0,
+                  "leak: %llu bytes in %llu live blocks at the end of the test",
+                  (unsigned long long)s.allocated_bytes, (unsigned long long)s.live_blocks);
+    L8_CK(l8_alloc_check(l8_ctx_allocator(ctx)));
+    l8_ctx_destroy(ctx);
+}
+
+void *l8t_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", n);
+    return p;
+}
