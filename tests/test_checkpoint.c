@@ -28,28 +28,9 @@ uint32_t l8i_crc32c_portable(uint32_t crc, const void *p, size_t n);
 
 /* ---- files ---- */
 
-typedef struct tmpdir {
-    char dir[256];
-    char path[8][320];
-    int n;
-} tmpdir;
-
-static void tmp_init(tmpdir *d)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(d->dir, sizeof d->dir, "%s/l8ckpt.XXXXXX", base && base[0] ? base : "/tmp");
-    ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-    d->n = 0;
-}
-
-static const char *tmp_file(tmpdir *d, const char *name)
-{
-    ck_assert_int_lt(d->n, 8);
-    char buf[sizeof d->path[0]];
-    snprintf(buf, sizeof buf, "%s/%s", d->dir, name);
-    memcpy(d->path[d->n], buf, sizeof buf);
-    return d->path[d->n++];
-}
+typedef l8t_tmpdir tmpdir;
+#define tmp_init(d) l8t_tmp_init((d), "l8ckpt")
+#define tmp_file l8t_tmp_file
 
 /* Names in the directory that the test did not name (temporaries). */
 static int stray_files(const tmpdir *d, char *first, size_t cap)

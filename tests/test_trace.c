@@ -21,28 +21,9 @@
 
 /* ---- temp files ---- */
 
-typedef struct tmpdir {
-    char dir[256];
-    char path[16][320];
-    int n;
-} tmpdir;
-
-static void tmp_init(tmpdir *d)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(d->dir, sizeof d->dir, "%s/l8trace.XXXXXX", base && base[0] ? base : "/tmp");
-    ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-    d->n = 0;
-}
-
-static const char *tmp_file(tmpdir *d, const char *name)
-{
-    ck_assert_int_lt(d->n, 16);
-    char buf[sizeof d->path[0]];
-    snprintf(buf, sizeof buf, "%s/%s", d->dir, name);
-    memcpy(d->path[d->n], buf, sizeof buf);
-    return d->path[d->n++];
-}
+typedef l8t_tmpdir tmpdir;
+#define tmp_init(d) l8t_tmp_init((d), "l8trace")
+#define tmp_file l8t_tmp_file
 
 static void tmp_cleanup(tmpdir *d)
 {

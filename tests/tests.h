@@ -52,6 +52,17 @@ void l8t_ctx_finish(l8_ctx *ctx);
 /* malloc that fails the test instead of returning NULL. */
 void *l8t_xmalloc(size_t n);
 
+/* A fresh temporary directory ($TMPDIR or /tmp, "<prefix>.XXXXXX") and the
+ * files a test names in it (at most 16). */
+typedef struct l8t_tmpdir {
+    char dir[256];
+    char path[16][320];
+    int n;
+} l8t_tmpdir;
+void l8t_tmp_init(l8t_tmpdir *d, const char *prefix);
+/* The path of `name` in d, remembered for cleanup. */
+const char *l8t_tmp_file(l8t_tmpdir *d, const char *name);
+
 /* Assert a status and show the last error when it differs. */
 #define L8_CK(expr) do { l8_status l8__t = (expr); \
     ck_assert_msg(l8__t == L8_OK, "%s -> %s", #expr, l8_last_error_string()); } while (0)

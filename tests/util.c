@@ -1,4 +1,6 @@
 /* util.c - helpers shared by the Check suites (declared in tests/tests.h). */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tests/tests.h"
@@ -40,4 +42,21 @@ void *l8t_xmalloc(size_t n)
     void *p = malloc(n ? n : 1);
     ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", n);
     return p;
+}
+
+void l8t_tmp_init(l8t_tmpdir *d, const char *prefix)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(d->dir, sizeof d->dir, "%s/%s.XXXXXX", base && base[0] ? base : "/tmp", prefix);
+    ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+    d->n = 0;
+}
+
+const char *l8t_tmp_file(l8t_tmpdir *d, const char *name)
+{
+    ck_assert_int_lt(d->n, 16);
+    char buf[sizeof d->path[0]];
+    snprintf(buf, sizeof buf, "%s/%s", d->dir, name);
+    memcpy(d->path[d->n], buf, sizeof buf);
+    return d->path[d->n++];
 }
