@@ -629,8 +629,8 @@ static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
 
 /* cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
  * pointers (CUBLAS_STATUS_NOT_SUPPORTED otherwise, seen on H200 with
- * cuBLASLt 13.1), while an l8_fp8_meta packs scale, scale_inv and amax 4
- * bytes apart. A scalar whose address is not 16-byte aligned goes through
+ * cuBLASLt 13.1). An l8_fp8_meta keeps each scalar 16-byte aligned, so
+ * this is a guard, not the common path: a scalar that is not goes through
  * the stream's slot: copied in before the GEMM (stream-ordered, 4 bytes),
  * and for amax copied back after it (*amax_back). Aligned ones are used in
  * place, at no cost. */

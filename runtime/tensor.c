@@ -4,8 +4,11 @@
  *   l8_storage   one allocation from the context's caching allocator and the
  *                stream it was allocated on; refcounted with C11 atomics. The
  *                last release frees the block (stream-ordered).
- *   l8_fp8_meta  a 16-byte storage of f32 {scale, scale_inv, amax, pad} with
- *                its own count, shared by every view of an FP8 tensor.
+ *   l8_fp8_meta  a 48-byte storage of three f32 scalars, scale at byte 0,
+ *                scale_inv at 16, amax at 32, each on its own 16-byte
+ *                boundary (cuBLASLt takes FP8 scale and amax pointers only
+ *                16-byte aligned); its own count, shared by every view of an
+ *                FP8 tensor.
  *   l8_tensor    a heap view {storage, byte offset, dtype, shape, element
  *                strides, meta}; owned by the caller.
  *
@@ -46,7 +49,7 @@ struct l8_storage {
 
 struct l8_fp8_meta {
     atomic_int refs;
-    l8_storage *st;               /* (4,) f32: scale, scale_inv, amax, pad */
+    l8_storage *st;               /* (12,) f32: scale @0, scale_inv @4, amax @8 */
 };
 
 struct l8_tensor {
@@ -273,21 +276,26 @@ l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s)
 
 /* ---- FP8 metadata ---- */
 
-#define META_FLOATS 4
+/* Float index of scale, scale_inv and amax in the meta storage: 16 bytes
+ * apart, so each is 16-byte aligned (storages are at least 512-B aligned). */
+#define META_STRIDE 4
+#define META_FLOATS (3 * META_STRIDE)
 
 /* Host -> meta through the compute stream, then wait: v is usually the
- * caller's stack, which must stay valid until the copy has read it. */
+ * caller's stack, which must stay valid until the copy has read it. v holds
+ * scale, scale_inv, amax; with n == 2 amax is left alone. */
 static l8_status meta_write(l8_fp8_meta *m, const float *v, size_t n)
 {
+    float blk[META_FLOATS] = {0};
+    for (size_t i = 0; i < n; i++) blk[i * META_STRIDE] = v[i];
     l8_stream *s = l8_ctx_stream(m->st->ctx, L8_STREAM_COMPUTE);
-    L8_CHECK(l8_memcpy_htod(s, m->st->ptr, v, n * sizeof(float)));
+    L8_CHECK(l8_memcpy_htod(s, m->st->ptr, blk, ((n - 1) * META_STRIDE + 1) * sizeof(float)));
     return l8_stream_synchronize(s);
 }
 
 l8_status l8_fp8_meta_create(l8_ctx *ctx, l8_fp8_meta **out)
 {
-    /* scale, scale_inv, amax, pad */
-    static const float init[META_FLOATS] = {1.0f, 1.0f, 0.0f, 0.0f};
+    static const float init[3] = {1.0f, 1.0f, 0.0f};   /* scale, scale_inv, amax */
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(ctx != NULL);
@@ -295,7 +303,7 @@ l8_status l8_fp8_meta_create(l8_ctx *ctx, l8_fp8_meta **out)
     l8_fp8_meta *m = calloc(1, sizeof *m);
     if (!m) return L8_FAIL(L8_ERR_OOM, "l8_fp8_meta_create: out of host memory");
     L8_TRY(ret, l8_storage_create(ctx, META_FLOATS * sizeof(float), NULL, &m->st), fail);
-    L8_TRY(ret, meta_write(m, init, META_FLOATS), fail);
+    L8_TRY(ret, meta_write(m, init, 3), fail);
     atomic_init(&m->refs, 1);
     *out = m;
     return L8_OK;
@@ -320,19 +328,25 @@ void l8_fp8_meta_release(l8_fp8_meta *m)
 
 /* Meta storages are never offloaded, so the pointer is stable. */
 float *l8_fp8_meta_scale(const l8_fp8_meta *m) { return m ? (float *)m->st->ptr : NULL; }
-float *l8_fp8_meta_scale_inv(const l8_fp8_meta *m) { return m ? (float *)m->st->ptr + 1 : NULL; }
-float *l8_fp8_meta_amax(const l8_fp8_meta *m) { return m ? (float *)m->st->ptr + 2 : NULL; }
+float *l8_fp8_meta_scale_inv(const l8_fp8_meta *m)
+{
+    return m ? (float *)m->st->ptr + META_STRIDE : NULL;
+}
+float *l8_fp8_meta_amax(const l8_fp8_meta *m)
+{
+    return m ? (float *)m->st->ptr + 2 * META_STRIDE : NULL;
+}
 
 l8_status l8_fp8_meta_get(l8_fp8_meta *m, float *scale, float *scale_inv, float *amax)
 {
     L8_ARG(m != NULL);
-    float v[3];
+    float v[META_FLOATS];
     l8_stream *s = l8_ctx_stream(m->st->ctx, L8_STREAM_COMPUTE);
     L8_CHECK(l8_memcpy_dtoh(s, v, m->st->ptr, sizeof v));
     L8_CHECK(l8_stream_synchronize(s));
     if (scale) *scale = v[0];
-    if (scale_inv) *scale_inv = v[1];
-    if (amax) *amax = v[2];
+    if (scale_inv) *scale_inv = v[META_STRIDE];
+    if (amax) *amax = v[2 * META_STRIDE];
     return L8_OK;
 }
 

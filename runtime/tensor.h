@@ -93,8 +93,9 @@ L8_NODISCARD l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s);
 L8_NODISCARD l8_status l8_fp8_meta_create(l8_ctx *ctx, l8_fp8_meta **out);
 void l8_fp8_meta_retain(l8_fp8_meta *m);
 void l8_fp8_meta_release(l8_fp8_meta *m);       /* NULL: no-op */
-/* Device pointers to the three f32 scalars (4-byte aligned, adjacent:
- * scale, scale_inv, amax). */
+/* Device pointers to the three f32 scalars, each 16-byte aligned, 16 bytes
+ * apart: scale, then scale_inv, then amax (what cuBLASLt's FP8 scale and
+ * amax pointers require, so GEMMs use them in place). */
 float *l8_fp8_meta_scale(const l8_fp8_meta *m);
 float *l8_fp8_meta_scale_inv(const l8_fp8_meta *m);
 float *l8_fp8_meta_amax(const l8_fp8_meta *m);

@@ -858,9 +858,10 @@ START_TEST(test_fp8_meta)
     float s = 0, si = 0, am = -1;
     L8_CK(l8_fp8_meta_get(m, &s, &si, &am));
     ck_assert(s == 1.0f && si == 1.0f && am == 0.0f);
-    ck_assert_ptr_eq(l8_fp8_meta_scale_inv(m), l8_fp8_meta_scale(m) + 1);
-    ck_assert_ptr_eq(l8_fp8_meta_amax(m), l8_fp8_meta_scale(m) + 2);
-    ck_assert_uint_eq((uintptr_t)l8_fp8_meta_scale(m) % 4, 0);
+    /* 16 bytes apart and 16-byte aligned: cuBLASLt uses them in place */
+    ck_assert_ptr_eq(l8_fp8_meta_scale_inv(m), l8_fp8_meta_scale(m) + 4);
+    ck_assert_ptr_eq(l8_fp8_meta_amax(m), l8_fp8_meta_scale(m) + 8);
+    ck_assert_uint_eq((uintptr_t)l8_fp8_meta_scale(m) % 16, 0);
     float ws = l8_rng_float(&r, 0.5f, 300.0f), wa = l8_rng_float(&r, 1.0f, 448.0f);
     L8_CK(l8_fp8_meta_set(m, ws, 1.0f / ws, wa));
     L8_CK(l8_fp8_meta_get(m, &s, &si, &am));
