@@ -1456,8 +1456,10 @@ START_TEST(test_gpu_bandwidth)
            bytes / t_ct / 1e9, 100.0 * t_copy / t_ct, t_cast * 1e3, bytes * 0.75 / t_cast / 1e9,
            100.0 * t_copy3 / t_cast);
     fflush(stdout);
-    /* a floor that only a broken fast path misses; the targets are in TARGETS.md */
-    ck_assert_msg(t_ct < 3.0f * t_copy, "cast_transpose %.1f us vs copy %.1f us", t_ct * 1e3,
+    /* a floor that only a broken fast path misses; the targets are in
+     * TARGETS.md. Not in quick mode: that is the compute-sanitizer run,
+     * where every kernel is instrumented and timings mean nothing. */
+    ck_assert_msg(l8_test_quick() || t_ct < 3.0f * t_copy, "cast_transpose %.1f us vs copy %.1f us", t_ct * 1e3,
                   t_copy * 1e3);
     /* the timed output is right: spot-check against the host conversion */
     uint8_t *yt = xmalloc((size_t)(N * N));

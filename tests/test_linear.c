@@ -289,8 +289,10 @@ typedef struct fx {
 static l8_status on_ready(void *arg, int id, l8_event *ev)
 {
     fx *f = arg;
+    /* the event completes when the wgrad is written (not necessarily yet on
+     * a GPU): waiting on it must work and leave it complete */
     int done = 0;
-    if (l8_event_query(ev, &done) != L8_OK || !done)
+    if (!ev || l8_event_synchronize(ev) != L8_OK || l8_event_query(ev, &done) != L8_OK || !done)
         f->ready_bad++;
     if (id == WID)
         f->ready[0]++;
