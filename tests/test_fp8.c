@@ -1168,7 +1168,10 @@ START_TEST(test_gpu_cast_transpose)
     l8_rng_init(&r, 0x9c7);
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 256, 384 }, { 1000, 1000 },
                                   { 1, 1000 }, { 1000, 1 }, { 136, 264 }, { 16, 17 }, { 129, 127 },
-                                  { 4096, 4096 } };
+                                  { 4096, 4096 },
+                                  /* rows % 8 != 0 with vector row loads: transposed rows
+                                   * at every address % 4 (the P2_WORDS stores) */
+                                  { 1003, 520 }, { 258, 1024 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
@@ -1230,7 +1233,8 @@ START_TEST(test_gpu_dequantize_transpose)
                     free(o[1]);
                 }
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
-                                  { 4096, 3 }, { 4096, 4096 }, { 264, 136 } };
+                                  { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
+                                  { 258, 1024 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         size_t n = (size_t)(R * C);
