@@ -1,12 +1,13 @@
 #!/bin/bash
-# train.sh - end-to-end checks of lean8-train on the host backend (make test):
+# train.sh - end-to-end checks of lean8-train (make test: the host backend;
+# TRAIN_DEVICE=cuda:0 runs the same checks on a GPU, tools/device-run.sh does):
 #   1. a short run's loss falls;
 #   2. resuming from a checkpoint gives bitwise the same losses and accuracies
 #      as the uninterrupted run;
 #   3. a truncated, corrupt or mismatched checkpoint is refused with a clear
 #      message, and the previous checkpoint is left intact;
 #   4. bad flags and a missing dataset are clear errors, not crashes.
-# Usage: tests/train.sh BUILD_DIR DATA_DIR
+# Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
 data=$2
@@ -17,16 +18,17 @@ ok()  { pass=$((pass + 1)); echo "  ok    $1"; }
 bad() { fail=$((fail + 1)); echo "  FAIL  $1"; }
 # the deterministic part of the epoch lines (timing and memory stripped)
 core() { grep '^epoch' "$1" | sed -E 's/ +[0-9.]+ img\/s.*//'; }
-args=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet)
+dev=${TRAIN_DEVICE:-host}
+args=(--device "$dev" --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet)
 
-L8_DEVICE=host "$bin" "${args[@]}" --epochs 3 > "$tmp/full.txt" 2>&1 || bad "uninterrupted run exited non-zero"
+L8_DEVICE=$dev "$bin" "${args[@]}" --epochs 3 > "$tmp/full.txt" 2>&1 || bad "uninterrupted run exited non-zero"
 l1=$(core "$tmp/full.txt" | sed -n 1p | awk '{print $4}')
 l3=$(core "$tmp/full.txt" | sed -n 3p | awk '{print $4}')
 if [ -n "$l1" ] && [ -n "$l3" ] && awk "BEGIN{exit !($l3 < $l1)}"; then ok "loss falls ($l1 -> $l3)"
 else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
 
 for mode in fp8 bf16; do
-    [ $mode = bf16 ] && L8_DEVICE=host "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1
+    [ $mode = bf16 ] && L8_DEVICE=$dev "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1
     "$bin" "${args[@]}" --$mode --epochs 3 --stop-after 2 --save "$tmp/a.ckpt" > "$tmp/part1.txt" 2>&1 || bad "$mode: first half exited non-zero"
     "$bin" "${args[@]}" --$mode --epochs 3 --resume "$tmp/a.ckpt" > "$tmp/part2.txt" 2>&1 || bad "$mode: resume exited non-zero"
     if [ "$(core "$tmp/full.txt")" = "$(core "$tmp/part1.txt"; core "$tmp/part2.txt")" ] && [ -n "$(core "$tmp/part2.txt")" ]; then
@@ -64,5 +66,5 @@ for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     [ $rc = 2 ] && ok "bad flag '$a' -> usage (exit 2)" || { bad "bad flag '$a' exit $rc"; cat "$tmp/o.txt"; }
 done
-echo "train: $pass passed, $fail failed"
+echo "train ($dev): $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -13,7 +13,8 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear    lean8-bench NAME and its PyTorch script
-#   train     lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
+#   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints),
+#             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
 #             the Fashion-MNIST files carried along: the machine has no
 #             package registry)
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
@@ -75,6 +76,7 @@ if want linear; then
     step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
 fi
 if want train && [ -d .data ]; then
+    step "train.sh on cuda:0" train-sh.log env TRAIN_DEVICE=cuda:0 tests/train.sh build .data
     step "train fp8" train-fp8.log build/bin/lean8-train --data .data --quiet
     step "train bf16" train-bf16.log build/bin/lean8-train --data .data --quiet --bf16
     step "train 512x512" train-512.log build/bin/lean8-train --data .data --quiet --hidden 512,512 --batch 256
@@ -98,7 +100,7 @@ done
 [ -f "$OUT/bench-alloc.log" ] && grep -A40 '^== alloc' "$OUT/bench-alloc.log" | head -n 30
 [ -f "$OUT/torch-alloc.log" ] && tail -n 5 "$OUT/torch-alloc.log"
 for f in bench-cast torch-cast gemm-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
-for f in bench-linear torch-linear train-fp8 train-bf16 train-512; do
+for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
 for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|img' "$OUT/$f.log" | tail -n 3; done
