@@ -177,8 +177,8 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     } else {
         h->autotune = c.autotune;
     }
-    h->at_cands = c.autotune_candidates ? c.autotune_candidates : 8;
-    h->at_iters = c.autotune_iters ? c.autotune_iters : 5;
+    h->at_cands = c.autotune_candidates ? c.autotune_candidates : 16;
+    h->at_iters = c.autotune_iters ? c.autotune_iters : 10;
     h->max_plans = c.max_plans ? c.max_plans : 4096;
     h->precise_reduction = c.precise_reduction != 0;
     h->stats.size = sizeof h->stats;

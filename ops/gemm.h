@@ -102,8 +102,9 @@ typedef struct l8_gemm_config {
     size_t size;                  /* sizeof(l8_gemm_config) */
     size_t workspace_bytes;       /* per stream; 0: 32 MiB (cuBLAS's advice for Hopper) */
     int autotune;                 /* -1: from L8_GEMM_AUTOTUNE (1 = on; default off), 0 off, 1 on */
-    int autotune_candidates;      /* heuristic results to time; 0: 8 (at most 32) */
-    int autotune_iters;           /* timed runs per candidate (after one warm-up); 0: 5 */
+    int autotune_candidates;      /* heuristic results to time; 0: 16 (at most 32) */
+    int autotune_iters;           /* timed runs per candidate and round (3 rounds, after one
+                                     warm-up); 0: 10 */
     size_t max_plans;             /* cache size; when full it is emptied; 0: 4096 */
     int precise_reduction;        /* 0 (default): cuBLASLt may keep split-K partial sums in
                                      D's type (bf16/f16), as PyTorch and TransformerEngine
