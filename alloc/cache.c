@@ -1,4 +1,6 @@
-/* cache.c - the caching device allocator (alloc.h).
+/* cache.c - the caching device allocator (alloc.h): allocation, free,
+ * segments and events. The data model described below is declared in
+ * cache_internal.h; describe, visit and the invariant check in cache_check.c.
  *
  * Data model
  *   segment  one provider allocation; belongs to one pool. Its usable range
@@ -52,146 +54,14 @@
  * aux = reserved bytes).
  */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc/alloc.h"
-#include "alloc/trace.h"
-
-#define KIB ((size_t)1 << 10)
-#define MIB ((size_t)1 << 20)
-#define GIB ((size_t)1 << 30)
-
-#define MIN_BLOCK     ((size_t)512)     /* rounding unit and block alignment */
-#define SMALL_SIZE    MIB               /* requests up to this use the small pool */
-#define SMALL_SEGMENT (2 * MIB)         /* small-pool segment size */
-#define LARGE_ROUND   (2 * MIB)         /* large segments are multiples of this */
-#define MID_LIMIT     (10 * MIB)        /* requests below this ... */
-#define MID_SEGMENT   (20 * MIB)        /* ... get at least this much (PyTorch's rule) */
-#define GROW_DIV      16                /* new large segment >= pool reserved / GROW_DIV */
-#define GROW_CAP      (8 * GIB)         /* ... but the geometric part at most this */
-/* Larger requests fail at once: no device is this big, and every size below
- * it can be rounded and summed without overflow. */
-#define MAX_REQUEST   ((size_t)1 << 50)
-
-/* Bins: size in 512-B units u; u < 16 exact, then 16 bins per power of two. */
-#define SUB_BITS 4
-#define NSUB     (1u << SUB_BITS)
-#define NBINS    ((50 - 9 - SUB_BITS + 2) * NSUB)      /* u < 2^41: 624 bins */
-#define NWORDS   ((NBINS + 63) / 64)
-
-#define SLAB_BLOCKS 256
-#define HASH_MIN    1024
-#define DESCRIBE_OOM 1600   /* bytes of state in an OOM message (it is capped at 2 KiB) */
-
-enum { B_FREE = 0, B_LIVE = 1, B_PENDING = 2 };
-
-typedef struct segment segment;
-typedef struct pool pool;
-
-typedef struct block {
-    uintptr_t addr;
-    size_t size;                  /* rounded, a multiple of 512 */
-    size_t requested;             /* LIVE: bytes asked for; else 0 */
-    segment *seg;
-    struct block *prev, *next;    /* address neighbours in the segment */
-    struct block *fprev, *fnext;  /* bin list while FREE; fnext: spare list */
-    l8_stream_id *xs;             /* other streams that used it (record_stream) */
-    uint32_t nxs, capxs;
-    l8_stream_id xs_inline[2];
-    uint32_t events;              /* PENDING: events not yet complete */
-    uint8_t state;
-    uint8_t held;                 /* PENDING until empty_cache (event failure) */
-    uint16_t bin;
-} block;
-
-struct segment {
-    uintptr_t base;               /* what the provider returned */
-    size_t bytes;                 /* what the provider was asked for */
-    uintptr_t start;              /* 512-aligned start of the tiled range */
-    size_t usable;
-    pool *pool;
-    block *head;
-    segment *prev, *next;         /* all segments of the allocator */
-    size_t busy;                  /* LIVE + PENDING blocks */
-    size_t free_bytes;            /* bytes in FREE blocks */
-    size_t nblocks;
-};
-
-struct pool {
-    l8_stream_id stream;
-    int small;
-    size_t reserved;
-    size_t nfree;                 /* blocks in the bins */
-    size_t nidle;                 /* wholly free segments */
-    uint64_t summary;             /* bit w: map[w] != 0 */
-    uint64_t map[NWORDS];         /* bit b: bins[b] != NULL */
-    block *bins[NBINS];
-};
-
-typedef struct pend {             /* one recorded event of a PENDING block */
-    void *event;
-    block *b;
-    struct pend *next;
-} pend;
-
-typedef struct slab {
-    struct slab *next;
-    block blocks[SLAB_BLOCKS];
-} slab;
-
-typedef struct hslot {
-    uintptr_t key;                /* 0: empty */
-    block *b;
-} hslot;
-
-struct l8_alloc {
-    pthread_mutex_t mu;
-    l8_segment_provider prov;
-    size_t memory_limit;
-    l8_trace *trace;
-    pool **pools;
-    size_t npools, cap_pools;
-    pool *last[2];                /* last pool used, per small/large */
-    segment *segs;
-    hslot *htab;
-    size_t hcap, hcount;
-    unsigned hshift;
-    block *spare;                 /* free block structs */
-    size_t nspare;
-    slab *slabs;
-    pend *pend_head, *pend_tail;  /* recorded events, oldest first */
-    pend *pend_spare;             /* completed: their events are reused */
-    size_t nblocks;
-    l8_alloc_stats st;
-};
-
-/* The hot path is a handful of these small helpers: inline them. */
-#define HOT inline __attribute__((always_inline))
-
-#define TRACE(a, kind, stream, addr, size, aux)                                               \
-    do {                                                                                      \
-        if ((a)->trace)                                                                       \
-            l8_trace_record((a)->trace, (kind), (a)->prov.device, (uint64_t)(stream),         \
-                            (uint64_t)(addr), (uint64_t)(size), (uint64_t)(aux));            \
-    } while (0)
+#include "alloc/cache_internal.h"
 
 static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 /* ---- bins ---- */
-
-static HOT unsigned bin_of(size_t size)
-{
-    uint64_t u = size >> 9;
-    if (u < NSUB) return (unsigned)u;
-    unsigned fl = 63u - (unsigned)__builtin_clzll(u);
-    unsigned sl = (unsigned)(u >> (fl - SUB_BITS)) & (NSUB - 1);
-    unsigned b = (fl - SUB_BITS + 1) * NSUB + sl;
-    /* Requests stay below MAX_REQUEST, but a merged segment may not: the
-     * last bin takes everything above (lookups check sizes anyway). */
-    return b < NBINS ? b : NBINS - 1;
-}
 
 static HOT void bin_insert(pool *p, block *b)
 {
@@ -252,20 +122,6 @@ static HOT block *pool_find(const pool *p, size_t size)
 }
 
 /* ---- pointer hash (live blocks): linear probing, backward-shift deletion ---- */
-
-static HOT size_t hash_idx(const l8_alloc *a, uintptr_t key)
-{
-    return (size_t)(((uint64_t)key >> 9) * 0x9E3779B97F4A7C15ull >> a->hshift);
-}
-
-static HOT size_t hash_find(const l8_alloc *a, uintptr_t key)
-{
-    size_t mask = a->hcap - 1;
-    for (size_t i = hash_idx(a, key);; i = (i + 1) & mask) {
-        if (a->htab[i].key == key) return i;
-        if (!a->htab[i].key) return SIZE_MAX;
-    }
-}
 
 static HOT void hash_put(l8_alloc *a, block *b)
 {
@@ -764,100 +620,16 @@ static void consolidate(l8_alloc *a, pool *p, size_t size, block **out)
         *out = s->head;
 }
 
-/* ---- describe ---- */
-
-static void fmt_bytes(char *buf, size_t n, uint64_t v)
-{
-    if (v >= GIB) snprintf(buf, n, "%.2f GiB", (double)v / GIB);
-    else if (v >= MIB) snprintf(buf, n, "%.2f MiB", (double)v / MIB);
-    else if (v >= KIB) snprintf(buf, n, "%.1f KiB", (double)v / KIB);
-    else snprintf(buf, n, "%llu B", (unsigned long long)v);
-}
-
-typedef struct sbuf {
-    char *p;
-    size_t n, len;
-} sbuf;
-
-static void L8_PRINTF(2, 3) sb_add(sbuf *sb, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int r = vsnprintf(sb->len < sb->n ? sb->p + sb->len : NULL,
-                      sb->len < sb->n ? sb->n - sb->len : 0, fmt, ap);
-    va_end(ap);
-    if (r > 0) sb->len += (size_t)r;
-}
-
-static size_t describe_locked(l8_alloc *a, char *buf, size_t n)
-{
-    sbuf sb = { n ? buf : NULL, n, 0 };
-    if (n) buf[0] = '\0';
-    const l8_alloc_stats *s = &a->st;
-    char r[32], rp[32], al[32], ap[32], ac[32], is[32], lim[32];
-    fmt_bytes(r, sizeof r, s->reserved_bytes);
-    fmt_bytes(rp, sizeof rp, s->reserved_peak);
-    fmt_bytes(al, sizeof al, s->allocated_bytes);
-    fmt_bytes(ap, sizeof ap, s->allocated_peak);
-    fmt_bytes(ac, sizeof ac, s->active_bytes);
-    fmt_bytes(is, sizeof is, s->inactive_split_bytes);
-    fmt_bytes(lim, sizeof lim, a->memory_limit);
-    size_t npend = 0, nheld = 0;
-    for (pend *e = a->pend_head; e; e = e->next) npend++;
-    for (segment *g = a->segs; g; g = g->next)
-        for (block *b = g->head; b; b = b->next) nheld += b->state == B_PENDING && b->held;
-    sb_add(&sb, "allocator[%s, device %d]: reserved %s (peak %s) in %llu segments, allocated %s "
-                "(peak %s) in %llu blocks, active %s, inactive split %s, limit %s, "
-                "%zu events pending, %zu blocks held; %llu allocs, %llu frees, %llu retries, "
-                "%llu ooms\n",
-           a->prov.name ? a->prov.name : "?", a->prov.device, r, rp,
-           (unsigned long long)s->segments, al, ap, (unsigned long long)s->live_blocks, ac, is,
-           a->memory_limit ? lim : "none", npend, nheld, (unsigned long long)s->allocations,
-           (unsigned long long)s->frees, (unsigned long long)s->retries,
-           (unsigned long long)s->ooms);
-    for (segment *g = a->segs; g; g = g->next) {
-        size_t live = 0, live_b = 0, pendb = 0, freeb = 0, largest = 0;
-        for (block *b = g->head; b; b = b->next) {
-            if (b->state == B_LIVE) { live++; live_b += b->size; }
-            else if (b->state == B_PENDING) pendb += b->size;
-            else { freeb += b->size; if (b->size > largest) largest = b->size; }
-        }
-        char sz[32], lb[32], fb[32], lg[32], pb[32];
-        fmt_bytes(sz, sizeof sz, g->bytes);
-        fmt_bytes(lb, sizeof lb, live_b);
-        fmt_bytes(fb, sizeof fb, freeb);
-        fmt_bytes(lg, sizeof lg, largest);
-        fmt_bytes(pb, sizeof pb, pendb);
-        sb_add(&sb, "  segment 0x%llx %s %s stream 0x%llx: %zu blocks, %zu live (%s), pending %s, "
-                    "free %s (largest %s)\n",
-               (unsigned long long)g->base, sz, g->pool->small ? "small" : "large",
-               (unsigned long long)g->pool->stream, g->nblocks, live, lb, pb, fb, lg);
-    }
-    return sb.len;
-}
-
-size_t l8_alloc_describe(l8_alloc *a, char *buf, size_t n)
-{
-    if (!a) {
-        if (n) snprintf(buf, n, "allocator: (null)");
-        return n ? strlen(buf) : 0;
-    }
-    pthread_mutex_lock(&a->mu);
-    size_t len = describe_locked(a, buf, n);
-    pthread_mutex_unlock(&a->mu);
-    return len;
-}
-
 /* Record an OOM and return L8_ERR_OOM with the state in the message. */
 static l8_status oom_fail(l8_alloc *a, size_t bytes, l8_stream_id stream, const char *why)
 {
     a->st.ooms++;
     TRACE(a, L8_TRACE_OOM, stream, 0, bytes, a->st.reserved_bytes);
     char state[DESCRIBE_OOM];
-    size_t len = describe_locked(a, state, sizeof state);
+    size_t len = l8i_alloc_describe_locked(a, state, sizeof state);
     if (len >= sizeof state) memcpy(state + sizeof state - 5, "...\n", 5);
     char sz[32];
-    fmt_bytes(sz, sizeof sz, bytes);
+    l8i_fmt_bytes(sz, sizeof sz, bytes);
     return L8_FAIL(L8_ERR_OOM, "out of memory: cannot allocate %zu bytes (%s) on stream 0x%llx "
                    "(%s); state: %s", bytes, sz, (unsigned long long)stream, why, state);
 }
@@ -1146,171 +918,4 @@ void l8_alloc_reset_peaks(l8_alloc *a)
     s->active_peak = s->active_bytes;
     s->inactive_split_peak = s->inactive_split_bytes;
     pthread_mutex_unlock(&a->mu);
-}
-
-l8_status l8_alloc_visit(l8_alloc *a, void (*fn)(void *arg, const l8_block_info *b), void *arg)
-{
-    L8_ARG(a != NULL);
-    L8_ARG(fn != NULL);
-    /* Copy under the lock, call outside it: fn may call the allocator. */
-    pthread_mutex_lock(&a->mu);
-    size_t n = a->nblocks;
-    l8_block_info *v = n ? malloc(n * sizeof *v) : NULL;
-    if (n && !v) {
-        pthread_mutex_unlock(&a->mu);
-        return L8_FAIL(L8_ERR_OOM, "l8_alloc_visit: no host memory for %zu blocks", n);
-    }
-    size_t k = 0;
-    for (segment *s = a->segs; s; s = s->next)
-        for (block *b = s->head; b && k < n; b = b->next) {
-            l8_block_info *o = &v[k++];
-            o->segment = s->base;
-            o->segment_bytes = s->bytes;
-            o->addr = b->addr;
-            o->bytes = b->size;
-            o->requested = b->state == B_LIVE ? b->requested : 0;
-            o->stream = s->pool->stream;
-            o->allocated = b->state == B_LIVE;
-            o->pending = b->state == B_PENDING;
-            o->small_pool = s->pool->small;
-        }
-    pthread_mutex_unlock(&a->mu);
-    for (size_t i = 0; i < k; i++) fn(arg, &v[i]);
-    free(v);
-    return L8_OK;
-}
-
-/* ---- check ---- */
-
-#define INV(cond, ...)                                                                        \
-    do {                                                                                      \
-        if (!(cond)) return L8_FAIL(L8_ERR_INTERNAL, "allocator check: " __VA_ARGS__);        \
-    } while (0)
-
-static l8_status check_segment(l8_alloc *a, segment *s, l8_alloc_stats *r, size_t *nfree,
-                               size_t *nblocks)
-{
-    INV(s->start % MIN_BLOCK == 0 && s->start >= s->base &&
-        s->start - s->base + s->usable <= s->bytes, "segment 0x%llx range",
-        (unsigned long long)s->base);
-    INV(s->head && s->head->prev == NULL && s->head->addr == s->start,
-        "segment 0x%llx does not start with its first block", (unsigned long long)s->base);
-    uintptr_t at = s->start;
-    size_t busy = 0, freeb = 0, n = 0;
-    for (block *b = s->head; b; b = b->next) {
-        INV(b->seg == s && b->addr == at, "block 0x%llx does not tile segment 0x%llx",
-            (unsigned long long)b->addr, (unsigned long long)s->base);
-        INV(b->size >= MIN_BLOCK && b->size % MIN_BLOCK == 0, "block 0x%llx size %zu",
-            (unsigned long long)b->addr, b->size);
-        INV(!b->next || b->next->prev == b, "block 0x%llx: broken neighbour links",
-            (unsigned long long)b->addr);
-        INV(b->state <= B_PENDING, "block 0x%llx: bad state", (unsigned long long)b->addr);
-        if (b->state == B_FREE) {
-            INV(!b->next || b->next->state != B_FREE, "free blocks 0x%llx and its successor "
-                "are not coalesced", (unsigned long long)b->addr);
-            INV(b->bin == bin_of(b->size), "free block 0x%llx in the wrong bin",
-                (unsigned long long)b->addr);
-            freeb += b->size;
-            (*nfree)++;
-        } else {
-            busy++;
-            r->active_bytes += b->size;
-        }
-        if (b->state == B_LIVE) {
-            size_t i = hash_find(a, b->addr);
-            INV(i != SIZE_MAX && a->htab[i].b == b, "live block 0x%llx missing from the hash",
-                (unsigned long long)b->addr);
-            INV(b->requested > 0 && b->requested <= b->size, "live block 0x%llx requested %zu",
-                (unsigned long long)b->addr, b->requested);
-            r->allocated_bytes += b->size;
-            r->requested_bytes += b->requested;
-            r->live_blocks++;
-        } else {
-            INV(hash_find(a, b->addr) == SIZE_MAX, "block 0x%llx in the hash but not live",
-                (unsigned long long)b->addr);
-        }
-        if (b->state == B_PENDING) {
-            size_t ev = 0;
-            for (pend *e = a->pend_head; e; e = e->next) ev += e->b == b;
-            INV(ev == b->events && (ev > 0 || b->held), "pending block 0x%llx: %zu events "
-                "queued, %u counted", (unsigned long long)b->addr, ev, b->events);
-        }
-        at += b->size;
-        n++;
-    }
-    INV(at == s->start + s->usable, "blocks of segment 0x%llx cover %llu of %zu bytes",
-        (unsigned long long)s->base, (unsigned long long)(at - s->start), s->usable);
-    INV(busy == s->busy && freeb == s->free_bytes && n == s->nblocks,
-        "segment 0x%llx counters", (unsigned long long)s->base);
-    r->reserved_bytes += s->bytes;
-    r->segments++;
-    if (busy) r->inactive_split_bytes += freeb;
-    *nblocks += n;
-    return L8_OK;
-}
-
-static l8_status check_pool(const pool *p, size_t *members, size_t *reserved_sum)
-{
-    size_t n = 0;
-    uint64_t summary = 0;
-    for (unsigned i = 0; i < NBINS; i++) {
-        int bit = (p->map[i >> 6] >> (i & 63)) & 1;
-        INV(bit == (p->bins[i] != NULL), "pool bitmap bit %u", i);
-        if (p->bins[i]) summary |= 1ull << (i >> 6);
-        for (block *b = p->bins[i]; b; b = b->fnext) {
-            INV(b->state == B_FREE && b->bin == i && b->seg->pool == p,
-                "block 0x%llx listed in bin %u is not a free block of this pool",
-                (unsigned long long)b->addr, i);
-            INV(!b->fnext || b->fnext->fprev == b, "bin %u: broken links", i);
-            n++;
-        }
-    }
-    INV(summary == p->summary, "pool summary bitmap");
-    INV(n == p->nfree, "pool free count %zu, %zu listed", p->nfree, n);
-    *members += n;
-    *reserved_sum += p->reserved;
-    return L8_OK;
-}
-
-l8_status l8_alloc_check(l8_alloc *a)
-{
-    L8_ARG(a != NULL);
-    pthread_mutex_lock(&a->mu);
-    l8_status st = L8_OK;
-    l8_alloc_stats r = { 0 };
-    size_t nfree = 0, nblocks = 0, listed = 0, pool_reserved = 0;
-    for (segment *s = a->segs; s && st == L8_OK; s = s->next) {
-        if (s->next && s->next->prev != s) st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: "
-                                                        "segment list links");
-        if (st == L8_OK) st = check_segment(a, s, &r, &nfree, &nblocks);
-    }
-    for (size_t i = 0; i < a->npools && st == L8_OK; i++)
-        st = check_pool(a->pools[i], &listed, &pool_reserved);
-    if (st != L8_OK) goto out;
-    const l8_alloc_stats *s = &a->st;
-#define SAME(f) if (r.f != s->f) { st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: " #f \
-        " is %llu, blocks say %llu", (unsigned long long)s->f, (unsigned long long)r.f); goto out; }
-    SAME(allocated_bytes) SAME(requested_bytes) SAME(reserved_bytes) SAME(active_bytes)
-    SAME(inactive_split_bytes) SAME(live_blocks) SAME(segments)
-#undef SAME
-    if (listed != nfree) {
-        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: %zu free blocks, %zu in free lists",
-                     nfree, listed);
-    } else if (a->hcount != r.live_blocks) {
-        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: hash holds %zu, %llu blocks live",
-                     a->hcount, (unsigned long long)r.live_blocks);
-    } else if (nblocks != a->nblocks || pool_reserved != r.reserved_bytes) {
-        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: block count or pool reserved bytes");
-    } else if (a->memory_limit && s->reserved_bytes > a->memory_limit) {
-        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: reserved above the memory limit");
-    } else {
-        for (pend *e = a->pend_head; e; e = e->next)
-            if (!e->b || e->b->state != B_PENDING) {
-                st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: event of a non-pending block");
-                break;
-            }
-    }
-out:
-    pthread_mutex_unlock(&a->mu);
-    return st;
 }
