@@ -47,21 +47,7 @@ _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_
 /* ------------------------------------------------------------------------ */
 /* validation helpers                                                        */
 
-static int is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
-
 static int aligned(const void *p, uintptr_t a) { return ((uintptr_t)p % a) == 0; }
-
-static l8_status need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
-{
-    if (!t)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (ctx && l8_tensor_ctx(t) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
-    if (!l8_tensor_is_contiguous(t))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
-                       op, name);
-    return L8_OK;
-}
 
 static l8_status need_fp8(const char *op, const char *name, const l8_tensor *t, l8_fp8_meta **m)
 {
@@ -79,18 +65,9 @@ static l8_status need_fp8(const char *op, const char *name, const l8_tensor *t, 
 
 static l8_status need_hp(const char *op, const char *name, const l8_tensor *t)
 {
-    if (!is_hp(l8_tensor_dtype(t)))
+    if (!l8i_is_hp(l8_tensor_dtype(t)))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted f32, bf16 or f16", op,
                        name, l8_dtype_name(l8_tensor_dtype(t)));
-    return L8_OK;
-}
-
-static l8_status pick_stream(l8_ctx *ctx, l8_stream **s)
-{
-    if (!*s)
-        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
-    else if (l8_stream_ctx(*s) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "stream belongs to another context");
     return L8_OK;
 }
 
@@ -127,9 +104,9 @@ static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
 l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_stream *s)
 {
     static const char *op = "l8_fp8_cast";
-    L8_CHECK(need_tensor(op, "in", in, NULL));
+    L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
     l8_ctx *ctx = l8_tensor_ctx(in);
-    L8_CHECK(need_tensor(op, "out", out, ctx));
+    L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
     L8_CHECK(need_hp(op, "in", in));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, "out", out, &m));
@@ -139,7 +116,7 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
     if (l8_tensor_numel(out) != n)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out has %lld elements, in has %lld", op,
                        (long long)l8_tensor_numel(out), (long long)n);
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
@@ -243,10 +220,10 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
                                      l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
                                      l8_stream *s)
 {
-    L8_CHECK(need_tensor(op, "in", in, NULL));
+    L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
     l8_ctx *ctx = l8_tensor_ctx(in);
     L8_CHECK(need_hp(op, "in", in));
-    L8_CHECK(need_tensor(op, "out_t", out_t, ctx));
+    L8_CHECK(l8i_need_tensor(op, "out_t", out_t, ctx));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, "out_t", out_t, &m));
     if (flags & ~L8_CAST_ACCUMULATE_AMAX)
@@ -260,7 +237,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
                        op, (long long)C, (long long)R);
     if (out) {
         l8_fp8_meta *mo;
-        L8_CHECK(need_tensor(op, "out", out, ctx));
+        L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
         L8_CHECK(need_fp8(op, "out", out, &mo));
         if (l8_tensor_dtype(out) != fmt || mo != m)
             return L8_FAIL(L8_ERR_INVALID_ARG,
@@ -272,7 +249,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
                            (long long)r2, (long long)c2, (long long)R, (long long)C);
     }
     if (dbias) {
-        L8_CHECK(need_tensor(op, "dbias", dbias, ctx));
+        L8_CHECK(l8i_need_tensor(op, "dbias", dbias, ctx));
         L8_CHECK(need_hp(op, "dbias", dbias));
         if (l8_tensor_numel(dbias) != C)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias has %lld elements, wanted %lld (cols)",
@@ -281,7 +258,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *x, *y = NULL, *yt, *db = NULL;
     L8_CHECK(l8_tensor_data(in, &x));
     if (out)
@@ -370,9 +347,9 @@ l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_te
 l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
 {
     static const char *op = "l8_fp8_dequantize";
-    L8_CHECK(need_tensor(op, "in", in, NULL));
+    L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
     l8_ctx *ctx = l8_tensor_ctx(in);
-    L8_CHECK(need_tensor(op, "out", out, ctx));
+    L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, "in", in, &m));
     L8_CHECK(need_hp(op, "out", out));
@@ -380,7 +357,7 @@ l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     if (l8_tensor_numel(out) != n)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out has %lld elements, in has %lld", op,
                        (long long)l8_tensor_numel(out), (long long)n);
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
@@ -408,9 +385,9 @@ l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
 l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
 {
     static const char *op = "l8_fp8_transpose";
-    L8_CHECK(need_tensor(op, "in", in, NULL));
+    L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
     l8_ctx *ctx = l8_tensor_ctx(in);
-    L8_CHECK(need_tensor(op, "out", out, ctx));
+    L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
     l8_dtype dt = l8_tensor_dtype(in);
     if (!(l8_dtype_is_fp8(dt) || dt == L8_U8) || l8_tensor_dtype(out) != dt)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: in and out must both be e4m3, e5m2 or u8 "
@@ -424,7 +401,7 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
@@ -520,12 +497,7 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
 {
     static const char *op = "l8_fp8_scale_update";
     l8_fp8_scale_update_config c = L8_FP8_SCALE_UPDATE_CONFIG_INIT;
-    if (cfg) {
-        if (cfg->size < sizeof c)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
-                           "(use L8_FP8_SCALE_UPDATE_CONFIG_INIT)", op, cfg->size, sizeof c);
-        c = *cfg;
-    }
+    L8I_CONFIG_COPY(c, cfg, op, "L8_FP8_SCALE_UPDATE_CONFIG_INIT");
     if (c.amax_compute != L8_AMAX_MAX_HISTORY && c.amax_compute != L8_AMAX_MOST_RECENT)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown amax_compute %d", op, (int)c.amax_compute);
     if (!isfinite(c.margin))
@@ -542,7 +514,7 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
     L8_CHECK(need_vec("fp8_max", fp8_max, ctx, n, &fs));
     int64_t H = 0;
     if (amax_history) {
-        L8_CHECK(need_tensor(op, "amax_history", amax_history, ctx));
+        L8_CHECK(l8i_need_tensor(op, "amax_history", amax_history, ctx));
         if (l8_tensor_dtype(amax_history) != L8_F32 || l8_tensor_ndim(amax_history) != 2 ||
             l8_tensor_dim(amax_history, 0) != n || l8_tensor_dim(amax_history, 1) < 1)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: amax_history must be f32 [%lld, H >= 1]", op,
@@ -555,7 +527,7 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
     if (n > INT32_MAX || H > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %lld tensors x %lld history is too large", op,
                        (long long)n, (long long)H);
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *ph = NULL, *pa, *ps, *pi = NULL, *pf;
     if (amax_history)
         L8_CHECK(l8_tensor_data(amax_history, &ph));

@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/fp8.h"
 #include "runtime/internal.h"
+#include "ops/internal.h"
 
 #define EW_THREADS 256u
 #define EW_MAX_CTAS 4096u             /* grid-stride beyond this */
@@ -24,20 +25,12 @@
 
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2, "kernel type codes are l8_dtype values");
 
-static int is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
-
 /* t is a contiguous tensor of ctx (ctx NULL: any) with a floating dtype. */
 static l8_status need(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
 {
-    if (!t)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (ctx && l8_tensor_ctx(t) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
-    if (!l8_tensor_is_contiguous(t))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
-                       op, name);
+    L8_CHECK(l8i_need_tensor(op, name, t, ctx));
     l8_dtype dt = l8_tensor_dtype(t);
-    if (!is_hp(dt))
+    if (!l8i_is_hp(dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted f32, bf16 or f16", op,
                        name, l8_dtype_name(dt));
     return L8_OK;
@@ -69,15 +62,6 @@ static l8_status no_overlap(const char *op, const l8_tensor *out, const l8_tenso
                    allow_same ? " (only an exact in-place call is allowed)" : "");
 }
 
-static l8_status pick_stream(l8_ctx *ctx, l8_stream **s)
-{
-    if (!*s)
-        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
-    else if (l8_stream_ctx(*s) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "stream belongs to another context");
-    return L8_OK;
-}
-
 static unsigned ew_grid(uint64_t n)
 {
     uint64_t g = (n + EW_THREADS - 1) / EW_THREADS;
@@ -104,7 +88,7 @@ l8_status l8_convert(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     L8_CHECK(need(op, "out", out, ctx));
     L8_CHECK(same_numel(op, "in", in, "out", out));
     L8_CHECK(no_overlap(op, out, in, 1));
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
@@ -133,7 +117,7 @@ l8_status l8_add_into(l8_tensor *y, const l8_tensor *x, l8_stream *s)
     L8_CHECK(need(op, "x", x, ctx));
     L8_CHECK(same_numel(op, "y", y, "x", x));
     L8_CHECK(no_overlap(op, y, x, 0));
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *py, *px;
     L8_CHECK(l8_tensor_data(y, &py));
     L8_CHECK(l8_tensor_data(x, &px));
@@ -195,7 +179,7 @@ l8_status l8_gelu(const l8_tensor *x, l8_tensor *y, l8_stream *s)
     L8_CHECK(need(op, "y", y, ctx));
     L8_CHECK(same_numel(op, "x", x, "y", y));
     L8_CHECK(no_overlap(op, y, x, 1));
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *px, *py;
     L8_CHECK(l8_tensor_data(x, &px));
     L8_CHECK(l8_tensor_data(y, &py));
@@ -225,7 +209,7 @@ l8_status l8_gelu_backward(const l8_tensor *x, const l8_tensor *dy, l8_tensor *d
     L8_CHECK(same_numel(op, "x", x, "dx", dx));
     L8_CHECK(no_overlap(op, dx, x, 0));
     L8_CHECK(no_overlap(op, dx, dy, 1));
-    L8_CHECK(pick_stream(ctx, &s));
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     void *px, *pg, *pd;
     L8_CHECK(l8_tensor_data(x, &px));
     L8_CHECK(l8_tensor_data(dy, &pg));

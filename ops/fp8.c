@@ -20,6 +20,7 @@
 #include <string.h>
 #include <math.h>
 #include "ops/fp8.h"
+#include "ops/internal.h"
 
 static inline uint32_t f32_bits(float f)
 {
@@ -191,12 +192,10 @@ void l8_host_store_f32(void *y, l8_dtype dt, size_t i, float v)
     }
 }
 
-static int is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
-
 l8_status l8_fp8_quantize_host(const void *x, l8_dtype in_dt, size_t n, float scale,
                                l8_dtype fmt, uint8_t *y, float *amax)
 {
-    if (!is_hp(in_dt))
+    if (!l8i_is_hp(in_dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 quantize: input dtype %s is not f32/bf16/f16",
                        l8_dtype_name(in_dt));
     if (!l8_dtype_is_fp8(fmt))
@@ -221,7 +220,7 @@ l8_status l8_fp8_dequantize_host(const uint8_t *x, size_t n, l8_dtype fmt, float
     if (!l8_dtype_is_fp8(fmt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 dequantize: input dtype %s is not e4m3/e5m2",
                        l8_dtype_name(fmt));
-    if (!is_hp(out_dt))
+    if (!l8i_is_hp(out_dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 dequantize: output dtype %s is not f32/bf16/f16",
                        l8_dtype_name(out_dt));
     L8_ARG(n == 0 || (x && y));

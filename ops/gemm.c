@@ -98,14 +98,11 @@ typedef struct plan {
     const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
 } plan;
 
-/* Per stream: cuBLASLt's workspace and four 16-byte-aligned f32 slots for
- * scalars whose own address is not 16-byte aligned (see stage_scalars). */
+/* Per stream: cuBLASLt's workspace. */
 typedef struct ws_slot {
     l8_stream *s;
     void *ptr;
-    float *scal;                  /* [0] A scale, [4] B scale, [8] D scale, [12] amax */
 } ws_slot;
-#define SCAL_BYTES 64
 
 struct l8_gemm_handle {
     l8_ctx *ctx;
@@ -231,8 +228,7 @@ void l8_gemm_handle_destroy(l8_gemm_handle *h)
     for (int i = 0; i < h->n_ws; i++) {
         /* The allocator frees stream-ordered: GEMMs already enqueued on the
          * workspace's stream finish before the block is reused. */
-        if (l8_ctx_free(h->ctx, h->ws[i].ptr) != L8_OK ||
-            l8_ctx_free(h->ctx, h->ws[i].scal) != L8_OK) {
+        if (l8_ctx_free(h->ctx, h->ws[i].ptr) != L8_OK) {
             /* in the last error; a destroy cannot report it */
         }
     }
@@ -465,6 +461,12 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
             p->sd = l8_fp8_meta_scale(md);
             p->amax = l8_fp8_meta_amax(md);
         }
+        /* cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
+         * pointers (CUBLAS_STATUS_NOT_SUPPORTED otherwise, H200, cuBLASLt
+         * 13.1); an l8_fp8_meta keeps each of its scalars so (tensor.h). */
+        if (((uintptr_t)p->sa | (uintptr_t)p->sb | (uintptr_t)p->sd | (uintptr_t)p->amax) % 16)
+            return L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: an FP8 scale or amax pointer is not"
+                           " 16-byte aligned");
     }
     return L8_OK;
 }
@@ -608,13 +610,11 @@ static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
         if (h->ws[i].s == s) { *out = &h->ws[i]; return L8_OK; }
     if (h->n_ws == MAX_WS)
         return L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: more than %d streams on one handle", MAX_WS);
-    void *p = NULL, *q = NULL;
+    void *p = NULL;
     L8_CHECK(l8_ctx_malloc(h->ctx, h->ws_bytes, s, &p));
-    l8_status st = l8_ctx_malloc(h->ctx, SCAL_BYTES, s, &q);
-    if (st == L8_OK && ((uintptr_t)p % 256 || (uintptr_t)q % 16))
-        st = L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: workspace %p or scalars %p misaligned", p, q);
-    if (st != L8_OK) {
-        if (l8_ctx_free(h->ctx, p) != L8_OK || (q && l8_ctx_free(h->ctx, q) != L8_OK)) {
+    if ((uintptr_t)p % 256) {
+        l8_status st = L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: workspace %p misaligned", p);
+        if (l8_ctx_free(h->ctx, p) != L8_OK) {
             /* the first failure is the error to report */
         }
         return st;
@@ -622,31 +622,7 @@ static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
     ws_slot *w = &h->ws[h->n_ws++];
     w->s = s;
     w->ptr = p;
-    w->scal = q;
     *out = w;
-    return L8_OK;
-}
-
-/* cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
- * pointers (CUBLAS_STATUS_NOT_SUPPORTED otherwise, seen on H200 with
- * cuBLASLt 13.1). An l8_fp8_meta keeps each scalar 16-byte aligned, so
- * this is a guard, not the common path: a scalar that is not goes through
- * the stream's slot: copied in before the GEMM (stream-ordered, 4 bytes),
- * and for amax copied back after it (*amax_back). Aligned ones are used in
- * place, at no cost. */
-static l8_status stage_scalars(problem *p, l8_stream *s, ws_slot *w, float **amax_back)
-{
-    const float **src[3] = { &p->sa, &p->sb, &p->sd };
-    *amax_back = NULL;
-    for (int i = 0; i < 3; i++) {
-        if (!*src[i] || (uintptr_t)*src[i] % 16 == 0) continue;
-        L8_CHECK(l8_memcpy_dtod(s, w->scal + 4 * i, *src[i], sizeof(float)));
-        *src[i] = w->scal + 4 * i;
-    }
-    if (p->amax && (uintptr_t)p->amax % 16) {
-        *amax_back = p->amax;
-        p->amax = w->scal + 12;
-    }
     return L8_OK;
 }
 
@@ -875,9 +851,7 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     if (desc->size < sizeof(l8_gemm_desc))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: desc->size is %zu, expected %zu (use"
                        " L8_GEMM_DESC_INIT)", desc->size, sizeof(l8_gemm_desc));
-    if (!s) s = l8_ctx_stream(h->ctx, L8_STREAM_COMPUTE);
-    else if (l8_stream_ctx(s) != h->ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: the stream belongs to another context");
+    L8_CHECK(l8i_resolve_stream("l8_gemm", h->ctx, &s));
     problem p;
     L8_CHECK(analyze(h, desc, &p));
     L8_CHECK(record(desc->a, s));
@@ -888,18 +862,15 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     l8_status ret = L8_OK;
     plan *pl = NULL;
     ws_slot *w = NULL;
-    float *amax_back = NULL;
     pthread_mutex_lock(&h->lock);
     if (h->cuda) {
         L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
         L8_TRY(ret, workspace_for(h, s, &w), out);
-        if (p.fp8) L8_TRY(ret, stage_scalars(&p, s, w, &amax_back), out);
     }
     L8_TRY(ret, plan_get(h, &p, s, &pl), out);
     if (h->cuda) {
         L8_TRY(ret, set_ptrs(pl, &p), out);
         L8_TRY(ret, launch(h, pl, &p, s, w->ptr), out);
-        if (amax_back) L8_TRY(ret, l8_memcpy_dtod(s, amax_back, p.amax, sizeof(float)), out);
     } else {
         L8_TRY(ret, host_gemm(h, &p), out);
     }

@@ -47,7 +47,14 @@ l8_status l8i_host_gemm(const l8i_hgemm *g);
  * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */
 int l8i_host_threads(double flops);
 
-/* ---- launch.c: launch geometry ---- */
+/* ---- launch.c: launch geometry and argument checks ---- */
+
+/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
+ * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
+ * not contiguous". */
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
+/* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */
+static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 
 /* Multiprocessors of ctx's device, asked once per device. Errors: L8_ERR_CUDA. */
 l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);

@@ -1,5 +1,6 @@
-/* launch.c - launch geometry shared by the ops' kernels: the device's SM
- * count (asked once per device) and grid sizes capped at what is resident.
+/* launch.c - what the ops share before a launch: argument checks on tensors,
+ * the device's SM count (asked once per device) and grid sizes capped at
+ * what is resident.
  */
 #include "ops/internal.h"
 #include "runtime/internal.h"
@@ -36,5 +37,17 @@ l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
     uint64_t cap = (uint64_t)nsm * occ;
     uint64_t g = work < cap ? work : cap;
     *grid = g ? (unsigned)g : 1u;
+    return L8_OK;
+}
+
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
+{
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (ctx && l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (!l8_tensor_is_contiguous(t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
+                       op, name);
     return L8_OK;
 }

@@ -37,7 +37,8 @@
 #include "ops/linear.h"
 #include "ops/cast.h"
 #include "ops/elementwise.h"
-#include "alloc/trace.h"
+#include "runtime/internal.h"
+#include "ops/internal.h"
 
 #define NAME_MAX_LEN 100
 
@@ -90,15 +91,6 @@ static atomic_uint_fast64_t g_serial;
 
 static int is_fp8_mode(const l8_linear *l) { return l->mode == L8_LINEAR_FP8; }
 
-static l8_status pick_stream(l8_ctx *ctx, const char *op, l8_stream **s)
-{
-    if (!*s)
-        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
-    else if (l8_stream_ctx(*s) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", op);
-    return L8_OK;
-}
-
 /* A new contiguous tensor (rows, cols) - or (rows,) when cols < 0 - for use
  * on s, tagged "<layer>.<suffix>", with meta attached when given. */
 static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt, int64_t rows,
@@ -110,12 +102,8 @@ static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt,
     int64_t shape[2] = { rows, cols };
     int ndim = cols < 0 ? 1 : 2;
     size_t bytes = (size_t)rows * (size_t)(cols < 0 ? 1 : cols) * l8_dtype_size(dt);
-    L8_CHECK(l8_tag_push(tag));
     l8_storage *st = NULL;
-    l8_status ret = l8_storage_create(l->ctx, bytes, s, &st);
-    l8_status pop = l8_tag_pop();
-    if (ret == L8_OK)
-        ret = pop;
+    l8_status ret = l8_storage_create_tagged(l->ctx, bytes, s, tag, &st);
     if (ret == L8_OK)
         ret = l8_tensor_from_storage(st, 0, dt, ndim, shape, NULL, out);
     l8_storage_release(st);       /* the tensor holds its own reference */
@@ -133,13 +121,7 @@ static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt,
 static l8_status need(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
                       l8_dtype want, l8_dtype want2)
 {
-    if (!t)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (l8_tensor_ctx(t) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context than the layer",
-                       op, name);
-    if (!l8_tensor_is_contiguous(t))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous", op, name);
+    L8_CHECK(l8i_need_tensor(op, name, t, ctx));
     l8_dtype dt = l8_tensor_dtype(t);
     if (dt != want && dt != want2) {
         if (want == want2)
@@ -427,7 +409,7 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
     if (saved)
         *saved = NULL;
     L8_ARG(l != NULL);
-    L8_CHECK(pick_stream(l->ctx, op, &s));
+    L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
     l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL;
     l8_linear_ctx *c = NULL;
@@ -535,7 +517,7 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     if (c->serial != l->serial)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the ctx comes from another layer's forward (this"
                        " is %s)", op, l->name);
-    L8_CHECK(pick_stream(l->ctx, op, &s));
+    L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     const int fp8 = is_fp8_mode(l);
     const int64_t T = c->T;
     l8_status ret = L8_OK;

@@ -10,14 +10,11 @@
 #include "ops/loss.h"
 #include "ops/fp8.h"
 #include "runtime/internal.h"
+#include "ops/internal.h"
 
 static l8_status check2(const char *name, const l8_tensor *t, l8_ctx *ctx, int64_t rows, int64_t cols)
 {
-    if (!t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_softmax_xent: %s is NULL", name);
-    if (l8_tensor_ctx(t) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_softmax_xent: %s belongs to another context", name);
-    if (!l8_tensor_is_contiguous(t))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_softmax_xent: %s is not contiguous", name);
+    L8_CHECK(l8i_need_tensor("l8_softmax_xent", name, t, ctx));
     int nd = l8_tensor_ndim(t);
     int64_t r = nd >= 1 ? l8_tensor_dim(t, 0) : -1, c = nd == 2 ? l8_tensor_dim(t, 1) : 1;
     if ((cols < 0 && nd != 1) || (cols >= 0 && nd != 2) || r != rows || (cols >= 0 && c != cols))

@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/optim.h"
-#include "alloc/trace.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 
@@ -264,20 +263,6 @@ static void sgd_ref(float *p, const void *g, int bf16, float *b, uint64_t n, con
 static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
 
-static l8_status storage_tagged(l8_ctx *ctx, const char *tag, size_t bytes, l8_storage **out)
-{
-    *out = NULL;
-    L8_CHECK(l8_tag_push(tag));
-    l8_status st = l8_storage_create(ctx, bytes, NULL, out);
-    l8_status pst = l8_tag_pop();
-    if (st == L8_OK && pst != L8_OK) {
-        l8_storage_release(*out);
-        *out = NULL;
-        st = pst;
-    }
-    return st;
-}
-
 /* Blocking copies of the scalars through stream s. */
 static l8_status scalars_read(l8_optim *o, l8_stream *s, scalars *out)
 {
@@ -337,15 +322,16 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
         char tag[64];
         snprintf(tag, sizeof tag, "optim.%s", names[k]);
         o->state_name[k] = names[k];
-        L8_TRY(st, storage_tagged(ctx, tag, (size_t)o->n * sizeof(float), &o->state_st[k]), fail);
+        L8_TRY(st, l8_storage_create_tagged(ctx, (size_t)o->n * sizeof(float), NULL, tag,
+                                            &o->state_st[k]), fail);
         void *ptr;
         L8_TRY(st, l8_storage_data(o->state_st[k], &ptr), fail);
         L8_TRY(st, l8_memset_d8(compute, ptr, 0, (size_t)o->n * sizeof(float)), fail);
         L8_TRY(st, l8_tensor_from_storage(o->state_st[k], 0, L8_F32, 1, &n, NULL, &o->state[k]),
                fail);
     }
-    L8_TRY(st, storage_tagged(ctx, "optim.scalars", SCALARS_BYTES + o->nchunks * sizeof(double),
-                              &o->work), fail);
+    L8_TRY(st, l8_storage_create_tagged(ctx, SCALARS_BYTES + o->nchunks * sizeof(double), NULL,
+                                        "optim.scalars", &o->work), fail);
     L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, norm), L8_F32, 0, NULL, NULL,
                                       &o->norm_t), fail);
     L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, skip), L8_I32, 0, NULL, NULL,
@@ -370,13 +356,7 @@ l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config *cfg, l8_opt
     *out = NULL;
     L8_ARG(g != NULL);
     l8_adamw_config c = L8_ADAMW_CONFIG_INIT;
-    if (cfg) {
-        if (cfg->size < sizeof c)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
-                           "(use L8_ADAMW_CONFIG_INIT)", op, cfg->size, sizeof c);
-        c = *cfg;
-        c.size = sizeof c;
-    }
+    L8I_CONFIG_COPY(c, cfg, op, "L8_ADAMW_CONFIG_INIT");
     if (!finite_nonneg(c.lr) || !finite_nonneg(c.weight_decay) || !finite_nonneg(c.max_grad_norm))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: lr, weight_decay and max_grad_norm must be "
                        "finite and >= 0 (got %g, %g, %g)", op, (double)c.lr,
@@ -401,13 +381,7 @@ l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg, l8_optim *
     *out = NULL;
     L8_ARG(g != NULL);
     l8_sgd_config c = L8_SGD_CONFIG_INIT;
-    if (cfg) {
-        if (cfg->size < sizeof c)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu "
-                           "(use L8_SGD_CONFIG_INIT)", op, cfg->size, sizeof c);
-        c = *cfg;
-        c.size = sizeof c;
-    }
+    L8I_CONFIG_COPY(c, cfg, op, "L8_SGD_CONFIG_INIT");
     if (!finite_nonneg(c.lr) || !finite_nonneg(c.momentum) || !finite_nonneg(c.weight_decay) ||
         !finite_nonneg(c.max_grad_norm))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: lr, momentum, weight_decay and max_grad_norm "
@@ -450,10 +424,7 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
     L8_CHECK(need_result(res, op));
     l8_ctx *ctx = o->ctx;
     l8_stream *compute = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
-    if (!s)
-        s = compute;
-    if (l8_stream_ctx(s) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", op);
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     l8_tensor *mflat = l8_params_master_flat(o->g), *gflat = l8_params_grad_flat(o->g);
     if (!mflat || !gflat || (uint64_t)l8_tensor_numel(mflat) != o->n)
         return L8_FAIL(L8_ERR_STATE, "%s: the parameter group no longer matches the optimizer",

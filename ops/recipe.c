@@ -77,12 +77,7 @@ l8_status l8_recipe_create(l8_ctx *ctx, const l8_recipe_config *cfg, l8_recipe *
     *out = NULL;
     L8_ARG(ctx != NULL);
     l8_recipe_config c = L8_RECIPE_CONFIG_INIT;
-    if (cfg) {
-        if (cfg->size < sizeof c)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "l8_recipe_create: cfg->size is %zu, expected %zu"
-                           " (use L8_RECIPE_CONFIG_INIT)", cfg->size, sizeof c);
-        c = *cfg;
-    }
+    L8I_CONFIG_COPY(c, cfg, "l8_recipe_create", "L8_RECIPE_CONFIG_INIT");
     if (c.history_len < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_recipe_create: history_len %d is negative",
                        c.history_len);
@@ -321,15 +316,6 @@ l8_status l8_recipe_state(l8_recipe *r, l8_tensor **amax_history, l8_tensor **sc
 
 /* ---- update ---- */
 
-static l8_status pick_stream(const l8_recipe *r, l8_stream **s)
-{
-    if (!*s)
-        *s = compute(r);
-    else if (l8_stream_ctx(*s) != r->ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_recipe: the stream belongs to another context");
-    return L8_OK;
-}
-
 static uint32_t fbits(float f)
 {
     uint32_t u;
@@ -381,7 +367,7 @@ static l8_status gather(l8_recipe *r, l8_stream *s)
 l8_status l8_recipe_push_scales(l8_recipe *r, l8_stream *s)
 {
     L8_ARG(r != NULL);
-    L8_CHECK(pick_stream(r, &s));
+    L8_CHECK(l8i_resolve_stream("l8_recipe_push_scales", r->ctx, &s));
     if (r->n == 0)
         return L8_OK;
     layout l = layout_for(r->cap, r->H);
@@ -399,7 +385,7 @@ l8_status l8_recipe_push_scales(l8_recipe *r, l8_stream *s)
 l8_status l8_recipe_update(l8_recipe *r, l8_stream *s)
 {
     L8_ARG(r != NULL);
-    L8_CHECK(pick_stream(r, &s));
+    L8_CHECK(l8i_resolve_stream("l8_recipe_update", r->ctx, &s));
     if (r->n == 0) {
         r->updates++;
         return L8_OK;

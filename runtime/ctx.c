@@ -260,6 +260,15 @@ l8_stream *l8_ctx_stream(l8_ctx *ctx, l8_stream_kind kind)
     return &ctx->streams[kind];
 }
 
+l8_status l8i_resolve_stream(const char *fn, l8_ctx *ctx, l8_stream **s)
+{
+    if (!*s)
+        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    else if (l8_stream_ctx(*s) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", fn);
+    return L8_OK;
+}
+
 l8_status l8_ctx_synchronize(l8_ctx *ctx)
 {
     L8_ARG(ctx != NULL);

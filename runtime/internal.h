@@ -77,7 +77,26 @@ l8_status l8i_cu_check(CUresult r, const char *call, const char *file, int line)
 l8_status l8i_cublaslt_open(void **handle);
 l8_status l8i_nccl_open(void **handle);
 
+/* ---- versioned config structs (first member: size_t size) ----
+ * c holds the defaults; when cfg is not NULL it becomes *cfg, after checking
+ * that the caller's struct is as large as ours (L8_ERR_INVALID_ARG "<fn>:
+ * cfg->size N, wanted M (use <init>)" otherwise). Returns from the caller. */
+#define L8I_CONFIG_COPY(c, cfg, fn, init)                                                     \
+    do {                                                                                      \
+        if (cfg) {                                                                            \
+            if ((cfg)->size < sizeof(c))                                                      \
+                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu (use %s)",  \
+                               (fn), (cfg)->size, sizeof(c), (init));                         \
+            (c) = *(cfg);                                                                     \
+            (c).size = sizeof(c);                                                             \
+        }                                                                                     \
+    } while (0)
+
 /* ---- ctx.c: contexts and kernels ---- */
+/* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.
+ * L8_ERR_INVALID_ARG ("<fn>: the stream belongs to another context") when *s
+ * is another context's. */
+l8_status l8i_resolve_stream(const char *fn, l8_ctx *ctx, l8_stream **s);
 /* Make ctx's CUDA context current on this thread (no-op on host). */
 l8_status l8i_ctx_bind(l8_ctx *ctx);
 CUstream l8i_stream_cu(const l8_stream *s);

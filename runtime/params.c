@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/params.h"
-#include "alloc/trace.h"
+#include "runtime/internal.h"
 
 #define ALIGN ((int64_t)L8_PARAMS_ALIGN_ELEMS)
 /* Largest buffer length: 2^60 elements keeps 8-byte elements within int64. */
@@ -115,12 +115,7 @@ l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg, l8_params *
     *out = NULL;
     L8_ARG(ctx != NULL);
     l8_params_config c = L8_PARAMS_CONFIG_INIT;
-    if (cfg) {
-        if (cfg->size < sizeof c)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "l8_params_create: cfg->size %zu, wanted %zu "
-                           "(use L8_PARAMS_CONFIG_INIT)", cfg->size, sizeof c);
-        c = *cfg;
-    }
+    L8I_CONFIG_COPY(c, cfg, "l8_params_create", "L8_PARAMS_CONFIG_INIT");
     if (c.grad_dtype != L8_F32 && c.grad_dtype != L8_BF16)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_params_create: grad dtype %s is not supported "
                        "(f32 or bf16)", l8_dtype_name(c.grad_dtype));
@@ -237,21 +232,6 @@ l8_status l8_params_add(l8_params *g, const char *name, int ndim, const int64_t 
 /* ------------------------------------------------------------------------ */
 /* finalize                                                                  */
 
-/* A storage allocated under a trace tag. */
-static l8_status storage_tagged(l8_ctx *ctx, const char *tag, size_t bytes, l8_storage **out)
-{
-    *out = NULL;
-    L8_CHECK(l8_tag_push(tag));
-    l8_status st = l8_storage_create(ctx, bytes, NULL, out);
-    l8_status pst = l8_tag_pop();
-    if (st == L8_OK && pst != L8_OK) {
-        l8_storage_release(*out);
-        *out = NULL;
-        st = pst;
-    }
-    return st;
-}
-
 static l8_status zero_storage(l8_ctx *ctx, l8_storage *st)
 {
     void *ptr;
@@ -281,9 +261,10 @@ l8_status l8_params_finalize(l8_params *g)
             goto fail;
         }
     }
-    L8_TRY(st, storage_tagged(g->ctx, "params.master", (size_t)total * sizeof(float), &g->mst),
-           fail);
-    L8_TRY(st, storage_tagged(g->ctx, "params.main_grad", (size_t)total * gsz, &g->gst), fail);
+    L8_TRY(st, l8_storage_create_tagged(g->ctx, (size_t)total * sizeof(float), NULL,
+                                        "params.master", &g->mst), fail);
+    L8_TRY(st, l8_storage_create_tagged(g->ctx, (size_t)total * gsz, NULL, "params.main_grad",
+                                        &g->gst), fail);
     L8_TRY(st, zero_storage(g->ctx, g->mst), fail);
     L8_TRY(st, zero_storage(g->ctx, g->gst), fail);
     for (int i = 0; i < g->n; i++) {
@@ -400,10 +381,7 @@ l8_status l8_params_zero_grad(l8_params *g, l8_stream *s)
     static const char *op = "l8_params_zero_grad";
     L8_CHECK(need_final(g, op));
     l8_stream *compute = l8_ctx_stream(g->ctx, L8_STREAM_COMPUTE);
-    if (!s)
-        s = compute;
-    if (l8_stream_ctx(s) != g->ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", op);
+    L8_CHECK(l8i_resolve_stream(op, g->ctx, &s));
     if (s != compute)
         L8_CHECK(l8_storage_record_stream(g->gst, s));
     void *ptr;

@@ -37,6 +37,7 @@
 #include <string.h>
 #include "runtime/tensor.h"
 #include "runtime/internal.h"
+#include "alloc/trace.h"
 
 struct l8_storage {
     atomic_int refs;
@@ -184,17 +185,6 @@ static l8_status check_dim(const char *fn, const l8_tensor *t, int d)
 }
 
 /* NULL means the context's compute stream; any other stream must be ctx's. */
-static l8_status resolve_stream(const char *fn, l8_ctx *ctx, l8_stream **s)
-{
-    if (!*s) {
-        *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
-        return L8_OK;
-    }
-    if (l8_stream_ctx(*s) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the stream belongs to another context", fn);
-    return L8_OK;
-}
-
 /* ---- storages ---- */
 
 l8_status l8_storage_create(l8_ctx *ctx, size_t bytes, l8_stream *s, l8_storage **out)
@@ -202,7 +192,7 @@ l8_status l8_storage_create(l8_ctx *ctx, size_t bytes, l8_stream *s, l8_storage 
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(ctx != NULL);
-    L8_CHECK(resolve_stream("l8_storage_create", ctx, &s));
+    L8_CHECK(l8i_resolve_stream("l8_storage_create", ctx, &s));
     /* Byte offsets and extents are int64 throughout. */
     if (bytes > (size_t)INT64_MAX)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_storage_create: %zu bytes exceeds INT64_MAX", bytes);
@@ -220,6 +210,22 @@ l8_status l8_storage_create(l8_ctx *ctx, size_t bytes, l8_stream *s, l8_storage 
     st->state = L8_STORAGE_DEVICE;
     *out = st;
     return L8_OK;
+}
+
+l8_status l8_storage_create_tagged(l8_ctx *ctx, size_t bytes, l8_stream *s, const char *tag,
+                                   l8_storage **out)
+{
+    L8_ARG(out != NULL);
+    *out = NULL;
+    L8_CHECK(l8_tag_push(tag));
+    l8_status st = l8_storage_create(ctx, bytes, s, out);
+    l8_status pop = l8_tag_pop();
+    if (st == L8_OK && pop != L8_OK) {
+        l8_storage_release(*out);
+        *out = NULL;
+        st = pop;
+    }
+    return st;
 }
 
 void l8_storage_retain(l8_storage *st)
@@ -281,15 +287,15 @@ l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s)
 #define META_STRIDE 4
 #define META_FLOATS (3 * META_STRIDE)
 
-/* Host -> meta through the compute stream, then wait: v is usually the
- * caller's stack, which must stay valid until the copy has read it. v holds
- * scale, scale_inv, amax; with n == 2 amax is left alone. */
-static l8_status meta_write(l8_fp8_meta *m, const float *v, size_t n)
+/* scale, scale_inv, amax (v[0..2]) -> the meta, through the compute stream,
+ * then wait: v is usually the caller's stack, which must stay valid until the
+ * copy has read it. */
+static l8_status meta_write(l8_fp8_meta *m, const float v[3])
 {
     float blk[META_FLOATS] = {0};
-    for (size_t i = 0; i < n; i++) blk[i * META_STRIDE] = v[i];
+    for (int i = 0; i < 3; i++) blk[i * META_STRIDE] = v[i];
     l8_stream *s = l8_ctx_stream(m->st->ctx, L8_STREAM_COMPUTE);
-    L8_CHECK(l8_memcpy_htod(s, m->st->ptr, blk, ((n - 1) * META_STRIDE + 1) * sizeof(float)));
+    L8_CHECK(l8_memcpy_htod(s, m->st->ptr, blk, sizeof blk));
     return l8_stream_synchronize(s);
 }
 
@@ -303,7 +309,7 @@ l8_status l8_fp8_meta_create(l8_ctx *ctx, l8_fp8_meta **out)
     l8_fp8_meta *m = calloc(1, sizeof *m);
     if (!m) return L8_FAIL(L8_ERR_OOM, "l8_fp8_meta_create: out of host memory");
     L8_TRY(ret, l8_storage_create(ctx, META_FLOATS * sizeof(float), NULL, &m->st), fail);
-    L8_TRY(ret, meta_write(m, init, 3), fail);
+    L8_TRY(ret, meta_write(m, init), fail);
     atomic_init(&m->refs, 1);
     *out = m;
     return L8_OK;
@@ -354,7 +360,7 @@ l8_status l8_fp8_meta_set(l8_fp8_meta *m, float scale, float scale_inv, float am
 {
     L8_ARG(m != NULL);
     const float v[3] = {scale, scale_inv, amax};
-    return meta_write(m, v, 3);
+    return meta_write(m, v);
 }
 
 /* ---- tensors ---- */
@@ -721,7 +727,7 @@ l8_status l8_tensor_copy(l8_tensor *dst, const l8_tensor *src, l8_stream *s)
     const char *fn = "l8_tensor_copy";
     L8_ARG(dst != NULL && src != NULL);
     L8_CHECK(check_alike(fn, dst, src));
-    L8_CHECK(resolve_stream(fn, dst->st->ctx, &s));
+    L8_CHECK(l8i_resolve_stream(fn, dst->st->ctx, &s));
     /* A broadcast dst would write several elements to one address. */
     for (int d = 0; d < dst->ndim; d++)
         if (dst->shape[d] > 1 && dst->strides[d] == 0)
@@ -750,7 +756,7 @@ l8_status l8_tensor_contiguous(const l8_tensor *src, l8_stream *s, l8_tensor **o
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(src != NULL);
-    L8_CHECK(resolve_stream(fn, src->st->ctx, &s));
+    L8_CHECK(l8i_resolve_stream(fn, src->st->ctx, &s));
     l8_tensor *t = NULL;
     l8_status ret = L8_OK;
     L8_TRY(ret, tensor_empty_on(fn, src->st->ctx, s, src->dt, src->ndim, src->shape, &t), fail);
@@ -786,7 +792,7 @@ l8_status l8_tensor_copy_from_host(l8_tensor *dst, const void *host, size_t byte
     const char *fn = "l8_tensor_copy_from_host";
     L8_ARG(dst != NULL);
     L8_CHECK(check_host_copy(fn, dst, host, bytes));
-    L8_CHECK(resolve_stream(fn, dst->st->ctx, &s));
+    L8_CHECK(l8i_resolve_stream(fn, dst->st->ctx, &s));
     if (bytes == 0) return L8_OK;
     void *dp = NULL;
     L8_CHECK(l8_tensor_data(dst, &dp));
@@ -799,7 +805,7 @@ l8_status l8_tensor_copy_to_host(const l8_tensor *src, void *host, size_t bytes,
     const char *fn = "l8_tensor_copy_to_host";
     L8_ARG(src != NULL);
     L8_CHECK(check_host_copy(fn, src, host, bytes));
-    L8_CHECK(resolve_stream(fn, src->st->ctx, &s));
+    L8_CHECK(l8i_resolve_stream(fn, src->st->ctx, &s));
     if (bytes == 0) return L8_OK;
     void *sp = NULL;
     L8_CHECK(l8_tensor_data(src, &sp));

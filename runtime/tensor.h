@@ -70,6 +70,11 @@ typedef enum l8_storage_state {
  * The contents are undefined. Refcount 1, owned by the caller.
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_storage_create(l8_ctx *ctx, size_t bytes, l8_stream *s, l8_storage **out);
+/* The same, with the allocation recorded under the trace tag `tag` (pushed
+ * for the call only; see alloc/trace.h). Errors: as above, and those of
+ * l8_tag_push / l8_tag_pop (nothing is left allocated then). */
+L8_NODISCARD l8_status l8_storage_create_tagged(l8_ctx *ctx, size_t bytes, l8_stream *s,
+                                                const char *tag, l8_storage **out);
 void l8_storage_retain(l8_storage *st);
 /* Drop a reference; the last one frees the memory back to the allocator
  * (stream-ordered: later work on the storage's stream is safe). NULL: no-op. */
