@@ -95,25 +95,9 @@ static void fill_random(l8_rng *r, unsigned char *p, size_t n)
 
 /* ---- contexts and tensors ---- */
 
-static l8_ctx *ctx_make(void)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = "host";
-    l8_ctx *ctx = NULL;
-    L8_CK(l8_ctx_create(&cfg, &ctx));
-    return ctx;
-}
+static l8_ctx *ctx_make(void) { return l8t_ctx("host", NULL, 0); }
 
-static void ctx_finish(l8_ctx *ctx)
-{
-    l8_alloc_stats s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
-    ck_assert_msg(s.allocated_bytes == 0 && s.live_blocks == 0, "leak: %llu bytes in %llu blocks",
-                  (unsigned long long)s.allocated_bytes, (unsigned long long)s.live_blocks);
-    l8_ctx_destroy(ctx);
-}
+static void ctx_finish(l8_ctx *ctx) { l8t_ctx_finish(ctx); }
 
 /* A contiguous tensor filled with random bytes, which are returned in *bytes. */
 static l8_tensor *tensor_random(l8_ctx *ctx, l8_rng *r, l8_dtype dt, int ndim, const int64_t *shape,

@@ -195,15 +195,7 @@ static size_t hp_size(l8_dtype dt) { return dt == L8_F32 ? 4 : 2; }
 
 /* ---- contexts and tensors ---- */
 
-static l8_ctx *mk_ctx(const char *dev)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    l8_ctx *ctx = NULL;
-    cfg.device = dev;
-    l8_status st = l8_ctx_create(&cfg, &ctx);
-    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
-    return ctx;
-}
+static l8_ctx *mk_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
 static void done_ctx(l8_ctx *ctx)
 {
@@ -1070,8 +1062,7 @@ static void gpu_cast_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t n, l8_dtype d
         l8_tensor_destroy(in);
         l8_tensor_destroy(out);
     }
-    /* first mismatch, then one assertion: a ck_assert per element costs a
-     * Check mark_point (a message-file write) each, minutes at 16M elements */
+    /* the first mismatch, reported with its input */
     int64_t i = 0;
     while (i < n && yg[i] == yh[i]) i++;
     ck_assert_msg(i == n, "cast n %lld dt %d fmt %d misalign %zu [%lld] x=%g*%g: "
@@ -1140,7 +1131,7 @@ static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l
         l8_tensor_destroy(ot);
         l8_tensor_destroy(tdb);
     }
-    size_t i = 0, j = 0;          /* first mismatches (see gpu_cast_case) */
+    size_t i = 0, j = 0;          /* the first mismatches */
     while (i < n && y[0][i] == y[1][i]) i++;
     while (j < n && yt[0][j] == yt[1][j]) j++;
     ck_assert_msg(i == n, "ct [%lld x %lld] dt %d fmt %d out[%zu]: gpu 0x%02x host 0x%02x",

@@ -143,15 +143,7 @@ static void dmat_free(dmat *t)
     t->view = t->full = NULL;
 }
 
-static l8_ctx *make_ctx(const char *dev)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    l8_ctx *ctx = NULL;
-    cfg.device = dev;
-    l8_status st = l8_ctx_create(&cfg, &ctx);
-    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
-    return ctx;
-}
+static l8_ctx *make_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
 /* precise_reduction: the GPU comparisons below hold cuBLASLt to f32
  * partial sums; test_gpu_default_reduction covers the default. */
@@ -845,15 +837,7 @@ static void gpu_case(l8_ctx *gctx, l8_gemm_handle *gh, l8_ctx *hctx, l8_gemm_han
     case_free(&c);
 }
 
-static void done_gpu(l8_ctx *ctx)
-{
-    l8_alloc_stats s = { .size = sizeof s };
-    L8_CK(l8_ctx_synchronize(ctx));
-    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
-    ck_assert_msg(s.allocated_bytes == 0, "%llu bytes still allocated",
-                  (unsigned long long)s.allocated_bytes);
-    l8_ctx_destroy(ctx);
-}
+static void done_gpu(l8_ctx *ctx) { l8t_ctx_finish(ctx); }
 
 START_TEST(test_gpu_gemm_modes)
 {

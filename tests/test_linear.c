@@ -49,31 +49,12 @@
 
 static l8_ctx *mk_ctx_prov(const char *dev, const l8_segment_provider *prov)
 {
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.provider = prov;
-    l8_ctx *ctx = NULL;
-    l8_status st = l8_ctx_create(&cfg, &ctx);
-    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
-    return ctx;
+    return l8t_ctx(dev, prov, 0);
 }
 
 static l8_ctx *mk_ctx(const char *dev) { return mk_ctx_prov(dev, NULL); }
 
-static uint64_t live_bytes(l8_ctx *ctx)
-{
-    l8_alloc_stats s = { .size = sizeof s };
-    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
-    return s.allocated_bytes;
-}
-
-static void done_ctx(l8_ctx *ctx)
-{
-    L8_CK(l8_ctx_synchronize(ctx));
-    ck_assert_msg(live_bytes(ctx) == 0, "%llu bytes still allocated (a leak)",
-                  (unsigned long long)live_bytes(ctx));
-    l8_ctx_destroy(ctx);
-}
+static void done_ctx(l8_ctx *ctx) { l8t_ctx_finish(ctx); }
 
 static l8_tensor *mk(l8_ctx *ctx, l8_dtype dt, int64_t d0, int64_t d1)
 {

@@ -64,14 +64,7 @@ static void run(l8_ctx *ctx, l8_dtype dt, const float *x, const int32_t *y, int6
     destroy(&c);
 }
 
-static l8_ctx *ctx_on(const char *dev)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    l8_ctx *ctx = NULL;
-    cfg.device = dev;
-    L8_CK(l8_ctx_create(&cfg, &ctx));
-    return ctx;
-}
+static l8_ctx *ctx_on(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
 START_TEST(test_xent_vs_fp64)
 {

@@ -36,13 +36,7 @@
 
 static l8_ctx *ctx_make_dev(const char *dev, const l8_segment_provider *prov)
 {
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.provider = prov;
-    l8_ctx *ctx = NULL;
-    l8_status st = l8_ctx_create(&cfg, &ctx);
-    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
-    return ctx;
+    return l8t_ctx(dev, prov, 0);
 }
 
 static l8_ctx *ctx_make(void) { return ctx_make_dev("host", NULL); }
@@ -56,14 +50,7 @@ static uint64_t live_bytes(l8_ctx *ctx)
     return s.allocated_bytes;
 }
 
-static void ctx_finish(l8_ctx *ctx)
-{
-    L8_CK(l8_ctx_synchronize(ctx));
-    ck_assert_msg(live_bytes(ctx) == 0, "leak: %llu bytes live at the end of the test",
-                  (unsigned long long)live_bytes(ctx));
-    L8_CK(l8_alloc_check(l8_ctx_allocator(ctx)));
-    l8_ctx_destroy(ctx);
-}
+static void ctx_finish(l8_ctx *ctx) { l8t_ctx_finish(ctx); }
 
 /* ---- the model ---- */
 

@@ -18,25 +18,9 @@
 #include "ops/linear.h"
 #include "ops/fp8.h"
 
-static l8_ctx *mk_ctx(const char *dev)
-{
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    cfg.device = dev;
-    l8_ctx *ctx = NULL;
-    l8_status st = l8_ctx_create(&cfg, &ctx);
-    ck_assert_msg(st == L8_OK, "%s: %s", dev, l8_last_error_string());
-    return ctx;
-}
+static l8_ctx *mk_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
-static void done_ctx(l8_ctx *ctx)
-{
-    l8_alloc_stats s = { .size = sizeof s };
-    L8_CK(l8_ctx_synchronize(ctx));
-    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s));
-    ck_assert_msg(s.allocated_bytes == 0, "%llu bytes still allocated (a leak)",
-                  (unsigned long long)s.allocated_bytes);
-    l8_ctx_destroy(ctx);
-}
+static void done_ctx(l8_ctx *ctx) { l8t_ctx_finish(ctx); }
 
 static l8_recipe *mk_recipe(l8_ctx *ctx, int H, float margin, l8_amax_compute ac,
                             l8_fp8_format fmt)
