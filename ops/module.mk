@@ -8,5 +8,5 @@ LIB_SRCS += ops/loss.c
 OPS_HEADERS += ops/loss.h
 LIB_SRCS += ops/optim.c
 OPS_HEADERS += ops/optim.h
-LIB_SRCS += ops/elementwise.c ops/recipe.c ops/linear.c
-OPS_HEADERS += ops/elementwise.h ops/recipe.h ops/linear.h
+LIB_SRCS += ops/elementwise.c ops/recipe.c ops/linear.c ops/gather.c
+OPS_HEADERS += ops/elementwise.h ops/recipe.h ops/linear.h ops/gather.h

@@ -25,6 +25,7 @@
 #include "ops/cast.h"
 #include "ops/gemm.h"
 #include "ops/elementwise.h"
+#include "ops/gather.h"
 #include "ops/recipe.h"
 #include "ops/linear.h"
 #include "ops/optim.h"

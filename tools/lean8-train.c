@@ -14,6 +14,12 @@
  * --lr to 0 along a cosine over the run. Inputs are normalized by the
  * dataset's mean and std and fed in bf16.
  *
+ * The data set lives on the device (normalized, bf16: 94 MB for the 60000
+ * training images); each epoch uploads its order once, and a step gathers
+ * its batch with l8_gather_rows. Losses and hits stay on the device until
+ * the epoch ends, so a step never waits for the GPU: the host enqueues
+ * ahead while the GPU runs.
+ *
  * Determinism: the data order of epoch e is a permutation drawn from
  * (seed, e), weights are initialized from the seed, and every op is
  * deterministic, so a run resumed from a checkpoint (saved after each epoch
@@ -65,7 +71,12 @@ typedef struct model {
     int64_t dims[MAX_LAYERS + 1];             /* features: dims[0] = 784 ... dims[nl] = 16 */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
-    l8_tensor *x32, *labels, *loss, *hit;     /* (B,784) f32, (B) i32, (B) f32, (B) i32 */
+    l8_tensor *labels;                        /* (B) i32 */
+    l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
+    l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
+    l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
+    l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
+    int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *act[MAX_LAYERS + 1];           /* act[0] (B,784) bf16 input; act[i] GELU out */
     l8_tensor *pre[MAX_LAYERS];               /* (B, dims[i+1]) bf16 Linear outputs */
     l8_tensor *grad[MAX_LAYERS + 1];          /* (B, dims[i]) bf16 gradients */
@@ -146,7 +157,8 @@ static l8_tensor *new2(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status
 static void model_free(model *m)
 {
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
-    l8_tensor *ts[] = { m->x32, m->labels, m->loss, m->hit };
+    l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
+                        m->bad };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
         l8_tensor_destroy(m->act[i]);
@@ -211,10 +223,7 @@ static l8_status model_build(model *m, const opts *o)
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
     int64_t B = o->batch;
-    m->x32 = new2(m->ctx, L8_F32, B, IN_FEATURES, &st);
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
-    m->loss = new2(m->ctx, L8_F32, B, 0, &st);
-    m->hit = new2(m->ctx, L8_I32, B, 0, &st);
     for (int i = 0; i <= m->nl; i++) {
         if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
         m->grad[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
@@ -232,12 +241,12 @@ static l8_tensor *rows_of(l8_tensor *t, int64_t rows, l8_status *st)
 }
 
 typedef struct batch_views {
-    l8_tensor *x32, *labels, *loss, *hit, *act[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
+    l8_tensor *order, *labels, *loss, *hit, *act[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
 } batch_views;
 
 static void views_free(batch_views *v)
 {
-    l8_tensor_destroy(v->x32);
+    l8_tensor_destroy(v->order);
     l8_tensor_destroy(v->labels);
     l8_tensor_destroy(v->loss);
     l8_tensor_destroy(v->hit);
@@ -249,13 +258,14 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-static l8_status views_make(model *m, int64_t rows, batch_views *v)
+/* Views for the batch at rows [at, at + rows) of a pass. */
+static l8_status views_make(model *m, int64_t at, int64_t rows, batch_views *v)
 {
     l8_status st = L8_OK;
-    v->x32 = rows_of(m->x32, rows, &st);
+    st = l8_tensor_narrow(m->order, 0, at, rows, &v->order);
+    if (st == L8_OK) st = l8_tensor_narrow(m->loss, 0, at, rows, &v->loss);
+    if (st == L8_OK) st = l8_tensor_narrow(m->hit, 0, at, rows, &v->hit);
     v->labels = rows_of(m->labels, rows, &st);
-    v->loss = rows_of(m->loss, rows, &st);
-    v->hit = rows_of(m->hit, rows, &st);
     for (int i = 0; i <= m->nl; i++) {
         if (i < m->nl) v->act[i] = rows_of(m->act[i], rows, &st);
         v->grad[i] = rows_of(m->grad[i], rows, &st);
@@ -264,23 +274,18 @@ static l8_status views_make(model *m, int64_t rows, batch_views *v)
     return st;
 }
 
-/* Forward (and with train, backward and the optimizer step) of one batch of
- * `rows` images; adds the summed loss and hits of its first `count` rows
- * (the rest is padding). */
-static l8_status run_batch(model *m, const l8_fmnist *ds, const int64_t *idx, int64_t rows,
-                           int64_t count, int train, float *xh, int32_t *yh, double *loss_sum,
-                           int64_t *hits)
+/* Forward (and with train, backward and the optimizer step) of the batch at
+ * rows [at, at + rows) of the current pass over split (0 train, 1 test):
+ * images x[split][order[at + r]]; the loss and hit of each image land in
+ * loss[at + r], hit[at + r]. Enqueued on m->s; nothing waits. */
+static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train)
 {
     batch_views v = {0};
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
-    float *lh = NULL;
-    int32_t *hh = NULL;
     l8_status st;
-    L8_TRY(st, l8_fmnist_batch(ds, idx, (size_t)rows, xh, yh), out);
-    L8_TRY(st, views_make(m, rows, &v), out);
-    L8_TRY(st, l8_tensor_copy_from_host(v.x32, xh, (size_t)rows * IN_FEATURES * 4, m->s), out);
-    L8_TRY(st, l8_tensor_copy_from_host(v.labels, yh, (size_t)rows * 4, m->s), out);
-    L8_TRY(st, l8_convert(v.x32, v.act[0], m->s), out);
+    L8_TRY(st, views_make(m, at, rows, &v), out);
+    L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
+    L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     if (train)
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
     for (int i = 0; i < m->nl; i++) {
@@ -299,18 +304,77 @@ static l8_status run_batch(model *m, const l8_fmnist *ds, const int64_t *idx, in
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
     }
-    lh = malloc((size_t)rows * 4);
-    hh = malloc((size_t)rows * 4);
-    if (!lh || !hh) { st = L8_FAIL(L8_ERR_OOM, "lean8-train: host memory"); goto out; }
-    L8_TRY(st, l8_tensor_copy_to_host(v.loss, lh, (size_t)rows * 4, m->s), out);
-    L8_TRY(st, l8_tensor_copy_to_host(v.hit, hh, (size_t)rows * 4, m->s), out);
-    L8_TRY(st, l8_stream_synchronize(m->s), out);
-    for (int64_t t = 0; t < count; t++) { *loss_sum += lh[t]; *hits += hh[t]; }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
-    free(lh);
-    free(hh);
     views_free(&v);
+    return st;
+}
+
+/* After a pass: wait for it, add up the loss and hits of its first n images
+ * (in order, so the sums do not depend on batching), and check that no
+ * gather saw a row number out of range. lh, hh: n floats / ints of scratch. */
+static l8_status pass_results(model *m, int64_t n, float *lh, int32_t *hh, double *loss,
+                              int64_t *hits)
+{
+    l8_tensor *lv = NULL, *hv = NULL;
+    int32_t bad = 0;
+    l8_status st;
+    L8_TRY(st, l8_tensor_narrow(m->loss, 0, 0, n, &lv), out);
+    L8_TRY(st, l8_tensor_narrow(m->hit, 0, 0, n, &hv), out);
+    L8_TRY(st, l8_tensor_copy_to_host(lv, lh, (size_t)n * 4, m->s), out);
+    L8_TRY(st, l8_tensor_copy_to_host(hv, hh, (size_t)n * 4, m->s), out);
+    L8_TRY(st, l8_tensor_copy_to_host(m->bad, &bad, 4, m->s), out);
+    L8_TRY(st, l8_stream_synchronize(m->s), out);
+    if (bad) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "lean8-train: %d row numbers out of range in the gathers", bad);
+        goto out;
+    }
+    for (int64_t t = 0; t < n; t++) { *loss += lh[t]; *hits += hh[t]; }
+out:
+    l8_tensor_destroy(lv);
+    l8_tensor_destroy(hv);
+    return st;
+}
+
+/* order[0..n) into m->order, enqueued on m->s, so it waits for the previous
+ * pass's gathers (the host copy is pageable: the call returns when done). */
+static l8_status upload_order(model *m, const int32_t *order, int64_t n)
+{
+    l8_tensor *v = NULL;
+    l8_status st = l8_tensor_narrow(m->order, 0, 0, n, &v);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(v, order, (size_t)n * 4, m->s);
+    l8_tensor_destroy(v);
+    return st;
+}
+
+/* Split ds onto the device: images normalized as l8_fmnist_batch does and
+ * rounded to bf16 (RNE, as l8_convert rounds), labels as i32. Blocks. */
+static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_tensor **y)
+{
+    enum { CHUNK = 4096 };
+    size_t n = ds->n;
+    uint16_t *xb = malloc(n * IN_FEATURES * sizeof *xb);
+    int32_t *yh = malloc(n * sizeof *yh);
+    float *xf = malloc((size_t)CHUNK * IN_FEATURES * sizeof *xf);
+    int64_t idx[CHUNK];
+    l8_status st = L8_OK;
+    if (!xb || !yh || !xf) { st = L8_FAIL(L8_ERR_OOM, "lean8-train: host memory for the data"); goto out; }
+    for (size_t b = 0; b < n; b += CHUNK) {
+        size_t c = n - b < CHUNK ? n - b : CHUNK;
+        for (size_t i = 0; i < c; i++) idx[i] = (int64_t)(b + i);
+        L8_TRY(st, l8_fmnist_batch(ds, idx, c, xf, yh + b), out);
+        for (size_t k = 0; k < c * IN_FEATURES; k++) xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
+    }
+    *x = new2(m->ctx, L8_BF16, (int64_t)n, IN_FEATURES, &st);
+    *y = new2(m->ctx, L8_I32, (int64_t)n, 0, &st);
+    if (st != L8_OK) goto out;
+    L8_TRY(st, l8_tensor_copy_from_host(*x, xb, n * IN_FEATURES * sizeof *xb, m->s), out);
+    L8_TRY(st, l8_tensor_copy_from_host(*y, yh, n * sizeof *yh, m->s), out);
+    L8_TRY(st, l8_stream_synchronize(m->s), out);
+out:
+    free(xb);
+    free(yh);
+    free(xf);
     return st;
 }
 
@@ -464,10 +528,11 @@ int main(int argc, char **argv)
     opts o;
     model m = {0};
     l8_fmnist train = {0}, test = {0};
-    int64_t *perm = NULL, *tidx = NULL;
-    float *xh = NULL;
-    int32_t *yh = NULL;
+    int64_t *perm = NULL;
+    int32_t *order = NULL, *hh = NULL;
+    float *lh = NULL;
     int rc = 1, start_epoch = 0;
+    l8_status st = L8_OK;
     if (parse(argc, argv, &o)) { usage(); return 2; }
     CK(l8_fmnist_load(o.data, "train", &train));
     CK(l8_fmnist_load(o.data, "t10k", &test));
@@ -478,23 +543,41 @@ int main(int argc, char **argv)
         CK(load_ckpt(&m, &o, o.resume, &start_epoch));
         printf("resumed from %s after epoch %d\n", o.resume, start_epoch);
     }
+    /* per-pass rows: the training images, or the test images and the
+     * padding of the last test batch to a multiple of 16 (image 0) */
+    m.R = ntrain > ntest + 16 ? ntrain : ntest + 16;
+    CK(upload_split(&m, &train, &m.x[0], &m.y[0]));
+    CK(upload_split(&m, &test, &m.x[1], &m.y[1]));
+    m.order = new2(m.ctx, L8_I32, m.R, 0, &st);
+    m.loss = new2(m.ctx, L8_F32, m.R, 0, &st);
+    m.hit = new2(m.ctx, L8_I32, m.R, 0, &st);
+    m.bad = new2(m.ctx, L8_I32, 1, 0, &st);
+    CK(st);
+    {
+        int32_t zero = 0;
+        CK(l8_tensor_copy_from_host(m.bad, &zero, 4, m.s));
+    }
     perm = malloc(sizeof *perm * train.n);
-    tidx = malloc(sizeof *tidx * (size_t)(ntest + o.batch));
-    xh = malloc(sizeof *xh * (size_t)o.batch * IN_FEATURES);
-    yh = malloc(sizeof *yh * (size_t)o.batch);
-    if (!perm || !tidx || !xh || !yh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
-    for (int64_t i = 0; i < ntest; i++) tidx[i] = i;
+    order = malloc(sizeof *order * (size_t)m.R);
+    lh = malloc(sizeof *lh * (size_t)m.R);
+    hh = malloc(sizeof *hh * (size_t)m.R);
+    if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
     printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
-    printf("-%d, batch %d, AdamW lr %g wd %g, %lld train / %lld test images, seed %" PRIu64 "\n",
-           CLASSES, o.batch, (double)o.lr, (double)o.wd, (long long)ntrain, (long long)ntest, o.seed);
+    printf("-%d, batch %d, AdamW lr %g wd %g, %lld train / %lld test images (%.1f MiB on the "
+           "device), seed %" PRIu64 "\n", CLASSES, o.batch, (double)o.lr, (double)o.wd,
+           (long long)ntrain, (long long)ntest,
+           (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
+                    l8_tensor_nbytes(m.y[1])) / 1048576.0, o.seed);
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
         permutation(perm, (int64_t)train.n, o.seed, e);
+        for (int64_t i = 0; i < ntrain; i++) order[i] = (int32_t)perm[i];
         double loss = 0, t0 = now_s();
         int64_t hits = 0, seen = 0;
+        CK(upload_order(&m, order, ntrain));
         /* full batches, then the remainder rounded down to a multiple of 16 */
         for (int64_t b = 0; b < ntrain; b += o.batch) {
             int64_t rows = ntrain - b < o.batch ? (ntrain - b) / 16 * 16 : o.batch;
@@ -502,20 +585,22 @@ int main(int argc, char **argv)
             /* cosine decay from lr to 0 over the whole run, by global step */
             double prog = ((double)e * (double)ntrain + (double)b) / ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
-            CK(run_batch(&m, &train, perm + b, rows, rows, 1, xh, yh, &loss, &hits));
+            CK(run_batch(&m, 0, b, rows, 1));
             seen += rows;
             if (bar && (b / o.batch) % 16 == 0) progress(e + 1, seen, ntrain, t0);
         }
+        CK(pass_results(&m, seen, lh, hh, &loss, &hits));
         double dt = now_s() - t0;
         if (bar) fprintf(stderr, "\r%*s\r", 70, "");
         double tl = 0;
         int64_t th = 0;
+        for (int64_t i = 0; i < m.R; i++) order[i] = i < ntest ? (int32_t)i : 0;
+        CK(upload_order(&m, order, m.R));
         for (int64_t b = 0; b < ntest; b += o.batch) {
             int64_t rows = ntest - b < o.batch ? ntest - b : o.batch;
-            int64_t padded = (rows + 15) / 16 * 16;        /* FP8 GEMMs: pad with image 0 */
-            for (int64_t k = rows; k < padded; k++) tidx[b + k] = 0;
-            CK(run_batch(&m, &test, tidx + b, padded, rows, 0, xh, yh, &tl, &th));
+            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0));    /* FP8 GEMMs: pad */
         }
+        CK(pass_results(&m, ntest, lh, hh, &tl, &th));
         test_acc = (double)th / (double)ntest;
         l8_alloc_stats as = { .size = sizeof as };
         CK(l8_alloc_get_stats(l8_ctx_allocator(m.ctx), &as));
@@ -529,9 +614,9 @@ int main(int argc, char **argv)
     rc = 0;
 fail:
     free(perm);
-    free(tidx);
-    free(xh);
-    free(yh);
+    free(order);
+    free(lh);
+    free(hh);
     model_free(&m);
     l8_fmnist_free(&train);
     l8_fmnist_free(&test);
