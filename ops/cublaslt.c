@@ -4,6 +4,9 @@
  * .12, then CUDA_HOME/lib64); here the entry points ops/gemm.c uses are
  * resolved once with dlsym into l8i_lt. The library is never linked, so
  * liblean8.so has no cublas* undefined symbols (make test-link checks).
+ * Optional entries (the status-name helper, the algorithm-configuration API
+ * that autotune = 2 uses) stay NULL when the library lacks them; only a
+ * missing required entry fails the load.
  *
  * Invariants: l8i_lt is written only inside load_once (pthread_once) and
  * read only after l8i_lt_load returned L8_OK. Status names come from the
@@ -30,6 +33,9 @@ static const struct { const char *name; size_t off; int optional; } k_entries[] 
     E(cublasLtMatrixLayoutDestroy, 0), E(cublasLtMatmulPreferenceCreate, 0),
     E(cublasLtMatmulPreferenceDestroy, 0), E(cublasLtMatmulPreferenceSetAttribute, 0),
     E(cublasLtMatmulAlgoGetHeuristic, 0), E(cublasLtMatmul, 0),
+    E(cublasLtMatmulAlgoGetIds, 1), E(cublasLtMatmulAlgoInit, 1),
+    E(cublasLtMatmulAlgoCapGetAttribute, 1), E(cublasLtMatmulAlgoConfigSetAttribute, 1),
+    E(cublasLtMatmulAlgoConfigGetAttribute, 1), E(cublasLtMatmulAlgoCheck, 1),
 #undef E
 };
 
@@ -64,6 +70,14 @@ static void load_once(void)
         return;
     }
     g_status = L8_OK;
+}
+
+int l8i_lt_has_algo_config(void)
+{
+    const l8_cublaslt_api *t = &l8i_lt;
+    return g_status == L8_OK && t->cublasLtMatmulAlgoGetIds && t->cublasLtMatmulAlgoInit &&
+           t->cublasLtMatmulAlgoCapGetAttribute && t->cublasLtMatmulAlgoConfigSetAttribute &&
+           t->cublasLtMatmulAlgoConfigGetAttribute && t->cublasLtMatmulAlgoCheck;
 }
 
 l8_status l8i_lt_load(int *version)

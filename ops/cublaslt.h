@@ -34,14 +34,27 @@ typedef struct l8_cublaslt_api {
     L8_LT_ENTRY(cublasLtMatmulPreferenceSetAttribute);
     L8_LT_ENTRY(cublasLtMatmulAlgoGetHeuristic);
     L8_LT_ENTRY(cublasLtMatmul);
+    /* The algorithm-configuration API, for autotune = 2 (gemm_tune.c).
+     * Optional: NULL if absent; l8i_lt_has_algo_config says whether all are. */
+    L8_LT_ENTRY(cublasLtMatmulAlgoGetIds);
+    L8_LT_ENTRY(cublasLtMatmulAlgoInit);
+    L8_LT_ENTRY(cublasLtMatmulAlgoCapGetAttribute);
+    L8_LT_ENTRY(cublasLtMatmulAlgoConfigSetAttribute);
+    L8_LT_ENTRY(cublasLtMatmulAlgoConfigGetAttribute);
+    L8_LT_ENTRY(cublasLtMatmulAlgoCheck);
 } l8_cublaslt_api;
 
 /* Resolve the table once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE when the
- * library is missing, lacks an entry point, or is older than 12.0 (FP8 with
- * beta != 0 needs 12.0). *version (may be NULL) gets cublasLtGetVersion(). */
+ * library is missing, lacks a required entry point, or is older than 12.0
+ * (FP8 with beta != 0 needs 12.0). *version (may be NULL) gets
+ * cublasLtGetVersion(). */
 l8_status l8i_lt_load(int *version);
 /* Valid only after l8i_lt_load returned L8_OK. */
 extern l8_cublaslt_api l8i_lt;
+/* 1 when the loaded library exports every entry of the algorithm-
+ * configuration API (the six optional ones above), else 0 (also before
+ * l8i_lt_load succeeded). */
+int l8i_lt_has_algo_config(void);
 
 /* CUBLAS_STATUS_SUCCESS -> L8_OK; anything else -> L8_ERR_CUBLAS (or
  * L8_ERR_OOM for ALLOC_FAILED) with the code, its name and `call`. */

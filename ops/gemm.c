@@ -1,5 +1,5 @@
-/* gemm.c - GEMM handles, the plan cache, dispatch to cuBLASLt, and the host
- * reference.
+/* gemm.c - GEMM handles, validation, the plan cache, dispatch to cuBLASLt,
+ * and the host reference.
  *
  * Row-major <-> cuBLASLt. lean8 computes D[M,N] = op(A)[M,K] . op(B)[K,N] on
  * row-major buffers. cuBLASLt is column-major, and a row-major (R,C) buffer
@@ -42,6 +42,10 @@
  * the key and is handed to the heuristic as MIN_ALIGNMENT, so an algorithm
  * chosen for 256-B aligned data is never run on 16-B aligned data.
  *
+ * Autotuning (timing the candidates, autotune = 2's configuration search)
+ * and plan descriptions live in gemm_tune.c; the structures both files use
+ * in gemm_internal.h.
+ *
  * Invariants: a plan in the cache is complete (all descriptors, an algo);
  * a failed build leaves nothing behind. The handle mutex is held from the
  * lookup to the launch, because the pointer attributes live in the shared
@@ -57,68 +61,13 @@
 #include "ops/gemm.h"
 #include "ops/fp8.h"
 #include "ops/cublaslt.h"
+#include "ops/gemm_internal.h"
 #include "ops/internal.h"
 #include "runtime/internal.h"
 
 #define WS_DEFAULT (32u << 20)
-#define NBUCKETS 1024u            /* power of two */
-#define MAX_WS 8                  /* a context has 3 streams; room to spare */
-#define MAX_CANDIDATES 32
 
-/* ---- the problem as validated ---- */
-
-/* Everything a call describes, checked, in our row-major terms. */
-typedef struct problem {
-    int64_t m, n, k, lda, ldb, ldd;
-    l8_dtype dt_a, dt_b, dt_d, dt_bias;
-    int ta, tb, fp8, d_fp8, fast, epi;
-    float alpha, beta;
-    const void *a, *b;
-    void *d, *bias;
-    const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
-    float *amax;                  /* D's amax; NULL = not computed */
-} problem;
-
-/* All uint64 words: no padding, so memcmp and the hash see only the key. */
-typedef struct plan_key {
-    uint64_t m, n, k, lda, ldb, ldd;
-    uint64_t bits;
-} plan_key;
-
-typedef struct plan {
-    plan_key key;
-    uint64_t hash;
-    struct plan *next;
-    /* CUDA only; NULL on the host */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc, ld;   /* cuBLASLt's A (our B), B (our A), C, D; lc may be ld */
-    cublasLtMatmulAlgo_t algo;
-    /* the pointer attributes last written into op (cuBLASLt's naming) */
-    int ptrs_set;
-    const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
-} plan;
-
-/* Per stream: cuBLASLt's workspace. */
-typedef struct ws_slot {
-    l8_stream *s;
-    void *ptr;
-} ws_slot;
-
-struct l8_gemm_handle {
-    l8_ctx *ctx;
-    int cuda;
-    cublasLtHandle_t lt;
-    size_t ws_bytes;
-    ws_slot ws[MAX_WS];
-    int n_ws;
-    int autotune, at_cands, at_iters, precise_reduction;
-    size_t max_plans;
-    plan *buckets[NBUCKETS];
-    pthread_mutex_t lock;
-    l8_gemm_stats stats;
-    void *host_scratch;           /* host backend: packing memory kept between calls */
-    size_t host_scratch_bytes;
-};
+/* problem, plan_key, plan, ws_slot and the handle: gemm_internal.h */
 
 static const char *epi_name(int e)
 {
@@ -153,13 +102,14 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     L8_ARG(cfg == NULL || cfg->size >= sizeof(l8_gemm_config));
     l8_gemm_config c = L8_GEMM_CONFIG_INIT;
     if (cfg) c = *cfg;
-    if (c.autotune < -1 || c.autotune > 1)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune is %d, not -1, 0 or 1",
-                       c.autotune);
-    if (c.autotune_candidates < 0 || c.autotune_candidates > MAX_CANDIDATES || c.autotune_iters < 0)
+    if (c.autotune < -1 || c.autotune > 2)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune is %d, not -1, 0, 1"
+                       " or 2", c.autotune);
+    if (c.autotune_candidates < 0 || c.autotune_candidates > L8I_GEMM_MAX_HEURISTIC ||
+        c.autotune_iters < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune_candidates %d (0..%d) or"
                        " autotune_iters %d (>= 0) out of range", c.autotune_candidates,
-                       MAX_CANDIDATES, c.autotune_iters);
+                       L8I_GEMM_MAX_HEURISTIC, c.autotune_iters);
     if (c.workspace_bytes && c.workspace_bytes < (16u << 10))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: workspace_bytes %zu is below"
                        " cuBLASLt's 16 KiB minimum", c.workspace_bytes);
@@ -170,7 +120,7 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     h->ws_bytes = c.workspace_bytes ? c.workspace_bytes : WS_DEFAULT;
     if (c.autotune < 0) {
         const char *e = getenv("L8_GEMM_AUTOTUNE");
-        h->autotune = e && e[0] == '1';
+        h->autotune = !e ? 0 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : 0;
     } else {
         h->autotune = c.autotune;
     }
@@ -185,6 +135,9 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
         L8_TRY(st, l8i_lt_load(NULL), fail);
         L8_TRY(st, l8i_ctx_bind(ctx), fail);
         L8_TRY(st, L8_LT(cublasLtCreate, &h->lt), fail);
+        /* the search needs the algorithm-configuration API: without it,
+         * mode 2 is mode 1 (no error: an older cuBLASLt still tunes) */
+        if (h->autotune == 2 && !l8i_lt_has_algo_config()) h->autotune = 1;
     }
     *out = h;
     return L8_OK;
@@ -208,7 +161,7 @@ static void plan_free(l8_gemm_handle *h, plan *pl)
 
 static void cache_flush(l8_gemm_handle *h)
 {
-    for (unsigned b = 0; b < NBUCKETS; b++) {
+    for (unsigned b = 0; b < L8I_GEMM_NBUCKETS; b++) {
         plan *pl = h->buckets[b];
         while (pl) {
             plan *next = pl->next;
@@ -508,7 +461,7 @@ static uint64_t key_hash(const plan_key *k)
 
 static plan *cache_find(l8_gemm_handle *h, const plan_key *k, uint64_t hash)
 {
-    for (plan *pl = h->buckets[hash & (NBUCKETS - 1)]; pl; pl = pl->next)
+    for (plan *pl = h->buckets[hash & (L8I_GEMM_NBUCKETS - 1)]; pl; pl = pl->next)
         if (pl->hash == hash && !memcmp(&pl->key, k, sizeof *k)) return pl;
     return NULL;
 }
@@ -519,7 +472,7 @@ static void cache_insert(l8_gemm_handle *h, plan *pl)
         cache_flush(h);
         h->stats.cache_flushes++;
     }
-    unsigned b = (unsigned)(pl->hash & (NBUCKETS - 1));
+    unsigned b = (unsigned)(pl->hash & (L8I_GEMM_NBUCKETS - 1));
     pl->next = h->buckets[b];
     h->buckets[b] = pl;
     h->stats.plans_cached++;
@@ -561,7 +514,7 @@ static l8_status host_gemm(l8_gemm_handle *h, const problem *p)
 
 /* ---- cuBLASLt plans ---- */
 
-static cudaDataType_t cuda_type(l8_dtype dt)
+cudaDataType_t l8i_gemm_cuda_type(l8_dtype dt)
 {
     switch (dt) {
     case L8_F32: return CUDA_R_32F;
@@ -588,7 +541,7 @@ static l8_status set_ptr(plan *pl, cublasLtMatmulDescAttributes_t a, const void 
 
 /* Point the descriptor at this call's scales, amax and bias (only those
  * that changed). Our A is cuBLASLt's B and vice versa. */
-static l8_status set_ptrs(plan *pl, const problem *p)
+l8_status l8i_gemm_set_ptrs(plan *pl, const problem *p)
 {
     if (p->fp8) {
         L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pl->p_sa, p->sb));
@@ -604,12 +557,13 @@ static l8_status set_ptrs(plan *pl, const problem *p)
     return L8_OK;
 }
 
-static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
+l8_status l8i_gemm_workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
 {
     for (int i = 0; i < h->n_ws; i++)
         if (h->ws[i].s == s) { *out = &h->ws[i]; return L8_OK; }
-    if (h->n_ws == MAX_WS)
-        return L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: more than %d streams on one handle", MAX_WS);
+    if (h->n_ws == L8I_GEMM_MAX_WS)
+        return L8_FAIL(L8_ERR_INTERNAL, "l8_gemm: more than %d streams on one handle",
+                       L8I_GEMM_MAX_WS);
     void *p = NULL;
     L8_CHECK(l8_ctx_malloc(h->ctx, h->ws_bytes, s, &p));
     if ((uintptr_t)p % 256) {
@@ -626,7 +580,7 @@ static l8_status workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
     return L8_OK;
 }
 
-static l8_status launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s, void *ws)
+l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s, void *ws)
 {
     float alpha = p->alpha, beta = p->beta;
     /* In place, C is D with D's layout. FP8 GEMMs with beta == 0 get no C:
@@ -638,92 +592,9 @@ static l8_status launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream
                  pl->lc, p->d, pl->ld, &pl->algo, ws, h->ws_bytes, l8i_stream_cu(s));
 }
 
-static size_t d_bytes(const problem *p)
-{
-    return (size_t)((p->m - 1) * p->ldd + p->n) * l8_dtype_size(p->dt_d);
-}
-
-/* Time res[0..n) on s with scratch outputs and leave the fastest in
- * pl->algo. Rounds interleave the candidates (so clock and thermal drift hit
- * all alike) after a warm-up that brings the clocks up; each candidate keeps
- * its best round; the heuristic's first stays unless another beats it by
- * more than AT_MARGIN. A candidate cuBLASLt refuses to run is dropped. Blocks. */
-#define AT_ROUNDS 3
-#define AT_MARGIN 0.01f
-static l8_status autotune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
-                          const cublasLtMatmulHeuristicResult_t *res, int n)
-{
-    l8_status ret = L8_OK;
-    void *scratch_d = NULL, *scratch_v = NULL;
-    ws_slot *w = NULL;
-    l8_event *e0 = NULL, *e1 = NULL;
-    int best = 0, trials = 0;
-    float t[MAX_CANDIDATES];
-    unsigned char ok[MAX_CANDIDATES];
-    problem q = *p;
-    for (int i = 0; i < n; i++) { t[i] = INFINITY; ok[i] = 1; }
-    L8_TRY(ret, workspace_for(h, s, &w), out);
-    L8_TRY(ret, l8_ctx_malloc(h->ctx, d_bytes(p), s, &scratch_d), out);
-    q.d = scratch_d;
-    if (p->amax || p->epi == L8_GEMM_EPI_DBIAS_A || p->epi == L8_GEMM_EPI_DBIAS_B) {
-        size_t vb = (size_t)(p->m > p->n ? p->m : p->n) * sizeof(float);
-        L8_TRY(ret, l8_ctx_malloc(h->ctx, vb, s, &scratch_v), out);
-        if (p->amax) q.amax = scratch_v;
-        if (p->epi != L8_GEMM_EPI_BIAS) q.bias = scratch_v;
-    }
-    L8_TRY(ret, set_ptrs(pl, &q), out);
-    L8_TRY(ret, l8_event_create(h->ctx, 1, &e0), out);
-    L8_TRY(ret, l8_event_create(h->ctx, 1, &e1), out);
-    for (int r = 0; r < AT_ROUNDS; r++) {
-        for (int i = 0; i < n; i++) {
-            if (!ok[i]) continue;
-            pl->algo = res[i].algo;
-            /* first round: one untimed call each (the warm-up), and the first
-             * candidate runs a few more while the clocks come up */
-            int warm = r ? 0 : i ? 1 : 2 * h->at_iters;
-            l8_status st = L8_OK;
-            for (int it = 0; st == L8_OK && it < warm; it++) st = launch(h, pl, &q, s, w->ptr);
-            if (st == L8_OK) L8_TRY(ret, l8_event_record(e0, s), out);
-            for (int it = 0; st == L8_OK && it < h->at_iters; it++) st = launch(h, pl, &q, s, w->ptr);
-            if (st == L8_ERR_CUBLAS) {                      /* this algo cannot run here */
-                l8_error_clear();
-                ok[i] = 0;
-                t[i] = INFINITY;
-                continue;
-            }
-            if (st != L8_OK) { ret = st; goto out; }
-            L8_TRY(ret, l8_event_record(e1, s), out);
-            L8_TRY(ret, l8_event_synchronize(e1), out);
-            float ms = 0.0f;
-            L8_TRY(ret, l8_event_elapsed_ms(e0, e1, &ms), out);
-            if (ms < t[i]) t[i] = ms;
-            if (r == 0) trials++;
-        }
-    }
-    for (int i = 1; i < n; i++)
-        if (ok[i] && t[i] < t[best]) best = i;
-    if (best != 0 && ok[0] && t[best] > (1.0f - AT_MARGIN) * t[0]) best = 0;
-out:
-    pl->algo = res[best].algo;
-    pl->ptrs_set = 0;             /* they point at scratch: rewrite all on the real call */
-    h->stats.autotune_trials += (uint64_t)trials;
-    if (ret == L8_OK && trials > 0) {
-        h->stats.autotuned++;
-        if (best != 0) h->stats.autotune_changed++;
-    }
-    l8_event_destroy(e0);
-    l8_event_destroy(e1);
-    /* stream-ordered frees: the trials on s finish before reuse */
-    l8_status fs = scratch_v ? l8_ctx_free(h->ctx, scratch_v) : L8_OK;
-    if (fs != L8_OK && ret == L8_OK) ret = fs;
-    fs = scratch_d ? l8_ctx_free(h->ctx, scratch_d) : L8_OK;
-    if (fs != L8_OK && ret == L8_OK) ret = fs;
-    return ret;
-}
-
 static l8_status layout(cublasLtMatrixLayout_t *l, l8_dtype dt, int64_t rows, int64_t cols, int64_t ld)
 {
-    return L8_LT(cublasLtMatrixLayoutCreate, l, cuda_type(dt), (uint64_t)rows, (uint64_t)cols, ld);
+    return L8_LT(cublasLtMatrixLayoutCreate, l, l8i_gemm_cuda_type(dt), (uint64_t)rows, (uint64_t)cols, ld);
 }
 
 static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s)
@@ -745,7 +616,7 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     else if (p->epi == L8_GEMM_EPI_DBIAS_B) epi = CUBLASLT_EPILOGUE_BGRADA;
     L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), out);
     if (p->epi != L8_GEMM_EPI_NONE) {
-        int32_t bt = (int32_t)cuda_type(p->dt_bias);
+        int32_t bt = (int32_t)l8i_gemm_cuda_type(p->dt_bias);
         L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), out);
     }
     L8_TRY(ret, layout(&pl->la, p->dt_b, p->tb ? p->k : p->n, p->tb ? p->n : p->k, p->ldb), out);
@@ -754,7 +625,7 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     if (p->d_fp8) L8_TRY(ret, layout(&pl->lc, L8_BF16, p->n, p->m, p->ldd), out);
     else pl->lc = pl->ld;
     /* Real pointers before the heuristic: it reads their alignment. */
-    L8_TRY(ret, set_ptrs(pl, p), out);
+    L8_TRY(ret, l8i_gemm_set_ptrs(pl, p), out);
 
     L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceCreate, &pref), out);
     uint64_t wsb = h->ws_bytes;
@@ -778,7 +649,7 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
                           CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask), out);
     }
 
-    cublasLtMatmulHeuristicResult_t res[MAX_CANDIDATES];
+    cublasLtMatmulHeuristicResult_t res[L8I_GEMM_MAX_HEURISTIC];
     memset(res, 0, sizeof res);
     int want = h->autotune ? h->at_cands : 1, got = 0;
     cublasStatus_t r = l8i_lt.cublasLtMatmulAlgoGetHeuristic(h->lt, pl->op, pl->la, pl->lb, pl->lc,
@@ -803,7 +674,9 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
         goto out;
     }
     pl->algo = res[0].algo;
-    if (h->autotune && n > 1) L8_TRY(ret, autotune(h, pl, p, s, res, n), out);
+    pl->pick = L8I_PICK_FIRST;
+    pl->rank = 0;
+    if (h->autotune) L8_TRY(ret, l8i_gemm_tune(h, pl, p, s, pref, res, n), out);
 out:
     if (pref) (void)l8i_lt.cublasLtMatmulPreferenceDestroy(pref);
     return ret;
@@ -865,17 +738,38 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     pthread_mutex_lock(&h->lock);
     if (h->cuda) {
         L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
-        L8_TRY(ret, workspace_for(h, s, &w), out);
+        L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
     }
     L8_TRY(ret, plan_get(h, &p, s, &pl), out);
     if (h->cuda) {
-        L8_TRY(ret, set_ptrs(pl, &p), out);
-        L8_TRY(ret, launch(h, pl, &p, s, w->ptr), out);
+        L8_TRY(ret, l8i_gemm_set_ptrs(pl, &p), out);
+        L8_TRY(ret, l8i_gemm_launch(h, pl, &p, s, w->ptr), out);
     } else {
         L8_TRY(ret, host_gemm(h, &p), out);
     }
     h->stats.calls++;
 out:
+    pthread_mutex_unlock(&h->lock);
+    return ret;
+}
+
+l8_status l8_gemm_describe(l8_gemm_handle *h, const l8_gemm_desc *desc, char *buf, size_t size)
+{
+    L8_ARG(h != NULL && desc != NULL && buf != NULL && size > 0);
+    buf[0] = '\0';
+    if (desc->size < sizeof(l8_gemm_desc))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_describe: desc->size is %zu, expected %zu (use"
+                       " L8_GEMM_DESC_INIT)", desc->size, sizeof(l8_gemm_desc));
+    problem p;
+    L8_CHECK(analyze(h, desc, &p));
+    plan_key key;
+    make_key(&p, &key);
+    l8_status ret = L8_OK;
+    pthread_mutex_lock(&h->lock);
+    const plan *pl = cache_find(h, &key, key_hash(&key));
+    if (pl) l8i_gemm_plan_describe(h, pl, buf, size);
+    else ret = L8_FAIL(L8_ERR_STATE, "l8_gemm_describe: no plan for this GEMM (%" PRId64 " x %"
+                       PRId64 " x %" PRId64 ") in the cache: run it first", p.m, p.n, p.k);
     pthread_mutex_unlock(&h->lock);
     return ret;
 }

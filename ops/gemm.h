@@ -63,7 +63,15 @@
  * table and only update pointer attributes before cublasLtMatmul. Autotuning
  * times the candidates on the call's stream with scratch outputs (D, amax and
  * dbias are never touched by the trials) and blocks the host until done,
- * once per plan: do not autotune inside CUDA graph capture.
+ * once per plan: do not autotune inside CUDA graph capture. Mode 1 times the
+ * heuristic's results (autotune_candidates of them); mode 2 adds up to 64
+ * configurations the heuristic did not rank first or did not return: its top
+ * results with the cluster shape, CTA swizzling, tile, stages, custom option
+ * or split-K changed within what each algorithm allows, and other algorithm
+ * ids, each kept only if cuBLASLt accepts it for the plan within the
+ * workspace (and, with precise_reduction, splits K only with f32 partial
+ * sums). Mode 2 tunes a plan in seconds for large shapes (every candidate
+ * runs 3 x autotune_iters times); l8_gemm_describe says what was chosen.
  *
  * Host backend: the same API runs the C reference (ops/gemm_host.c): FP8
  * operands are decoded exactly to f32, products are accumulated in f32 in k
@@ -101,7 +109,10 @@ typedef struct l8_gemm_handle l8_gemm_handle;
 typedef struct l8_gemm_config {
     size_t size;                  /* sizeof(l8_gemm_config) */
     size_t workspace_bytes;       /* per stream; 0: 32 MiB (cuBLAS's advice for Hopper) */
-    int autotune;                 /* -1: from L8_GEMM_AUTOTUNE (1 = on; default off), 0 off, 1 on */
+    int autotune;                 /* -1: from L8_GEMM_AUTOTUNE ("1", "2"; default off), 0 off,
+                                     1 time the heuristic's candidates, 2 those and the
+                                     configuration search (where cuBLASLt lacks the algorithm-
+                                     configuration API, 2 tunes as 1) */
     int autotune_candidates;      /* heuristic results to time; 0: 16 (at most 32) */
     int autotune_iters;           /* timed runs per candidate and round (3 rounds, after one
                                      warm-up); 0: 10 */
@@ -116,7 +127,9 @@ typedef struct l8_gemm_config {
 /* Create a handle for ctx (which must outlive it). cfg may be NULL. On a
  * CUDA context this opens cuBLASLt and creates its handle; the workspaces
  * come later, per stream. On a host context the handle runs the reference.
- * Errors: L8_ERR_INVALID_ARG, L8_ERR_NO_DEVICE (cuBLASLt missing or older
+ * Errors: L8_ERR_INVALID_ARG (autotune outside -1..2, autotune_candidates
+ * outside 0..32, autotune_iters < 0, workspace_bytes below 16 KiB, a size
+ * field too small), L8_ERR_NO_DEVICE (cuBLASLt missing or older
  * than 12.0), L8_ERR_CUBLAS, L8_ERR_CUDA, L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg,
                                              l8_gemm_handle **out);
@@ -187,13 +200,39 @@ typedef struct l8_gemm_stats {
     uint64_t autotuned;           /* plans whose algorithm was chosen by timing */
     uint64_t autotune_trials;     /* candidate algorithms timed, over all plans */
     uint64_t autotune_changed;    /* autotuned plans whose winner was not the heuristic's first */
+    uint64_t search_candidates;   /* of autotune_trials: configurations the search (mode 2)
+                                     generated */
+    uint64_t search_wins;         /* of autotune_changed: plans whose winner the search
+                                     generated */
 } l8_gemm_stats;
 
 /* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
 L8_NODISCARD l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out);
 
-/* 1 when the handle autotunes new plans. */
+/* The handle's autotune mode for new plans: 0 off, 1, or 2 (see
+ * l8_gemm_config; 1 where 2 was asked for but cuBLASLt cannot search). NULL: 0. */
 int l8_gemm_autotune_enabled(const l8_gemm_handle *h);
+
+/* Describe the algorithm of the handle's cached plan for desc, and how it
+ * was chosen, as one line of text in buf (host memory, size bytes; always
+ * NUL-terminated, truncated to fit), e.g.
+ *   "algo 66 tile 24 stages 35 cluster 2x1 swizzle 1 splitk 1 custom 0;
+ *    search: variant of heuristic #0, fastest of 57 timed"
+ * The numbers are cuBLASLt's CUBLASLT_ALGO_CONFIG_* values (tile and stages
+ * are cublasLtMatmulTile_t and cublasLtMatmulStages_t ids; "reduction N"
+ * follows a split K). After ";": "heuristic #0, not timed" (autotune off or
+ * one candidate), "heuristic #R, fastest of N timed", or "search: variant of
+ * heuristic #R / another algorithm id, fastest of N timed". On a host
+ * context: "host reference". desc is checked as l8_gemm checks it and its
+ * plan looked up by the same key (shapes, strides, dtypes, flags, pointer
+ * alignments): pass the desc of a call already made. Builds, enqueues and
+ * counts nothing; does not block beyond the handle's mutex.
+ * Errors: L8_ERR_INVALID_ARG (NULL h, desc or buf, size 0, and l8_gemm's
+ * argument errors), L8_ERR_UNSUPPORTED (as l8_gemm), L8_ERR_STATE (no plan
+ * for desc in the cache: never run, or flushed since; or an offloaded
+ * storage). buf is "" after an error. */
+L8_NODISCARD l8_status l8_gemm_describe(l8_gemm_handle *h, const l8_gemm_desc *desc, char *buf,
+                                        size_t size);
 
 #ifdef __cplusplus
 }

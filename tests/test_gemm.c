@@ -1,6 +1,7 @@
 /* test_gemm.c - GEMMs: the host reference against an independent fp64 loop,
- * every argument check, beta and bias semantics, the plan cache; on a GPU,
- * cuBLASLt against the host reference for every mode.
+ * every argument check, beta and bias semantics, the plan cache, the
+ * autotune search's enumeration on made-up capabilities; on a GPU, cuBLASLt
+ * against the host reference for every mode, and autotune 2 against 0.
  *
  * Data: fresh random values each run (seeded, see main.c), never all zeros;
  * operands are views with padded rows whose padding holds NaN, outputs are
@@ -20,6 +21,7 @@
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "ops/gemm.h"
+#include "ops/gemm_internal.h"        /* the configuration search's pure part */
 #include "ops/fp8.h"
 
 /* ---- an independent decoder (not ops/fp8.c) ---- */
@@ -675,9 +677,12 @@ START_TEST(test_host_argument_errors)
     {   /* handle configuration */
         l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
         l8_gemm_handle *h2 = NULL;
-        cfg.autotune = 5;
-        ck_assert_int_eq(l8_gemm_handle_create(f.ctx, &cfg, &h2), L8_ERR_INVALID_ARG);
-        ck_assert_ptr_null(h2);
+        static const int bad_autotune[] = { 5, 3, -2 };
+        for (size_t i = 0; i < sizeof bad_autotune / sizeof bad_autotune[0]; i++) {
+            cfg.autotune = bad_autotune[i];
+            ck_assert_int_eq(l8_gemm_handle_create(f.ctx, &cfg, &h2), L8_ERR_INVALID_ARG);
+            ck_assert_ptr_null(h2);
+        }
         cfg = (l8_gemm_config)L8_GEMM_CONFIG_INIT;
         cfg.size = 8;
         ck_assert_int_eq(l8_gemm_handle_create(f.ctx, &cfg, &h2), L8_ERR_INVALID_ARG);
@@ -792,7 +797,271 @@ START_TEST(test_host_autotune_switch)
     run_shape(ctx, h, 4, 4, 4, 4);                 /* the host has nothing to tune */
     ck_assert_uint_eq(stats_of(h).autotuned, 0);
     l8_gemm_handle_destroy(h);
+    /* mode 2: from the config and from the environment; -1 with "0" or junk is off */
+    cfg.autotune = 2;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    ck_assert_int_eq(l8_gemm_autotune_enabled(h), 2);
+    run_shape(ctx, h, 4, 4, 4, 4);
+    l8_gemm_stats st = stats_of(h);
+    ck_assert_uint_eq(st.autotuned, 0);
+    ck_assert_uint_eq(st.search_candidates, 0);
+    l8_gemm_handle_destroy(h);
+    cfg.autotune = -1;
+    static const struct { const char *env; int want; } envs[] = {
+        { "2", 2 }, { "1", 1 }, { "0", 0 }, { "yes", 0 }, { "", 0 },
+    };
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        setenv("L8_GEMM_AUTOTUNE", envs[i].env, 1);
+        L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+        ck_assert_msg(l8_gemm_autotune_enabled(h) == envs[i].want, "L8_GEMM_AUTOTUNE=\"%s\": %d",
+                      envs[i].env, l8_gemm_autotune_enabled(h));
+        l8_gemm_handle_destroy(h);
+    }
+    unsetenv("L8_GEMM_AUTOTUNE");
+    ck_assert_int_eq(l8_gemm_autotune_enabled(NULL), 0);
     l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* l8_gemm_describe finds the plan of a call already made, and only that. */
+START_TEST(test_host_describe)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0xde5c);
+    mat A = mat_new(L8_BF16, 8, 16, 16, &r, 1), B = mat_new(L8_BF16, 4, 16, 16, &r, 1);
+    mat D = mat_new(L8_BF16, 8, 4, 4, NULL, 0);
+    dmat a = upload(ctx, &A, 1, 1), b = upload(ctx, &B, 1, 1), d = upload(ctx, &D, 1, 1);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view;
+    char buf[64];
+    memset(buf, 'x', sizeof buf);
+    L8_CK_ST(l8_gemm_describe(h, &g, buf, sizeof buf), L8_ERR_STATE);   /* not run yet */
+    ck_assert_str_eq(buf, "");
+    L8_CK(l8_gemm(h, &g, NULL));
+    L8_CK(l8_gemm_describe(h, &g, buf, sizeof buf));
+    ck_assert_str_eq(buf, "host reference");
+    L8_CK(l8_gemm_describe(h, &g, buf, 5));                            /* truncated */
+    ck_assert_str_eq(buf, "host");
+    l8_tensor *a4 = NULL, *d4 = NULL;              /* another M: another key, no plan */
+    L8_CK(l8_tensor_narrow(a.view, 0, 0, 4, &a4));
+    L8_CK(l8_tensor_narrow(d.view, 0, 0, 4, &d4));
+    g.a = a4; g.d = d4;
+    L8_CK_ST(l8_gemm_describe(h, &g, buf, sizeof buf), L8_ERR_STATE);
+    g.a = d.view; g.trans_a = 1;                   /* shapes that do not chain: l8_gemm's error */
+    L8_CK_ST(l8_gemm_describe(h, &g, buf, sizeof buf), L8_ERR_INVALID_ARG);
+    l8_tensor_destroy(a4);
+    l8_tensor_destroy(d4);
+    g = (l8_gemm_desc)L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view;
+    L8_CK_ST(l8_gemm_describe(h, &g, NULL, 8), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gemm_describe(h, &g, buf, 0), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gemm_describe(NULL, &g, buf, sizeof buf), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gemm_describe(h, NULL, buf, sizeof buf), L8_ERR_INVALID_ARG);
+    g.size = 8;
+    L8_CK_ST(l8_gemm_describe(h, &g, buf, sizeof buf), L8_ERR_INVALID_ARG);
+    ck_assert_uint_eq(stats_of(h).calls, 1);       /* describing counts nothing */
+    dmat_free(&a); dmat_free(&b); dmat_free(&d);
+    free(A.img); free(B.img); free(D.img);
+    l8_gemm_handle_destroy(h);
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
+/* ---- the configuration search's enumeration (pure: made-up capabilities) ---- */
+
+static l8i_algo_cfg cfg_of(int32_t id, uint32_t tile, uint32_t stages, uint16_t cluster)
+{
+    l8i_algo_cfg c;
+    memset(&c, 0, sizeof c);
+    c.id = id;
+    c.tile = tile;
+    c.stages = stages;
+    c.splitk = 1;
+    c.cluster = cluster;
+    return c;
+}
+
+static l8i_algo_caps caps_of(int swizzle, int32_t custom_max, int32_t splitk, uint32_t red_mask)
+{
+    static const uint32_t tiles[] = { 10, 20, 24, 30, 40, 50, 60, 70, 80 };
+    static const uint32_t stages[] = { 16, 17, 18, 35 };
+    l8i_algo_caps cp;
+    memset(&cp, 0, sizeof cp);
+    cp.n_tiles = (int)(sizeof tiles / sizeof tiles[0]);
+    memcpy(cp.tiles, tiles, sizeof tiles);
+    cp.n_stages = (int)(sizeof stages / sizeof stages[0]);
+    memcpy(cp.stages, stages, sizeof stages);
+    cp.swizzle = (uint32_t)swizzle;
+    cp.custom_max = custom_max;
+    cp.splitk = splitk;
+    cp.reduction_mask = red_mask;
+    return cp;
+}
+
+/* Fields in which a and b differ. */
+static int cfg_diff(const l8i_algo_cfg *a, const l8i_algo_cfg *b)
+{
+    return (a->id != b->id) + (a->tile != b->tile) + (a->stages != b->stages) +
+           (a->splitk != b->splitk) + (a->reduction != b->reduction) + (a->swizzle != b->swizzle) +
+           (a->custom != b->custom) + (a->inner != b->inner) + (a->cluster != b->cluster);
+}
+
+#define RAW_MAX L8I_TUNE_MAX_RAW
+
+START_TEST(test_host_tune_enumerate)
+{
+    static l8i_tune_variant v[RAW_MAX], w[RAW_MAX];
+    l8i_algo_cfg base[2] = { cfg_of(66, 24, 18, CUBLASLT_CLUSTER_SHAPE_2x1x1),
+                             cfg_of(66, 40, 17, CUBLASLT_CLUSTER_SHAPE_1x2x1) };
+    l8i_algo_caps caps[2] = { caps_of(1, 2, 1, CUBLASLT_REDUCTION_SCHEME_MASK),
+                              caps_of(1, 2, 1, CUBLASLT_REDUCTION_SCHEME_MASK) };
+    l8i_tune_rules r = { 4096, 0 };
+
+    /* one base: every variant differs from it in one knob, or two (cluster
+     * and swizzle); none twice; the classes in their order */
+    int n = l8i_tune_enumerate(base, caps, 1, NULL, 0, &r, v, RAW_MAX);
+    /* 6 clusters + 1 swizzle + 6 tiles + 3 stages + 6 cluster-swizzle + 2 custom; no
+     * split at K 4096 */
+    ck_assert_int_eq(n, 6 + 1 + 6 + 3 + 6 + 2);
+    for (int i = 0; i < n; i++) {
+        int d = cfg_diff(&v[i].cfg, &base[0]);
+        ck_assert_int_eq(v[i].base, 0);
+        ck_assert_msg(d == 1 || (d == 2 && v[i].cfg.swizzle != base[0].swizzle &&
+                                 v[i].cfg.cluster != base[0].cluster),
+                      "variant %d: %d knobs", i, d);
+        ck_assert_int_eq(v[i].cfg.splitk, 1);
+        for (int j = 0; j < i; j++) ck_assert(!l8i_algo_cfg_equal(&v[i].cfg, &v[j].cfg));
+    }
+    for (int i = 0; i < 6; i++) ck_assert_uint_ne(v[i].cfg.cluster, base[0].cluster);
+    ck_assert_uint_eq(v[6].cfg.swizzle, 1);
+    /* tiles nearest to 24 first: 20, 30, 10, 40, then 50, 60 */
+    static const uint32_t want_tiles[] = { 20, 30, 10, 40, 50, 60 };
+    for (int i = 0; i < 6; i++) ck_assert_uint_eq(v[7 + i].cfg.tile, want_tiles[i]);
+    static const uint32_t want_stages[] = { 17, 35, 16 };
+    for (int i = 0; i < 3; i++) ck_assert_uint_eq(v[13 + i].cfg.stages, want_stages[i]);
+    ck_assert_uint_eq(v[n - 2].cfg.custom, 1);
+    ck_assert_uint_eq(v[n - 1].cfg.custom, 2);
+
+    /* max keeps the first ones; known configurations are left out */
+    ck_assert_int_eq(l8i_tune_enumerate(base, caps, 1, NULL, 0, &r, w, 5), 5);
+    for (int i = 0; i < 5; i++) ck_assert(l8i_algo_cfg_equal(&w[i].cfg, &v[i].cfg));
+    l8i_algo_cfg known[2] = { v[6].cfg, v[7].cfg };
+    int nk = l8i_tune_enumerate(base, caps, 1, known, 2, &r, w, RAW_MAX);
+    ck_assert_int_eq(nk, n - 2);
+    for (int i = 0; i < nk; i++)
+        ck_assert(!l8i_algo_cfg_equal(&w[i].cfg, &known[0]) &&
+                  !l8i_algo_cfg_equal(&w[i].cfg, &known[1]));
+
+    /* two bases one cluster shape apart, both known (as the heuristic's
+     * results are): base 0's variants first, then only those of base 1 that
+     * base 0 did not produce. Base 0: 5 clusters (not 1x2: base 1), swizzle,
+     * 6 tiles, 3 stages, 6 cluster+swizzle, 2 custom = 23. Base 1: its
+     * clusters, swizzle and cluster+swizzle variants are all base 0's or
+     * base 0 itself; its 6 tiles, 3 stages and 2 custom options are new. */
+    base[1] = base[0];
+    base[1].cluster = CUBLASLT_CLUSTER_SHAPE_1x2x1;
+    int n2 = l8i_tune_enumerate(base, caps, 2, base, 2, &r, w, RAW_MAX);
+    ck_assert_int_eq(n2, 23 + 11);
+    for (int i = 0; i < n2; i++) {
+        ck_assert_int_eq(w[i].base, i < 23 ? 0 : 1);
+        ck_assert(!l8i_algo_cfg_equal(&w[i].cfg, &base[0]) &&
+                  !l8i_algo_cfg_equal(&w[i].cfg, &base[1]));
+        for (int j = 0; j < i; j++) ck_assert(!l8i_algo_cfg_equal(&w[i].cfg, &w[j].cfg));
+        if (i >= 23) ck_assert_uint_eq(w[i].cfg.cluster, CUBLASLT_CLUSTER_SHAPE_1x2x1);
+    }
+
+    /* no swizzling support, no custom options, no tiles or stages: clusters only */
+    l8i_algo_caps bare;
+    memset(&bare, 0, sizeof bare);
+    ck_assert_int_eq(l8i_tune_enumerate(base, &bare, 1, NULL, 0, &r, w, RAW_MAX), 6);
+    ck_assert_int_eq(l8i_tune_enumerate(base, &bare, 0, NULL, 0, &r, w, RAW_MAX), 0);
+}
+END_TEST
+
+START_TEST(test_host_tune_split_k)
+{
+    static l8i_tune_variant v[RAW_MAX];
+    l8i_algo_cfg base = cfg_of(66, 24, 18, CUBLASLT_CLUSTER_SHAPE_AUTO);
+    l8i_algo_caps all = caps_of(0, 0, 1, CUBLASLT_REDUCTION_SCHEME_MASK);
+    l8i_algo_caps no_f32 = caps_of(0, 0, 1, CUBLASLT_REDUCTION_SCHEME_INPLACE |
+                                             CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+    l8i_algo_caps no_split = caps_of(0, 0, 0, CUBLASLT_REDUCTION_SCHEME_MASK);
+    /* which split variant a large K gets: INPLACE by default, f32 when precise */
+    struct {
+        const l8i_algo_caps *cp;
+        int64_t k;
+        int precise;
+        int32_t splitk;           /* the split variant's, 0: none expected */
+        uint32_t red;
+    } t[] = {
+        { &all, 16384, 0, 2, CUBLASLT_REDUCTION_SCHEME_INPLACE },
+        { &all, 16384, 1, 2, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE },
+        { &all, 8191, 0, 0, 0 },                   /* K too small: no split */
+        { &no_f32, 16384, 1, 0, 0 },               /* precise and no f32 scheme */
+        { &no_f32, 16384, 0, 2, CUBLASLT_REDUCTION_SCHEME_INPLACE },
+        { &no_split, 16384, 0, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        l8i_tune_rules r = { t[i].k, t[i].precise };
+        int n = l8i_tune_enumerate(&base, t[i].cp, 1, NULL, 0, &r, v, RAW_MAX), splits = 0;
+        for (int j = 0; j < n; j++) {
+            if (v[j].cfg.splitk == 1) continue;
+            splits++;
+            ck_assert_int_eq(v[j].cfg.splitk, t[i].splitk);
+            ck_assert_uint_eq(v[j].cfg.reduction, t[i].red);
+        }
+        ck_assert_msg(splits == (t[i].splitk ? 1 : 0), "case %zu: %d split variants", i, splits);
+    }
+    /* a split base: a variant without the split; under precise, its variants
+     * that keep an INPLACE split are dropped, and only those */
+    base.splitk = 4;
+    base.reduction = CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    l8i_tune_rules loose = { 4096, 0 }, precise = { 4096, 1 };
+    int n = l8i_tune_enumerate(&base, &all, 1, NULL, 0, &loose, v, RAW_MAX);
+    ck_assert_int_eq(v[n - 1].cfg.splitk, 1);
+    ck_assert_uint_eq(v[n - 1].cfg.reduction, CUBLASLT_REDUCTION_SCHEME_NONE);
+    ck_assert_int_eq(l8i_tune_enumerate(&base, &all, 1, NULL, 0, &precise, v, RAW_MAX), 1);
+    ck_assert_int_eq(v[0].cfg.splitk, 1);
+    /* the rule itself */
+    l8i_algo_cfg c = base;
+    ck_assert(l8i_tune_allowed(&c, &loose));
+    ck_assert(!l8i_tune_allowed(&c, &precise));
+    c.reduction = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    ck_assert(!l8i_tune_allowed(&c, &precise));
+    c.reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    ck_assert(l8i_tune_allowed(&c, &precise));
+    c.splitk = 1;
+    c.reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    ck_assert(l8i_tune_allowed(&c, &precise));
+}
+END_TEST
+
+START_TEST(test_host_tune_format)
+{
+    char buf[160];
+    l8i_algo_cfg c = cfg_of(66, 24, 18, CUBLASLT_CLUSTER_SHAPE_2x1x1);
+    c.swizzle = 1;
+    l8i_algo_cfg_format(&c, buf, sizeof buf);
+    ck_assert_str_eq(buf, "algo 66 tile 24 stages 18 cluster 2x1 swizzle 1 splitk 1 custom 0");
+    c.splitk = 3;
+    c.reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    c.custom = 2;
+    c.cluster = CUBLASLT_CLUSTER_SHAPE_1x15x1;
+    l8i_algo_cfg_format(&c, buf, sizeof buf);
+    ck_assert_str_eq(buf, "algo 66 tile 24 stages 18 cluster 1x15 swizzle 1 splitk 3 reduction 2"
+                          " custom 2");
+    c.cluster = CUBLASLT_CLUSTER_SHAPE_AUTO;
+    l8i_algo_cfg_format(&c, buf, 20);
+    ck_assert_str_eq(buf, "algo 66 tile 24 sta");
+    c.cluster = 999;
+    l8i_algo_cfg_format(&c, buf, sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "cluster #999 "));
+    l8i_algo_cfg d = c;
+    ck_assert(l8i_algo_cfg_equal(&c, &d));
+    d.inner = 1;
+    ck_assert(!l8i_algo_cfg_equal(&c, &d));
 }
 END_TEST
 
@@ -936,6 +1205,77 @@ START_TEST(test_gpu_autotune)
 }
 END_TEST
 
+/* Autotune 2 (the configuration search) gives mode 0's results within the
+ * GEMM tolerance, tails included, and says where its winner came from. */
+START_TEST(test_gpu_autotune_search)
+{
+    l8_ctx *g = make_ctx("cuda:0");
+    l8_gemm_handle *g0 = make_handle(g, 0), *g2 = make_handle(g, 2);
+    int at_mode = l8_gemm_autotune_enabled(g2);
+    /* 1 where cuBLASLt lacks the algorithm-configuration API */
+    ck_assert_msg(at_mode == 2 || at_mode == 1, "autotune mode %d", at_mode);
+    /* fp8 fast and split, an FP8 D with amax, wgrad accumulating (beta 1), bf16 */
+    const mode *modes[] = { &k_gpu_modes[0], &k_gpu_modes[1], &k_gpu_modes[3], &k_gpu_modes[6],
+                            &k_gpu_modes[9] };
+    static const int64_t shapes[][3] = {
+        { 1000, 520, 784 },                        /* tails: M free, N % 8, K % 16 */
+        { 128, 256, 8192 },                        /* K large enough for split-K variants */
+        { 2048, 1024, 1024 },
+    };
+    int n_shapes = l8_test_quick() ? 2 : 3;
+    char buf[256];
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        for (int s = 0; s < n_shapes; s++) {
+            const mode *md = modes[i];
+            int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            if (!l8_dtype_is_fp8(md->a)) { M += 3; N += 1; K += 5; }   /* odd non-FP8 tails */
+            l8_rng r;
+            l8_rng_init(&r, 0x5ea2c + 16 * i + (uint64_t)s);
+            gcase c;
+            case_init(&c, md, M, N, K, &r);
+            case_naive(&c);                        /* S: the tolerance base */
+            result want = case_run(&c, g, g0);
+            result got = case_run(&c, g, g2);
+            case_compare(&c, &got, &want, md->tol, "mode 2 vs mode 0");
+            result_free(&want);
+            result_free(&got);
+            case_free(&c);
+        }
+    }
+    l8_gemm_stats st = stats_of(g2);
+    ck_assert_uint_ge(st.autotuned, 1);
+    ck_assert_uint_ge(st.autotune_changed, st.search_wins);
+    ck_assert_uint_ge(st.autotune_trials, st.search_candidates);
+    if (at_mode == 2) ck_assert_uint_ge(st.search_candidates, 1);
+    else ck_assert_uint_eq(st.search_candidates, 0);
+    /* the description of a tuned plan: its configuration, then how it was chosen */
+    {
+        l8_rng r;
+        l8_rng_init(&r, 0xd35c);
+        gcase c;
+        case_init(&c, &k_gpu_modes[1], 512, 512, 1024, &r);
+        dmat A = upload(g, &c.A, 1.0f / c.sa, c.sa), B = upload(g, &c.B, 1.0f / c.sb, c.sb),
+             D = upload(g, &c.D0, 1, 1);
+        l8_gemm_desc gd = L8_GEMM_DESC_INIT;
+        gd.a = A.view; gd.b = B.view; gd.d = D.view;
+        L8_CK_ST(l8_gemm_describe(g2, &gd, buf, sizeof buf), L8_ERR_STATE);
+        L8_CK(l8_gemm(g2, &gd, NULL));
+        L8_CK(l8_gemm_describe(g2, &gd, buf, sizeof buf));
+        ck_assert_msg(strncmp(buf, "algo ", 5) == 0 && strstr(buf, " cluster ") &&
+                      (strstr(buf, "timed") || strstr(buf, "not timed")), "description: %s", buf);
+        L8_CK(l8_gemm(g0, &gd, NULL));
+        L8_CK(l8_gemm_describe(g0, &gd, buf, sizeof buf));
+        ck_assert_msg(strstr(buf, "; heuristic #0, not timed") != NULL, "description: %s", buf);
+        L8_CK(l8_ctx_synchronize(g));
+        dmat_free(&A); dmat_free(&B); dmat_free(&D);
+        case_free(&c);
+    }
+    l8_gemm_handle_destroy(g0);
+    l8_gemm_handle_destroy(g2);
+    done_gpu(g);
+}
+END_TEST
+
 /* The default handle lets cuBLASLt keep split-K partial sums in bf16: each
  * partial is rounded once more, so the bound is 2^-8 S rather than f32's. */
 START_TEST(test_gpu_default_reduction)
@@ -998,6 +1338,10 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tc, test_host_failed_call_writes_nothing);
     tcase_add_test(tc, test_host_plan_cache);
     tcase_add_test(tc, test_host_autotune_switch);
+    tcase_add_test(tc, test_host_describe);
+    tcase_add_test(tc, test_host_tune_enumerate);
+    tcase_add_test(tc, test_host_tune_split_k);
+    tcase_add_test(tc, test_host_tune_format);
     suite_add_tcase(s, tc);
 
     TCase *tg = tcase_create("gemm-gpu");
@@ -1006,6 +1350,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_loop_test(tg, test_gpu_gemm_modes, 0, (int)N_GPU_MODES);
     tcase_add_test(tg, test_gpu_plan_cache_hit);
     tcase_add_test(tg, test_gpu_autotune);
+    tcase_add_test(tg, test_gpu_autotune_search);
     tcase_add_test(tg, test_gpu_default_reduction);
     tcase_add_test(tg, test_gpu_errors);
     suite_add_tcase(s, tg);

@@ -1,5 +1,6 @@
 /* bench_gemm.c - `lean8-bench gemm`: cuBLASLt GEMMs through l8_gemm on the
- * TARGETS.md shapes, with the heuristic's first algorithm and autotuned.
+ * TARGETS.md shapes, with the heuristic's first algorithm and autotuned
+ * (mode 1, or mode 2 with L8_GEMM_AUTOTUNE=2).
  *
  * Modes, all row-major D[M,N] = A[M,K] . B[N,K]^T (the Linear fprop layout,
  * cuBLASLt TN), random data:
@@ -12,6 +13,15 @@
  * 2 M N K / time. JSON keys: <mode>_<M>x<N>x<K>_tflops (heuristic) and
  * <mode>_<M>x<N>x<K>_tuned_tflops; tools/bench_torch_gemm.py writes the same
  * keys for PyTorch and tools/bench_ratio.py prints the ratios.
+ *
+ * The tuned handle runs autotune mode 1 (time the heuristic's candidates),
+ * or mode 2 (those and the configuration search) when L8_GEMM_AUTOTUNE=2 is
+ * set: lean8-bench's flags are common to all subcommands, so the mode comes
+ * from the library's own variable. Mode 2 takes a few seconds per plan. The
+ * JSON says which (autotune_mode, the mode the handle reports) and, per
+ * shape, the algorithm each handle chose (<mode>_<shape>_config and
+ * <mode>_<shape>_tuned_config, l8_gemm_describe's text); the table prints
+ * both under each row.
  *
  * Operands are carved out of one storage per role sized for the largest
  * shape and filled once (random values, never zeros), so the run uploads
@@ -127,8 +137,10 @@ out:
     return res;
 }
 
+#define CFG_LEN 192
+
 static int run_mode(l8_ctx *ctx, const gmode *md, l8_gemm_handle *h[2], const bench_opts *o,
-                    bench_json *j, double tf[NSHAPES][2])
+                    bench_json *j, double tf[NSHAPES][2], char descr[NSHAPES][2][CFG_LEN])
 {
     int64_t max_mk = 0, max_nk = 0, max_mn = 0;
     for (size_t i = 0; i < NSHAPES; i++) {
@@ -169,6 +181,11 @@ static int run_mode(l8_ctx *ctx, const gmode *md, l8_gemm_handle *h[2], const be
             snprintf(key, sizeof key, "%s_%lldx%lldx%lld_%stflops", md->name, (long long)M,
                      (long long)N, (long long)K, t ? "tuned_" : "");
             bench_json_num(j, key, tf[i][t]);
+            if (ms > 0 && l8_gemm_describe(h[t], &g, descr[i][t], CFG_LEN) == L8_OK) {
+                snprintf(key, sizeof key, "%s_%lldx%lldx%lld_%sconfig", md->name, (long long)M,
+                         (long long)N, (long long)K, t ? "tuned_" : "");
+                bench_json_str(j, key, descr[i][t]);
+            }
         }
         l8_tensor_destroy(a); l8_tensor_destroy(b); l8_tensor_destroy(d);
         if (tf[i][0] == 0 || tf[i][1] == 0) goto out;
@@ -201,35 +218,47 @@ int bench_gemm(const bench_opts *o)
     l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
     bench_json j = { 0 };
     double tf[NMODES][NSHAPES][2];
-    int ver = 0, rc = 1;
-    const char *where = "";
+    char descr[NMODES][NSHAPES][2][CFG_LEN];
+    int ver = 0, rc = 1, mode = 0;
+    const char *where = "", *env = getenv("L8_GEMM_AUTOTUNE");
     memset(tf, 0, sizeof tf);
+    memset(descr, 0, sizeof descr);
     gc.autotune = 0;
     if (l8_gemm_handle_create(ctx, &gc, &h[0]) != L8_OK) goto out;
-    gc.autotune = 1;
+    gc.autotune = env && env[0] == '2' ? 2 : 1;
     if (l8_gemm_handle_create(ctx, &gc, &h[1]) != L8_OK) goto out;
+    mode = l8_gemm_autotune_enabled(h[1]);
     if (bench_json_open(&j, o->json ? o->json : "bench-gemm.json", "gemm", l8_ctx_device_name(ctx)))
         goto out;
     if (l8_library_info(L8_LIB_CUBLASLT, &ver, &where) == L8_OK) bench_json_num(&j, "cublaslt_version", ver);
-    printf("== gemm: D[M,N] = A[M,K] . B[N,K]^T, TFLOP/s (%s, cuBLASLt %d)\n",
-           l8_ctx_device_name(ctx), ver);
+    bench_json_num(&j, "autotune_mode", mode);
+    printf("== gemm: D[M,N] = A[M,K] . B[N,K]^T, TFLOP/s (%s, cuBLASLt %d, autotune mode %d)\n",
+           l8_ctx_device_name(ctx), ver, mode);
     printf("  %-22s %-9s %10s %10s %8s\n", "M x N x K", "mode", "heuristic", "autotuned", "tuned/h");
     rc = 0;
-    for (size_t m = 0; m < NMODES && rc == 0; m++) rc = run_mode(ctx, &k_modes[m], h, o, &j, tf[m]);
+    for (size_t m = 0; m < NMODES && rc == 0; m++)
+        rc = run_mode(ctx, &k_modes[m], h, o, &j, tf[m], descr[m]);
     for (size_t i = 0; i < NSHAPES; i++) {
         char shape[48];
         snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)k_shapes[i][0],
                  (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
-        for (size_t m = 0; m < NMODES; m++)
+        for (size_t m = 0; m < NMODES; m++) {
             printf("  %-22s %-9s %10.1f %10.1f %8.3f\n", m ? "" : shape, k_modes[m].name,
                    tf[m][i][0], tf[m][i][1], tf[m][i][0] > 0 ? tf[m][i][1] / tf[m][i][0] : 0.0);
+            if (descr[m][i][0][0]) printf("  %-22s %-9s heuristic: %s\n", "", "", descr[m][i][0]);
+            if (descr[m][i][1][0]) printf("  %-22s %-9s tuned:     %s\n", "", "", descr[m][i][1]);
+        }
     }
     l8_gemm_stats st = { .size = sizeof st };
     if (l8_gemm_get_stats(h[1], &st) == L8_OK) {
-        printf("  autotune: %llu plans timed, %llu candidates, %llu picked another algorithm\n",
-               (unsigned long long)st.autotuned, (unsigned long long)st.autotune_trials,
-               (unsigned long long)st.autotune_changed);
+        printf("  autotune: %llu plans timed, %llu candidates (%llu from the search), %llu picked"
+               " another algorithm (%llu from the search)\n", (unsigned long long)st.autotuned,
+               (unsigned long long)st.autotune_trials, (unsigned long long)st.search_candidates,
+               (unsigned long long)st.autotune_changed, (unsigned long long)st.search_wins);
         bench_json_num(&j, "autotune_changed", (double)st.autotune_changed);
+        bench_json_num(&j, "autotune_trials", (double)st.autotune_trials);
+        bench_json_num(&j, "search_candidates", (double)st.search_candidates);
+        bench_json_num(&j, "search_wins", (double)st.search_wins);
     }
     bench_json_close(&j);
 out:

@@ -17,6 +17,8 @@
 #             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
 #             the Fashion-MNIST files carried along: the machine has no
 #             package registry)
+# GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
+# beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
 # eat the whole call, and no step runs past DEADLINE seconds after the start
 # (default 540: the device tool's calls end at 600 s, and the logs are only
@@ -66,7 +68,8 @@ if want cast; then
         "$OUT/bench-cast-torch.json"
 fi
 if want gemm; then
-    step "bench gemm" bench-gemm.log build/bin/lean8-bench gemm --json "$OUT/bench-gemm.json"
+    step "bench gemm" bench-gemm.log env L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} \
+        build/bin/lean8-bench gemm --json "$OUT/bench-gemm.json"
     step "torch gemm" torch-gemm.log python3 tools/bench_torch_gemm.py --json "$OUT/bench-gemm-torch.json"
     step "gemm ratios" gemm-ratio.log python3 tools/bench_ratio.py "$OUT/bench-gemm.json" \
         "$OUT/bench-gemm-torch.json"

@@ -1,0 +1,186 @@
+/* gemm_internal.h - what ops/gemm.c (handles, validation, the plan cache,
+ * dispatch) and ops/gemm_tune.c (autotuning, the configuration search, plan
+ * descriptions) share. Not installed. Grouped by the file that defines them;
+ * gemm.c's banner has the row-major <-> cuBLASLt mapping and the plan
+ * invariants, gemm_tune.c's the tuning rules.
+ */
+#ifndef L8_OPS_GEMM_INTERNAL_H
+#define L8_OPS_GEMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ops/cublaslt.h"
+#include "ops/gemm.h"
+
+/* ---- gemm.c: the data model ---- */
+
+#define L8I_GEMM_NBUCKETS 1024u       /* plan hash buckets, a power of two */
+#define L8I_GEMM_MAX_WS 8             /* a context has 3 streams; room to spare */
+#define L8I_GEMM_MAX_HEURISTIC 32     /* autotune_candidates' upper bound */
+
+/* Everything a call describes, checked, in our row-major terms. */
+typedef struct problem {
+    int64_t m, n, k, lda, ldb, ldd;
+    l8_dtype dt_a, dt_b, dt_d, dt_bias;
+    int ta, tb, fp8, d_fp8, fast, epi;
+    float alpha, beta;
+    const void *a, *b;
+    void *d, *bias;
+    const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
+    float *amax;                  /* D's amax; NULL = not computed */
+} problem;
+
+/* All uint64 words: no padding, so memcmp and the hash see only the key. */
+typedef struct plan_key {
+    uint64_t m, n, k, lda, ldb, ldd;
+    uint64_t bits;
+} plan_key;
+
+/* How a plan's algorithm was chosen (plan.pick). */
+enum {
+    L8I_PICK_FIRST = 0,           /* the heuristic's first, not timed */
+    L8I_PICK_TIMED = 1,           /* a heuristic result, fastest when timed */
+    L8I_PICK_SEARCH = 2           /* a configuration the search generated, fastest when timed */
+};
+
+typedef struct plan {
+    plan_key key;
+    uint64_t hash;
+    struct plan *next;
+    /* CUDA only; NULL on the host */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc, ld;   /* cuBLASLt's A (our B), B (our A), C, D; lc may be ld */
+    cublasLtMatmulAlgo_t algo;
+    /* the pointer attributes last written into op (cuBLASLt's naming) */
+    int ptrs_set;
+    const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
+    /* how algo was chosen, for l8_gemm_describe */
+    uint8_t pick;                 /* L8I_PICK_* */
+    int8_t rank;                  /* the heuristic rank of algo (TIMED) or of the result it
+                                     varies (SEARCH); -1: another algorithm id's own pick */
+    uint16_t timed;               /* candidates timed for this plan; 0: not tuned */
+} plan;
+
+/* Per stream: cuBLASLt's workspace. */
+typedef struct ws_slot {
+    l8_stream *s;
+    void *ptr;
+} ws_slot;
+
+struct l8_gemm_handle {
+    l8_ctx *ctx;
+    int cuda;
+    cublasLtHandle_t lt;
+    size_t ws_bytes;
+    ws_slot ws[L8I_GEMM_MAX_WS];
+    int n_ws;
+    int autotune;                 /* 0, 1, 2 (2 only where l8i_lt_has_algo_config) */
+    int at_cands, at_iters, precise_reduction;
+    size_t max_plans;
+    plan *buckets[L8I_GEMM_NBUCKETS];
+    pthread_mutex_t lock;
+    l8_gemm_stats stats;
+    void *host_scratch;           /* host backend: packing memory kept between calls */
+    size_t host_scratch_bytes;
+};
+
+/* cuBLASLt's data type for a GEMM dtype (f32, bf16, f16, e4m3, e5m2). */
+cudaDataType_t l8i_gemm_cuda_type(l8_dtype dt);
+/* Point pl's descriptor at p's scales, amax and bias (only those that
+ * changed since the last call, unless pl->ptrs_set is 0). Errors: L8_ERR_CUBLAS. */
+l8_status l8i_gemm_set_ptrs(plan *pl, const problem *p);
+/* The workspace of stream s (allocated on first use, h->ws_bytes). Under
+ * h->lock. Errors: L8_ERR_OOM, L8_ERR_INTERNAL (too many streams). */
+l8_status l8i_gemm_workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out);
+/* Enqueue cublasLtMatmul for p with pl->algo on s. The pointer attributes
+ * must already be set (l8i_gemm_set_ptrs). Errors: L8_ERR_CUBLAS, L8_ERR_OOM. */
+l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s, void *ws);
+
+/* ---- gemm_tune.c: autotuning and the configuration search ---- */
+
+/* Choose pl->algo by timing (h->autotune != 0, CUDA, under h->lock, the
+ * context bound), given the heuristic's usable results res[0..n) (n >= 1;
+ * pl->algo is res[0].algo on entry) and the preference they came from (the
+ * search may change its search mode). Mode 1 times res when n > 1; mode 2
+ * adds the configurations the search generates. Blocks. Leaves pl->algo,
+ * pl->pick/rank/timed and the stats updated, and pl->ptrs_set = 0 when it
+ * ran anything. Errors: L8_ERR_OOM, L8_ERR_CUDA, L8_ERR_CUBLAS (not for a
+ * candidate that cannot run: that one is dropped). */
+l8_status l8i_gemm_tune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
+                        cublasLtMatmulPreference_t pref, const cublasLtMatmulHeuristicResult_t *res,
+                        int n);
+
+/* Write pl's description (see l8_gemm_describe) into buf[0..size), size > 0. */
+void l8i_gemm_plan_describe(const l8_gemm_handle *h, const plan *pl, char *buf, size_t size);
+
+/* The search's pure part, host-testable (tests/test_gemm.c). */
+
+/* One algorithm configuration: the CUBLASLT_ALGO_CONFIG_* values, each in
+ * the type cublasLt.h gives it (the Get/Set calls check the size). */
+typedef struct l8i_algo_cfg {
+    int32_t id;                   /* CONFIG_ID, int32_t, read-only */
+    uint32_t tile;                /* CONFIG_TILE_ID, uint32_t (cublasLtMatmulTile_t) */
+    uint32_t stages;              /* CONFIG_STAGES_ID, uint32_t (cublasLtMatmulStages_t) */
+    int32_t splitk;               /* CONFIG_SPLITK_NUM, int32_t; <= 1: no split */
+    uint32_t reduction;           /* CONFIG_REDUCTION_SCHEME, uint32_t
+                                     (cublasLtReductionScheme_t) */
+    uint32_t swizzle;             /* CONFIG_CTA_SWIZZLING, uint32_t, 0 or 1 */
+    uint32_t custom;              /* CONFIG_CUSTOM_OPTION, uint32_t */
+    uint16_t inner;               /* CONFIG_INNER_SHAPE_ID, uint16_t (not varied) */
+    uint16_t cluster;             /* CONFIG_CLUSTER_SHAPE_ID, uint16_t (cublasLtClusterShape_t) */
+} l8i_algo_cfg;
+
+#define L8I_CAP_IDS 128               /* tile or stage ids kept per algorithm */
+
+/* What an algorithm id allows: the CUBLASLT_ALGO_CAP_* values. */
+typedef struct l8i_algo_caps {
+    uint32_t tiles[L8I_CAP_IDS];  /* CAP_TILE_IDS, uint32_t[] */
+    int n_tiles;
+    uint32_t stages[L8I_CAP_IDS]; /* CAP_STAGES_IDS, uint32_t[] */
+    int n_stages;
+    int32_t splitk;               /* CAP_SPLITK_SUPPORT, int32_t, 0 = no */
+    uint32_t reduction_mask;      /* CAP_REDUCTION_SCHEME_MASK, uint32_t */
+    uint32_t swizzle;             /* CAP_CTA_SWIZZLING_SUPPORT, uint32_t, 0 or 1 */
+    int32_t custom_max;           /* CAP_CUSTOM_OPTION_MAX, int32_t (options 0..max) */
+} l8i_algo_caps;
+
+/* What the GEMM asks of every candidate. */
+typedef struct l8i_tune_rules {
+    int64_t k;                    /* K: split-K variants only from L8I_TUNE_SPLITK_MIN_K */
+    int precise;                  /* no split-K reduction in a 16-bit D's type: with
+                                     splitk > 1 only REDUCTION_SCHEME_COMPUTE_TYPE */
+} l8i_tune_rules;
+
+/* A generated configuration and the base it varies (an index into bases). */
+typedef struct l8i_tune_variant {
+    l8i_algo_cfg cfg;
+    int base;
+} l8i_tune_variant;
+
+#define L8I_TUNE_MAX_EXTRA 64         /* generated candidates timed per plan, at most */
+#define L8I_TUNE_OTHER_IDS 8          /* of which other algorithm ids' own picks, at most */
+#define L8I_TUNE_BASES 4              /* heuristic results whose knobs are varied */
+#define L8I_TUNE_MAX_RAW 256          /* variants enumerated before cublasLtMatmulAlgoCheck */
+#define L8I_TUNE_SPLITK_MIN_K 8192
+
+/* 1 when every field of a and b is equal. */
+int l8i_algo_cfg_equal(const l8i_algo_cfg *a, const l8i_algo_cfg *b);
+/* 1 when c obeys r (the reduction rule); 0 otherwise. */
+int l8i_tune_allowed(const l8i_algo_cfg *c, const l8i_tune_rules *r);
+/* Enumerate variants of bases[0..nb) (caps[i] the capabilities of
+ * bases[i]'s algorithm id) into out[0..max), best bets first: every knob
+ * class of bases[0], then each class over bases[1..nb). The classes, in
+ * order: cluster shape; CTA swizzling; tile (nearest ids first); stages
+ * (nearest first); cluster shape with swizzling toggled; custom option;
+ * split-K (off for a split base; 2 for K >= L8I_TUNE_SPLITK_MIN_K). A
+ * variant equal to one in known[0..n_known), to an earlier one or to its
+ * base, or not l8i_tune_allowed, is left out. Returns the count written. */
+int l8i_tune_enumerate(const l8i_algo_cfg *bases, const l8i_algo_caps *caps, int nb,
+                       const l8i_algo_cfg *known, int n_known, const l8i_tune_rules *r,
+                       l8i_tune_variant *out, int max);
+/* "algo 66 tile 24 stages 18 cluster 2x1 swizzle 1 splitk 1 custom 0" (with
+ * the reduction scheme after splitk when it is > 1) into buf[0..size). */
+void l8i_algo_cfg_format(const l8i_algo_cfg *c, char *buf, size_t size);
+
+#endif /* L8_OPS_GEMM_INTERNAL_H */

@@ -1,0 +1,556 @@
+/* gemm_tune.c - choosing a plan's cuBLASLt algorithm by timing (autotune 1
+ * and 2), the configuration search of autotune 2, and plan descriptions.
+ *
+ * Mode 1 times the heuristic's usable results (up to autotune_candidates).
+ * Mode 2 times those plus at most L8I_TUNE_MAX_EXTRA configurations that the
+ * heuristic did not rank first or did not return at all:
+ *   - variants of its first L8I_TUNE_BASES results: copies of their algo
+ *     with one or two CUBLASLT_ALGO_CONFIG_* knobs set to values that the
+ *     algorithm id's capabilities (CUBLASLT_ALGO_CAP_*) allow;
+ *     l8i_tune_enumerate says which and in what order. cuBLASLt lists no
+ *     cluster shapes per algorithm, so a fixed set of small shapes is tried
+ *     and cublasLtMatmulAlgoCheck sorts them out;
+ *   - algorithm ids (cublasLtMatmulAlgoGetIds) the heuristic did not return
+ *     at all: the heuristic's own pick for each (SEARCH_LIMITED_BY_ALGO_ID),
+ *     at most L8I_TUNE_OTHER_IDS.
+ * A generated candidate is kept only if cublasLtMatmulAlgoCheck accepts it
+ * with a workspace no larger than the handle's, its configuration differs
+ * from every candidate's so far, and, under precise_reduction with a 16-bit
+ * D, it reduces split-K partial sums in f32 (COMPUTE_TYPE) if it splits.
+ *
+ * Timing (both modes): on the call's stream with scratch D, amax and dbias
+ * outputs, so the caller's tensors are never touched. Rounds interleave the
+ * candidates (clock and thermal drift hit all alike) after a warm-up that
+ * brings the clocks up; each candidate keeps its best round; the heuristic's
+ * first stays unless another beats it by more than AT_MARGIN. A candidate
+ * cuBLASLt refuses to run is dropped. The host blocks until done.
+ *
+ * Invariants: everything here runs under the handle's mutex with the context
+ * bound. The search calls cuBLASLt through the table directly, not L8_LT: a
+ * refused configuration is an expected outcome, not an error, and leaves no
+ * last-error record. The pure part (enumeration, equality, the reduction
+ * rule, formatting) touches no library and is tested on the host.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/gemm_internal.h"
+#include "runtime/internal.h"
+
+#define AT_ROUNDS 3
+#define AT_MARGIN 0.01f
+#define MAX_TOTAL (L8I_GEMM_MAX_HEURISTIC + L8I_TUNE_MAX_EXTRA)
+#define MAX_IDS 64                /* algorithm ids asked of cublasLtMatmulAlgoGetIds */
+#define VAR_TILES 6               /* tile variants per base, nearest ids first */
+#define VAR_STAGES 6              /* stages variants per base, nearest ids first */
+#define VAR_CUSTOM 8              /* custom options 0..7 at most */
+
+/* ---- the pure part ---- */
+
+/* Cluster shapes tried: the small ones Hopper's GEMM kernels use, and AUTO. */
+static const uint16_t k_clusters[] = {
+    CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+    CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1,
+    CUBLASLT_CLUSTER_SHAPE_AUTO,
+};
+#define N_CLUSTERS (sizeof k_clusters / sizeof k_clusters[0])
+
+/* cublasLtClusterShape_t by value (1 is unused); later ids print as numbers. */
+static const char k_cluster_names[][5] = {
+    "auto", "?", "1x1", "2x1", "4x1", "1x2", "2x2", "4x2", "1x4", "2x4", "4x4", "8x1", "1x8",
+    "8x2", "2x8", "16x1", "1x16", "3x1", "5x1", "6x1", "7x1", "9x1", "10x1", "11x1", "12x1",
+    "13x1", "14x1", "15x1", "3x2", "5x2", "6x2", "7x2", "1x3", "2x3", "3x3", "4x3", "5x3", "3x4",
+    "1x5", "2x5", "3x5", "1x6", "2x6", "1x7", "2x7", "1x9", "1x10", "1x11", "1x12", "1x13",
+    "1x14", "1x15",
+};
+_Static_assert(sizeof k_cluster_names / sizeof k_cluster_names[0] ==
+               (size_t)CUBLASLT_CLUSTER_SHAPE_1x15x1 + 1, "cluster shape names out of step");
+
+int l8i_algo_cfg_equal(const l8i_algo_cfg *a, const l8i_algo_cfg *b)
+{
+    return a->id == b->id && a->tile == b->tile && a->stages == b->stages &&
+           a->splitk == b->splitk && a->reduction == b->reduction && a->swizzle == b->swizzle &&
+           a->custom == b->custom && a->inner == b->inner && a->cluster == b->cluster;
+}
+
+int l8i_tune_allowed(const l8i_algo_cfg *c, const l8i_tune_rules *r)
+{
+    return !r->precise || c->splitk <= 1 || c->reduction == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
+typedef struct sink {
+    const l8i_algo_cfg *known;
+    int n_known;
+    const l8i_tune_rules *r;
+    l8i_tune_variant *out;
+    int n, max;
+} sink;
+
+static void emit(sink *k, const l8i_algo_cfg *base, int b, const l8i_algo_cfg *c)
+{
+    if (k->n >= k->max || l8i_algo_cfg_equal(c, base) || !l8i_tune_allowed(c, k->r)) return;
+    for (int i = 0; i < k->n_known; i++)
+        if (l8i_algo_cfg_equal(c, &k->known[i])) return;
+    for (int i = 0; i < k->n; i++)
+        if (l8i_algo_cfg_equal(c, &k->out[i].cfg)) return;
+    k->out[k->n].cfg = *c;
+    k->out[k->n].base = b;
+    k->n++;
+}
+
+/* Up to max non-zero ids of ids[0..n), nearest to cur's position first
+ * (below, then above); in list order when cur is not listed. The ids are
+ * sorted by size in cublasLt.h, so neighbours are the similar kernels. */
+static int nearest(const uint32_t *ids, int n, uint32_t cur, int max, uint32_t *out)
+{
+    int at = -1, m = 0;
+    for (int i = 0; i < n && at < 0; i++)
+        if (ids[i] == cur) at = i;
+    if (at < 0) {
+        for (int i = 0; i < n && m < max; i++)
+            if (ids[i]) out[m++] = ids[i];
+        return m;
+    }
+    for (int d = 1; m < max && (at - d >= 0 || at + d < n); d++) {
+        if (at - d >= 0 && ids[at - d]) out[m++] = ids[at - d];
+        if (m < max && at + d < n && ids[at + d]) out[m++] = ids[at + d];
+    }
+    return m;
+}
+
+/* The reduction for a split-K variant: f32 partials when precise, else the
+ * schemes that need the least workspace first. 0: none allowed. */
+static uint32_t split_reduction(uint32_t mask, int precise)
+{
+    static const uint32_t order[] = { CUBLASLT_REDUCTION_SCHEME_INPLACE,
+                                      CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+                                      CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE };
+    if (precise) return mask & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (mask & order[i]) return order[i];
+    return 0;
+}
+
+enum { V_CLUSTER, V_SWIZZLE, V_TILE, V_STAGES, V_CLUSTER_SWIZZLE, V_CUSTOM, V_SPLITK, V_CLASSES };
+
+static void vary(sink *k, const l8i_algo_cfg *base, const l8i_algo_caps *cp, int b, int cls)
+{
+    l8i_algo_cfg c = *base;
+    uint32_t ids[L8I_CAP_IDS];
+    int m = 0;
+    switch (cls) {
+    case V_CLUSTER_SWIZZLE:
+        if (!cp->swizzle) return;
+        c.swizzle = base->swizzle ? 0 : 1;
+        /* fall through */
+    case V_CLUSTER:
+        for (size_t i = 0; i < N_CLUSTERS; i++) {
+            if (k_clusters[i] == base->cluster) continue;
+            c.cluster = k_clusters[i];
+            emit(k, base, b, &c);
+        }
+        return;
+    case V_SWIZZLE:
+        if (!cp->swizzle) return;
+        c.swizzle = base->swizzle ? 0 : 1;
+        emit(k, base, b, &c);
+        return;
+    case V_TILE:
+        m = nearest(cp->tiles, cp->n_tiles, base->tile, VAR_TILES, ids);
+        for (int i = 0; i < m; i++) { c.tile = ids[i]; emit(k, base, b, &c); }
+        return;
+    case V_STAGES:
+        m = nearest(cp->stages, cp->n_stages, base->stages, VAR_STAGES, ids);
+        for (int i = 0; i < m; i++) { c.stages = ids[i]; emit(k, base, b, &c); }
+        return;
+    case V_CUSTOM:
+        for (int32_t o = 0; o <= cp->custom_max && o < VAR_CUSTOM; o++) {
+            c.custom = (uint32_t)o;
+            emit(k, base, b, &c);
+        }
+        return;
+    case V_SPLITK:
+        if (base->splitk > 1) {
+            c.splitk = 1;
+            c.reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+        } else if (cp->splitk && k->r->k >= L8I_TUNE_SPLITK_MIN_K) {
+            c.splitk = 2;
+            c.reduction = split_reduction(cp->reduction_mask, k->r->precise);
+            if (!c.reduction) return;
+        } else {
+            return;
+        }
+        emit(k, base, b, &c);
+        return;
+    default:
+        return;
+    }
+}
+
+int l8i_tune_enumerate(const l8i_algo_cfg *bases, const l8i_algo_caps *caps, int nb,
+                       const l8i_algo_cfg *known, int n_known, const l8i_tune_rules *r,
+                       l8i_tune_variant *out, int max)
+{
+    sink k = { known, n_known, r, out, 0, max };
+    if (nb <= 0) return 0;
+    for (int cls = 0; cls < V_CLASSES; cls++) vary(&k, &bases[0], &caps[0], 0, cls);
+    for (int cls = 0; cls < V_CLASSES; cls++)
+        for (int b = 1; b < nb; b++) vary(&k, &bases[b], &caps[b], b, cls);
+    return k.n;
+}
+
+void l8i_algo_cfg_format(const l8i_algo_cfg *c, char *buf, size_t size)
+{
+    char cl[16], red[24] = "";
+    if (c->cluster < sizeof k_cluster_names / sizeof k_cluster_names[0])
+        snprintf(cl, sizeof cl, "%s", k_cluster_names[c->cluster]);
+    else
+        snprintf(cl, sizeof cl, "#%u", (unsigned)c->cluster);
+    if (c->splitk > 1) snprintf(red, sizeof red, " reduction %u", (unsigned)c->reduction);
+    snprintf(buf, size, "algo %d tile %u stages %u cluster %s swizzle %u splitk %d%s custom %u",
+             (int)c->id, (unsigned)c->tile, (unsigned)c->stages, cl, (unsigned)c->swizzle,
+             (int)c->splitk, red, (unsigned)c->custom);
+}
+
+/* ---- cuBLASLt's configuration API ---- */
+
+/* c = a's configuration. 0 when cuBLASLt refuses one of the reads. */
+static int cfg_read(const cublasLtMatmulAlgo_t *a, l8i_algo_cfg *c)
+{
+    size_t w = 0;
+    memset(c, 0, sizeof *c);
+#define GET(attr, v) (l8i_lt.cublasLtMatmulAlgoConfigGetAttribute(a, attr, &(v), sizeof(v), &w) == \
+                      CUBLAS_STATUS_SUCCESS)
+    return GET(CUBLASLT_ALGO_CONFIG_ID, c->id) && GET(CUBLASLT_ALGO_CONFIG_TILE_ID, c->tile) &&
+           GET(CUBLASLT_ALGO_CONFIG_STAGES_ID, c->stages) &&
+           GET(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, c->splitk) &&
+           GET(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, c->reduction) &&
+           GET(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, c->swizzle) &&
+           GET(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, c->custom) &&
+           GET(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, c->inner) &&
+           GET(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, c->cluster);
+#undef GET
+}
+
+/* Turn a (whose configuration is from) into to: only the knobs that differ
+ * are set, so anything else the heuristic put into a stays. 0 if refused. */
+static int cfg_apply(cublasLtMatmulAlgo_t *a, const l8i_algo_cfg *from, const l8i_algo_cfg *to)
+{
+#define SET(attr, f) (to->f == from->f || l8i_lt.cublasLtMatmulAlgoConfigSetAttribute( \
+                          a, attr, &to->f, sizeof to->f) == CUBLAS_STATUS_SUCCESS)
+    return SET(CUBLASLT_ALGO_CONFIG_TILE_ID, tile) && SET(CUBLASLT_ALGO_CONFIG_STAGES_ID, stages) &&
+           SET(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splitk) &&
+           SET(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, reduction) &&
+           SET(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) &&
+           SET(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) &&
+           SET(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster);
+#undef SET
+}
+
+/* cuBLASLt's A, B, C, D types for p (its A is our B; an FP8 D has a bf16 C). */
+static void lt_types(const problem *p, cudaDataType_t t[4])
+{
+    t[0] = l8i_gemm_cuda_type(p->dt_b);
+    t[1] = l8i_gemm_cuda_type(p->dt_a);
+    t[2] = p->d_fp8 ? CUDA_R_16BF : l8i_gemm_cuda_type(p->dt_d);
+    t[3] = l8i_gemm_cuda_type(p->dt_d);
+}
+
+static int algo_init(l8_gemm_handle *h, const problem *p, int id, cublasLtMatmulAlgo_t *a)
+{
+    cudaDataType_t t[4];
+    lt_types(p, t);
+    return l8i_lt.cublasLtMatmulAlgoInit(h->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t[0], t[1], t[2],
+                                         t[3], id, a) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* An id list capability (uint32_t[]) into ids; none when it does not fit. */
+static void cap_ids(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoCapAttributes_t attr,
+                    uint32_t *ids, int *n)
+{
+    size_t need = 0, w = 0;
+    *n = 0;
+    cublasStatus_t r = l8i_lt.cublasLtMatmulAlgoCapGetAttribute(a, attr, NULL, 0, &need);
+    if (r != CUBLAS_STATUS_SUCCESS || need == 0 || need % sizeof *ids ||
+        need > L8I_CAP_IDS * sizeof *ids)
+        return;
+    if (l8i_lt.cublasLtMatmulAlgoCapGetAttribute(a, attr, ids, need, &w) == CUBLAS_STATUS_SUCCESS)
+        *n = (int)(w / sizeof *ids);
+}
+
+/* The capabilities of algorithm id for p; all zero (nothing but cluster
+ * shapes to vary) where cuBLASLt does not answer. */
+static void caps_read(l8_gemm_handle *h, const problem *p, int id, l8i_algo_caps *cp)
+{
+    cublasLtMatmulAlgo_t a;
+    size_t w = 0;
+    memset(cp, 0, sizeof *cp);
+    if (!algo_init(h, p, id, &a)) return;
+    cap_ids(&a, CUBLASLT_ALGO_CAP_TILE_IDS, cp->tiles, &cp->n_tiles);
+    cap_ids(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, cp->stages, &cp->n_stages);
+#define CAP(attr, v) \
+    if (l8i_lt.cublasLtMatmulAlgoCapGetAttribute(&a, attr, &(v), sizeof(v), &w) != \
+        CUBLAS_STATUS_SUCCESS) (v) = 0
+    CAP(CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, cp->splitk);
+    CAP(CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, cp->reduction_mask);
+    CAP(CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, cp->swizzle);
+    CAP(CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, cp->custom_max);
+#undef CAP
+}
+
+/* ---- the search ---- */
+
+/* The candidates to time: the heuristic's first, then the generated ones. */
+typedef struct cands {
+    cublasLtMatmulAlgo_t algo[MAX_TOTAL];
+    int8_t from[MAX_TOTAL];       /* heuristic rank it is or varies; -1: another id's pick */
+    int n, n_heur;
+} cands;
+
+/* The search's working memory (on the heap: ~20 KiB). */
+typedef struct search {
+    l8i_algo_cfg known[MAX_TOTAL];   /* every candidate's configuration so far */
+    int n_known;
+    int32_t heur_ids[L8I_GEMM_MAX_HEURISTIC];
+    int n_heur_ids;
+    l8i_algo_cfg bases[L8I_TUNE_BASES];
+    int base_rank[L8I_TUNE_BASES];
+    l8i_algo_caps caps[L8I_TUNE_BASES];
+    l8i_tune_variant raw[L8I_TUNE_MAX_RAW];
+} search;
+
+static int accepts(l8_gemm_handle *h, const plan *pl, const cublasLtMatmulAlgo_t *a)
+{
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    return l8i_lt.cublasLtMatmulAlgoCheck(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld, a, &r) ==
+           CUBLAS_STATUS_SUCCESS && r.workspaceSize <= h->ws_bytes;
+}
+
+/* The heuristic's own pick for each algorithm id it did not return, up to
+ * max, appended to c. pref goes back to BEST_FIT afterwards. */
+static void other_ids(l8_gemm_handle *h, const plan *pl, const problem *p,
+                      cublasLtMatmulPreference_t pref, const l8i_tune_rules *r, search *w,
+                      cands *c, int max)
+{
+    int ids[MAX_IDS], nid = 0, added = 0;
+    cudaDataType_t t[4];
+    lt_types(p, t);
+    if (max <= 0 ||
+        l8i_lt.cublasLtMatmulAlgoGetIds(h->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t[0], t[1], t[2], t[3],
+                                        MAX_IDS, ids, &nid) != CUBLAS_STATUS_SUCCESS)
+        return;
+    uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+    if (l8i_lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode,
+                                                    sizeof mode) != CUBLAS_STATUS_SUCCESS)
+        return;
+    for (int i = 0; i < nid && added < max; i++) {
+        int seen = 0;
+        for (int j = 0; j < w->n_heur_ids && !seen; j++) seen = w->heur_ids[j] == ids[i];
+        cublasLtMatmulHeuristicResult_t hr;
+        memset(&hr, 0, sizeof hr);
+        int got = 0;
+        l8i_algo_cfg cfg;
+        /* the results array carries the algorithm id in: AlgoInit first */
+        if (seen || !algo_init(h, p, ids[i], &hr.algo) ||
+            l8i_lt.cublasLtMatmulAlgoGetHeuristic(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld,
+                                                  pref, 1, &hr, &got) != CUBLAS_STATUS_SUCCESS ||
+            got < 1 || hr.state != CUBLAS_STATUS_SUCCESS || hr.workspaceSize > h->ws_bytes ||
+            !cfg_read(&hr.algo, &cfg) || !l8i_tune_allowed(&cfg, r))
+            continue;
+        int dup = 0;
+        for (int j = 0; j < w->n_known && !dup; j++) dup = l8i_algo_cfg_equal(&cfg, &w->known[j]);
+        if (dup) continue;
+        w->known[w->n_known++] = cfg;
+        c->algo[c->n] = hr.algo;
+        c->from[c->n++] = -1;
+        added++;
+    }
+    mode = CUBLASLT_SEARCH_BEST_FIT;
+    (void)l8i_lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode,
+                                                      sizeof mode);
+}
+
+/* Append the generated candidates to c (which holds the heuristic's n). */
+static void search_run(l8_gemm_handle *h, const plan *pl, const problem *p,
+                       cublasLtMatmulPreference_t pref, const cublasLtMatmulHeuristicResult_t *res,
+                       int n, search *w, cands *c)
+{
+    l8i_tune_rules r = { p->k, h->precise_reduction && p->dt_d != L8_F32 };
+    int nb = 0;
+    for (int i = 0; i < n; i++) {
+        l8i_algo_cfg cfg;
+        if (!cfg_read(&res[i].algo, &cfg)) continue;
+        w->known[w->n_known++] = cfg;
+        w->heur_ids[w->n_heur_ids++] = cfg.id;
+        if (nb < L8I_TUNE_BASES) {
+            w->bases[nb] = cfg;
+            w->base_rank[nb++] = i;
+        }
+    }
+    for (int b = 0; b < nb; b++) {
+        int same = -1;            /* bases often share an algorithm id */
+        for (int j = 0; j < b && same < 0; j++)
+            if (w->bases[j].id == w->bases[b].id) same = j;
+        if (same >= 0) w->caps[b] = w->caps[same];
+        else caps_read(h, p, w->bases[b].id, &w->caps[b]);
+    }
+    int nraw = l8i_tune_enumerate(w->bases, w->caps, nb, w->known, w->n_known, &r, w->raw,
+                                  L8I_TUNE_MAX_RAW);
+    int room = L8I_TUNE_MAX_EXTRA - L8I_TUNE_OTHER_IDS;
+    for (int i = 0; i < nraw && room > 0; i++) {
+        const l8i_tune_variant *v = &w->raw[i];
+        cublasLtMatmulAlgo_t a = res[w->base_rank[v->base]].algo;
+        if (!cfg_apply(&a, &w->bases[v->base], &v->cfg) || !accepts(h, pl, &a)) continue;
+        w->known[w->n_known++] = v->cfg;
+        c->algo[c->n] = a;
+        c->from[c->n++] = (int8_t)w->base_rank[v->base];
+        room--;
+    }
+    other_ids(h, pl, p, pref, &r, w, c, L8I_TUNE_OTHER_IDS);
+}
+
+/* ---- timing ---- */
+
+static size_t d_bytes(const problem *p)
+{
+    return (size_t)((p->m - 1) * p->ldd + p->n) * l8_dtype_size(p->dt_d);
+}
+
+/* Time c's candidates on s with scratch outputs and leave the fastest in
+ * pl->algo (see the banner for the rules). */
+static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
+                                 const cands *c)
+{
+    l8_status ret = L8_OK;
+    void *scratch_d = NULL, *scratch_v = NULL;
+    ws_slot *w = NULL;
+    l8_event *e0 = NULL, *e1 = NULL;
+    int best = 0, trials = 0, searched = 0, n = c->n;
+    float t[MAX_TOTAL];
+    unsigned char ok[MAX_TOTAL];
+    problem q = *p;
+    for (int i = 0; i < n; i++) { t[i] = INFINITY; ok[i] = 1; }
+    L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
+    L8_TRY(ret, l8_ctx_malloc(h->ctx, d_bytes(p), s, &scratch_d), out);
+    q.d = scratch_d;
+    if (p->amax || p->epi == L8_GEMM_EPI_DBIAS_A || p->epi == L8_GEMM_EPI_DBIAS_B) {
+        size_t vb = (size_t)(p->m > p->n ? p->m : p->n) * sizeof(float);
+        L8_TRY(ret, l8_ctx_malloc(h->ctx, vb, s, &scratch_v), out);
+        if (p->amax) q.amax = scratch_v;
+        if (p->epi != L8_GEMM_EPI_BIAS) q.bias = scratch_v;
+    }
+    L8_TRY(ret, l8i_gemm_set_ptrs(pl, &q), out);
+    L8_TRY(ret, l8_event_create(h->ctx, 1, &e0), out);
+    L8_TRY(ret, l8_event_create(h->ctx, 1, &e1), out);
+    for (int r = 0; r < AT_ROUNDS; r++) {
+        for (int i = 0; i < n; i++) {
+            if (!ok[i]) continue;
+            pl->algo = c->algo[i];
+            /* first round: one untimed call each (the warm-up), and the first
+             * candidate runs a few more while the clocks come up */
+            int warm = r ? 0 : i ? 1 : 2 * h->at_iters;
+            l8_status st = L8_OK;
+            for (int it = 0; st == L8_OK && it < warm; it++)
+                st = l8i_gemm_launch(h, pl, &q, s, w->ptr);
+            if (st == L8_OK) L8_TRY(ret, l8_event_record(e0, s), out);
+            for (int it = 0; st == L8_OK && it < h->at_iters; it++)
+                st = l8i_gemm_launch(h, pl, &q, s, w->ptr);
+            if (st == L8_ERR_CUBLAS) {                      /* this algo cannot run here */
+                l8_error_clear();
+                ok[i] = 0;
+                t[i] = INFINITY;
+                continue;
+            }
+            if (st != L8_OK) { ret = st; goto out; }
+            L8_TRY(ret, l8_event_record(e1, s), out);
+            L8_TRY(ret, l8_event_synchronize(e1), out);
+            float ms = 0.0f;
+            L8_TRY(ret, l8_event_elapsed_ms(e0, e1, &ms), out);
+            if (ms < t[i]) t[i] = ms;
+            if (r == 0) {
+                trials++;
+                searched += i >= c->n_heur;
+            }
+        }
+    }
+    for (int i = 1; i < n; i++)
+        if (ok[i] && t[i] < t[best]) best = i;
+    if (best != 0 && ok[0] && t[best] > (1.0f - AT_MARGIN) * t[0]) best = 0;
+out:
+    pl->algo = c->algo[best];
+    pl->ptrs_set = 0;             /* they point at scratch: rewrite all on the real call */
+    h->stats.autotune_trials += (uint64_t)trials;
+    h->stats.search_candidates += (uint64_t)searched;
+    if (ret == L8_OK && trials > 0) {
+        h->stats.autotuned++;
+        if (best != 0) h->stats.autotune_changed++;
+        if (best >= c->n_heur) h->stats.search_wins++;
+        pl->pick = best >= c->n_heur ? L8I_PICK_SEARCH : L8I_PICK_TIMED;
+        pl->rank = c->from[best];
+        pl->timed = (uint16_t)trials;
+    }
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    /* stream-ordered frees: the trials on s finish before reuse */
+    l8_status fs = scratch_v ? l8_ctx_free(h->ctx, scratch_v) : L8_OK;
+    if (fs != L8_OK && ret == L8_OK) ret = fs;
+    fs = scratch_d ? l8_ctx_free(h->ctx, scratch_d) : L8_OK;
+    if (fs != L8_OK && ret == L8_OK) ret = fs;
+    return ret;
+}
+
+l8_status l8i_gemm_tune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
+                        cublasLtMatmulPreference_t pref, const cublasLtMatmulHeuristicResult_t *res,
+                        int n)
+{
+    cands c;                      /* ~6 KiB: on the stack, so mode 1 allocates nothing new */
+    int search_on = h->autotune == 2 && l8i_lt_has_algo_config();
+    if (n < 1 || (n < 2 && !search_on)) return L8_OK;
+    for (int i = 0; i < n; i++) {
+        c.algo[i] = res[i].algo;
+        c.from[i] = (int8_t)i;
+    }
+    c.n = c.n_heur = n;
+    if (search_on) {
+        search *w = calloc(1, sizeof *w);
+        if (!w) return L8_FAIL(L8_ERR_OOM, "l8_gemm: out of host memory for the algorithm search");
+        search_run(h, pl, p, pref, res, n, w, &c);
+        free(w);
+    }
+    return c.n > 1 ? time_candidates(h, pl, p, s, &c) : L8_OK;
+}
+
+/* ---- descriptions ---- */
+
+void l8i_gemm_plan_describe(const l8_gemm_handle *h, const plan *pl, char *buf, size_t size)
+{
+    char cfg[160];
+    l8i_algo_cfg c;
+    if (!h->cuda) {
+        snprintf(buf, size, "host reference");
+        return;
+    }
+    if (l8i_lt.cublasLtMatmulAlgoConfigGetAttribute && cfg_read(&pl->algo, &c))
+        l8i_algo_cfg_format(&c, cfg, sizeof cfg);
+    else
+        snprintf(cfg, sizeof cfg, "configuration not readable");
+    switch (pl->pick) {
+    case L8I_PICK_TIMED:
+        snprintf(buf, size, "%s; heuristic #%d, fastest of %u timed", cfg, (int)pl->rank,
+                 (unsigned)pl->timed);
+        break;
+    case L8I_PICK_SEARCH:
+        if (pl->rank >= 0)
+            snprintf(buf, size, "%s; search: variant of heuristic #%d, fastest of %u timed", cfg,
+                     (int)pl->rank, (unsigned)pl->timed);
+        else
+            snprintf(buf, size, "%s; search: another algorithm id, fastest of %u timed", cfg,
+                     (unsigned)pl->timed);
+        break;
+    default:
+        snprintf(buf, size, "%s; heuristic #0, not timed", cfg);
+        break;
+    }
+}
