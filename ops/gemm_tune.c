@@ -21,9 +21,12 @@
  * Timing (both modes): on the call's stream with scratch D, amax and dbias
  * outputs, so the caller's tensors are never touched. Rounds interleave the
  * candidates (clock and thermal drift hit all alike) after a warm-up that
- * brings the clocks up; each candidate keeps its best round; the heuristic's
- * first stays unless another beats it by more than AT_MARGIN. A candidate
- * cuBLASLt refuses to run is dropped. The host blocks until done.
+ * brings the clocks up; each candidate keeps its best round (the
+ * screening); the fastest few and the heuristic's first are then re-timed
+ * in more interleaved rounds and ranked by their median (the final). The
+ * heuristic's first stays unless another's median beats it by more than
+ * AT_MARGIN. A candidate cuBLASLt refuses to run is dropped. The host blocks
+ * until done.
  *
  * Invariants: everything here runs under the handle's mutex with the context
  * bound. The search calls cuBLASLt through the table directly, not L8_LT: a
@@ -40,6 +43,8 @@
 
 #define AT_ROUNDS 3
 #define AT_MARGIN 0.01f
+#define AT_FINALISTS 4            /* the screening's fastest, re-timed with the heuristic's first */
+#define AT_FINAL_ROUNDS 7         /* median of these decides */
 #define MAX_TOTAL (L8I_GEMM_MAX_HEURISTIC + L8I_TUNE_MAX_EXTRA)
 #define MAX_IDS 64                /* algorithm ids asked of cublasLtMatmulAlgoGetIds */
 #define VAR_TILES 6               /* tile variants per base, nearest ids first */
@@ -418,8 +423,42 @@ static size_t d_bytes(const problem *p)
     return (size_t)((p->m - 1) * p->ldd + p->n) * l8_dtype_size(p->dt_d);
 }
 
+/* One timed block: `warm` untimed calls, then h->at_iters calls of algo
+ * between two events; *ms their time. L8_ERR_CUBLAS (the last error
+ * cleared): this algorithm cannot run here. Blocks. */
+static l8_status time_one(l8_gemm_handle *h, plan *pl, const problem *q, l8_stream *s, void *ws,
+                          const cublasLtMatmulAlgo_t *algo, int warm, l8_event *e0, l8_event *e1,
+                          float *ms)
+{
+    l8_status st = L8_OK;
+    pl->algo = *algo;
+    for (int it = 0; st == L8_OK && it < warm; it++) st = l8i_gemm_launch(h, pl, q, s, ws);
+    if (st == L8_OK) st = l8_event_record(e0, s);
+    for (int it = 0; st == L8_OK && it < h->at_iters; it++) st = l8i_gemm_launch(h, pl, q, s, ws);
+    if (st == L8_ERR_CUBLAS) {
+        l8_error_clear();
+        return L8_ERR_CUBLAS;
+    }
+    L8_CHECK(st);
+    L8_CHECK(l8_event_record(e1, s));
+    L8_CHECK(l8_event_synchronize(e1));
+    return l8_event_elapsed_ms(e0, e1, ms);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 /* Time c's candidates on s with scratch outputs and leave the fastest in
- * pl->algo (see the banner for the rules). */
+ * pl->algo. Two stages: the screening (AT_ROUNDS interleaved rounds over
+ * all, each keeping its best round) and the final (the screening's
+ * AT_FINALISTS fastest and the heuristic's first, AT_FINAL_ROUNDS more
+ * interleaved rounds, ranked by their median). A best-of-few over dozens of
+ * candidates favours the one that got lucky once (the winner's curse: run
+ * after run, the screening's pick lost to the heuristic's in sustained
+ * use); the final's median over many rounds does not. */
 static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
                                  const cands *c)
 {
@@ -447,27 +486,17 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
     for (int r = 0; r < AT_ROUNDS; r++) {
         for (int i = 0; i < n; i++) {
             if (!ok[i]) continue;
-            pl->algo = c->algo[i];
             /* first round: one untimed call each (the warm-up), and the first
              * candidate runs a few more while the clocks come up */
             int warm = r ? 0 : i ? 1 : 2 * h->at_iters;
-            l8_status st = L8_OK;
-            for (int it = 0; st == L8_OK && it < warm; it++)
-                st = l8i_gemm_launch(h, pl, &q, s, w->ptr);
-            if (st == L8_OK) L8_TRY(ret, l8_event_record(e0, s), out);
-            for (int it = 0; st == L8_OK && it < h->at_iters; it++)
-                st = l8i_gemm_launch(h, pl, &q, s, w->ptr);
+            float ms = 0.0f;
+            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[i], warm, e0, e1, &ms);
             if (st == L8_ERR_CUBLAS) {                      /* this algo cannot run here */
-                l8_error_clear();
                 ok[i] = 0;
                 t[i] = INFINITY;
                 continue;
             }
             if (st != L8_OK) { ret = st; goto out; }
-            L8_TRY(ret, l8_event_record(e1, s), out);
-            L8_TRY(ret, l8_event_synchronize(e1), out);
-            float ms = 0.0f;
-            L8_TRY(ret, l8_event_elapsed_ms(e0, e1, &ms), out);
             if (ms < t[i]) t[i] = ms;
             if (r == 0) {
                 trials++;
@@ -475,9 +504,40 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
             }
         }
     }
-    for (int i = 1; i < n; i++)
-        if (ok[i] && t[i] < t[best]) best = i;
-    if (best != 0 && ok[0] && t[best] > (1.0f - AT_MARGIN) * t[0]) best = 0;
+    /* the final: finalists fin[0..nf), the heuristic's first among them */
+    int fin[AT_FINALISTS + 1], nf = 0;
+    if (ok[0]) fin[nf++] = 0;
+    for (int k = 0; k < AT_FINALISTS; k++) {
+        int b = -1;
+        for (int i = 1; i < n; i++) {
+            int taken = 0;
+            for (int j = 0; j < nf; j++) taken |= fin[j] == i;
+            if (ok[i] && !taken && (b < 0 || t[i] < t[b])) b = i;
+        }
+        if (b >= 0) fin[nf++] = b;
+    }
+    float med[AT_FINALISTS + 1], rt[AT_FINALISTS + 1][AT_FINAL_ROUNDS];
+    for (int r = 0; nf > 1 && r < AT_FINAL_ROUNDS; r++)
+        for (int j = 0; j < nf; j++) {
+            float ms = INFINITY;
+            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[fin[j]], 0, e0, e1, &ms);
+            if (st != L8_OK && st != L8_ERR_CUBLAS) { ret = st; goto out; }
+            rt[j][r] = st == L8_OK ? ms : INFINITY;
+        }
+    for (int j = 0; nf > 1 && j < nf; j++) {
+        qsort(rt[j], AT_FINAL_ROUNDS, sizeof rt[j][0], cmp_float);
+        med[j] = rt[j][AT_FINAL_ROUNDS / 2];
+    }
+    if (nf == 1) {
+        best = fin[0];
+    } else if (nf > 1) {
+        int bj = 0;
+        for (int j = 1; j < nf; j++)
+            if (med[j] < med[bj]) bj = j;
+        best = fin[bj];
+        /* the heuristic's first (fin[0] when it ran) stays unless beaten clearly */
+        if (best != 0 && ok[0] && med[bj] > (1.0f - AT_MARGIN) * med[0]) best = 0;
+    }
 out:
     pl->algo = c->algo[best];
     pl->ptrs_set = 0;             /* they point at scratch: rewrite all on the real call */
