@@ -23,10 +23,10 @@
  * candidates (clock and thermal drift hit all alike) after a warm-up that
  * brings the clocks up; each candidate keeps its best round (the
  * screening); the fastest few and the heuristic's first are then re-timed
- * in more interleaved rounds and ranked by their median (the final). The
- * heuristic's first stays unless another's median beats it by more than
- * AT_MARGIN. A candidate cuBLASLt refuses to run is dropped. The host blocks
- * until done.
+ * in more interleaved rounds of about AT_FINAL_MS each (sustained clocks)
+ * and ranked by their median (the final). The heuristic's first stays
+ * unless another's median beats it by more than AT_MARGIN. A candidate
+ * cuBLASLt refuses to run is dropped. The host blocks until done.
  *
  * Invariants: everything here runs under the handle's mutex with the context
  * bound. The search calls cuBLASLt through the table directly, not L8_LT: a
@@ -45,6 +45,8 @@
 #define AT_MARGIN 0.01f
 #define AT_FINALISTS 4            /* the screening's fastest, re-timed with the heuristic's first */
 #define AT_FINAL_ROUNDS 7         /* median of these decides */
+#define AT_FINAL_MS 25.0f         /* a final block runs about this long: sustained clocks */
+#define AT_FINAL_MAX_ITERS 500
 #define MAX_TOTAL (L8I_GEMM_MAX_HEURISTIC + L8I_TUNE_MAX_EXTRA)
 #define MAX_IDS 64                /* algorithm ids asked of cublasLtMatmulAlgoGetIds */
 #define VAR_TILES 6               /* tile variants per base, nearest ids first */
@@ -423,18 +425,18 @@ static size_t d_bytes(const problem *p)
     return (size_t)((p->m - 1) * p->ldd + p->n) * l8_dtype_size(p->dt_d);
 }
 
-/* One timed block: `warm` untimed calls, then h->at_iters calls of algo
- * between two events; *ms their time. L8_ERR_CUBLAS (the last error
+/* One timed block: `warm` untimed calls, then `iters` calls of algo
+ * between two events; *ms their time per call. L8_ERR_CUBLAS (the last error
  * cleared): this algorithm cannot run here. Blocks. */
 static l8_status time_one(l8_gemm_handle *h, plan *pl, const problem *q, l8_stream *s, void *ws,
-                          const cublasLtMatmulAlgo_t *algo, int warm, l8_event *e0, l8_event *e1,
-                          float *ms)
+                          const cublasLtMatmulAlgo_t *algo, int warm, int iters, l8_event *e0,
+                          l8_event *e1, float *ms)
 {
     l8_status st = L8_OK;
     pl->algo = *algo;
     for (int it = 0; st == L8_OK && it < warm; it++) st = l8i_gemm_launch(h, pl, q, s, ws);
     if (st == L8_OK) st = l8_event_record(e0, s);
-    for (int it = 0; st == L8_OK && it < h->at_iters; it++) st = l8i_gemm_launch(h, pl, q, s, ws);
+    for (int it = 0; st == L8_OK && it < iters; it++) st = l8i_gemm_launch(h, pl, q, s, ws);
     if (st == L8_ERR_CUBLAS) {
         l8_error_clear();
         return L8_ERR_CUBLAS;
@@ -442,7 +444,9 @@ static l8_status time_one(l8_gemm_handle *h, plan *pl, const problem *q, l8_stre
     L8_CHECK(st);
     L8_CHECK(l8_event_record(e1, s));
     L8_CHECK(l8_event_synchronize(e1));
-    return l8_event_elapsed_ms(e0, e1, ms);
+    L8_CHECK(l8_event_elapsed_ms(e0, e1, ms));
+    *ms /= (float)(iters > 0 ? iters : 1);
+    return L8_OK;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -490,7 +494,7 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
              * candidate runs a few more while the clocks come up */
             int warm = r ? 0 : i ? 1 : 2 * h->at_iters;
             float ms = 0.0f;
-            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[i], warm, e0, e1, &ms);
+            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[i], warm, h->at_iters, e0, e1, &ms);
             if (st == L8_ERR_CUBLAS) {                      /* this algo cannot run here */
                 ok[i] = 0;
                 t[i] = INFINITY;
@@ -516,11 +520,18 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
         }
         if (b >= 0) fin[nf++] = b;
     }
+    /* final blocks as long as a sustained run's (the clocks under load
+     * differ from a short burst's): AT_FINAL_MS at the screening's speed */
     float med[AT_FINALISTS + 1], rt[AT_FINALISTS + 1][AT_FINAL_ROUNDS];
+    int fit = h->at_iters;
+    if (nf > 1 && t[fin[0]] > 0.0f && isfinite(t[fin[0]])) {
+        float want = AT_FINAL_MS / t[fin[0]];
+        fit = want > (float)AT_FINAL_MAX_ITERS ? AT_FINAL_MAX_ITERS : want > (float)fit ? (int)want : fit;
+    }
     for (int r = 0; nf > 1 && r < AT_FINAL_ROUNDS; r++)
         for (int j = 0; j < nf; j++) {
             float ms = INFINITY;
-            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[fin[j]], 0, e0, e1, &ms);
+            l8_status st = time_one(h, pl, &q, s, w->ptr, &c->algo[fin[j]], 0, fit, e0, e1, &ms);
             if (st != L8_OK && st != L8_ERR_CUBLAS) { ret = st; goto out; }
             rt[j][r] = st == L8_OK ? ms : INFINITY;
         }
