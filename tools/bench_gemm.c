@@ -7,10 +7,14 @@
  *   fp8_fast  E4M3 x E4M3 -> bf16, fast accumulation
  *   fp8       E4M3 x E4M3 -> bf16, split (precise) accumulation
  *   bf16      bf16 x bf16 -> bf16
- * Each: 3 warm-up calls (the first builds the plan, and autotunes on the
- * tuned handle), then `reps` blocks of `iters` back-to-back calls timed with
- * CUDA events on the compute stream; the median block gives TFLOP/s =
- * 2 M N K / time. JSON keys: <mode>_<M>x<N>x<K>_tflops (heuristic) and
+ * Each shape: 3 warm-up calls on each handle (the first builds the plan,
+ * and autotunes on the tuned handle), then `reps` rounds, each timing one
+ * block of `iters` back-to-back calls on the heuristic handle and then one
+ * on the tuned handle (CUDA events on the compute stream); the median block
+ * of each gives TFLOP/s = 2 M N K / time. The rounds interleave the two so
+ * that both see the same clocks and temperature: timed one after the other,
+ * the tuned handle's blocks came right after seconds of autotuning at full
+ * load and read ~2% slow on the largest shapes. JSON keys: <mode>_<M>x<N>x<K>_tflops (heuristic) and
  * <mode>_<M>x<N>x<K>_tuned_tflops; tools/bench_torch_gemm.py writes the same
  * keys for PyTorch and tools/bench_ratio.py prints the ratios.
  *
@@ -100,41 +104,48 @@ typedef struct operands {
     l8_fp8_meta *meta;            /* scale_inv 1 for both FP8 operands */
 } operands;
 
-/* Median milliseconds per call of `desc` on h, or -1 (error printed). */
-static double time_gemm(l8_ctx *ctx, l8_gemm_handle *h, const l8_gemm_desc *desc, int reps,
-                        int quick)
+/* Median milliseconds per call of `desc` on h[0] and on h[1] into ms[0..1]
+ * (see the banner); 0, or -1 with the error printed. */
+static int time_gemm(l8_ctx *ctx, l8_gemm_handle *h[2], const l8_gemm_desc *desc, int reps,
+                     int quick, double ms_out[2])
 {
     l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     l8_event *e0 = NULL, *e1 = NULL;
-    double *t = calloc((size_t)reps, sizeof *t), res = -1;
+    double *t = calloc((size_t)(2 * reps), sizeof *t);
     float ms = 0;
+    int iters[2], rc = -1;
     if (!t || l8_event_create(ctx, 1, &e0) != L8_OK || l8_event_create(ctx, 1, &e1) != L8_OK)
         goto out;
-    for (int i = 0; i < 3; i++)
-        if (l8_gemm(h, desc, s) != L8_OK) goto out;
-    /* one timed call sizes the blocks to ~50 ms (quick: ~10 ms) */
-    if (l8_event_record(e0, s) != L8_OK || l8_gemm(h, desc, s) != L8_OK ||
-        l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
-        l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
-        goto out;
-    int iters = (int)((quick ? 10.0 : 50.0) / (ms > 1e-3 ? ms : 1e-3));
-    iters = iters < 3 ? 3 : iters > 500 ? 500 : iters;
-    for (int r = 0; r < reps; r++) {
-        if (l8_event_record(e0, s) != L8_OK) goto out;
-        for (int i = 0; i < iters; i++)
-            if (l8_gemm(h, desc, s) != L8_OK) goto out;
-        if (l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 3; i++)
+            if (l8_gemm(h[k], desc, s) != L8_OK) goto out;
+        /* one timed call sizes the blocks to ~50 ms (quick: ~10 ms) */
+        if (l8_event_record(e0, s) != L8_OK || l8_gemm(h[k], desc, s) != L8_OK ||
+            l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
             l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
             goto out;
-        t[r] = ms / iters;
+        int it = (int)((quick ? 10.0 : 50.0) / (ms > 1e-3 ? ms : 1e-3));
+        iters[k] = it < 3 ? 3 : it > 500 ? 500 : it;
     }
-    res = bench_median(t, (size_t)reps);
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 2; k++) {
+            if (l8_event_record(e0, s) != L8_OK) goto out;
+            for (int i = 0; i < iters[k]; i++)
+                if (l8_gemm(h[k], desc, s) != L8_OK) goto out;
+            if (l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+                l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+                goto out;
+            t[k * reps + r] = ms / iters[k];
+        }
+    ms_out[0] = bench_median(t, (size_t)reps);
+    ms_out[1] = bench_median(t + reps, (size_t)reps);
+    rc = 0;
 out:
-    if (res < 0) fprintf(stderr, "gemm: %s\n", l8_last_error_string());
+    if (rc) fprintf(stderr, "gemm: %s\n", l8_last_error_string());
     l8_event_destroy(e0);
     l8_event_destroy(e1);
     free(t);
-    return res;
+    return rc;
 }
 
 #define CFG_LEN 192
@@ -174,8 +185,10 @@ static int run_mode(l8_ctx *ctx, const gmode *md, l8_gemm_handle *h[2], const be
         g.a = a; g.b = b; g.d = d;
         g.fast_accum = md->fast;
         double flop = 2.0 * (double)M * (double)N * (double)K;
+        double mst[2] = { -1, -1 };
+        (void)time_gemm(ctx, h, &g, o->quick ? 3 : 7, o->quick, mst);
         for (int t = 0; t < 2; t++) {
-            double ms = time_gemm(ctx, h[t], &g, o->quick ? 3 : 7, o->quick);
+            double ms = mst[t];
             tf[i][t] = ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0;
             char key[96];
             snprintf(key, sizeof key, "%s_%lldx%lldx%lld_%stflops", md->name, (long long)M,
