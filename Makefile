@@ -51,7 +51,7 @@ include runtime/module.mk alloc/module.mk ops/module.mk ptx/module.mk tools/modu
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(PTX_SRCS:%.ptx=$(BUILD)/%.ptx.o) $(BUILD)/gen/ptx_registry.o
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
-HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h \
+HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h runtime/fp8.h runtime/comm.h \
              alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
 
 all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests
