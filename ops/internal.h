@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "runtime/status.h"
 #include "runtime/tensor.h"
+#include "runtime/internal.h"   /* l8i_need_tensor */
 
 /* ---- gemm_host.c: the host backend's GEMM ----
  *
@@ -49,10 +50,6 @@ int l8i_host_threads(double flops);
 
 /* ---- launch.c: launch geometry and argument checks ---- */
 
-/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
- * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
- * not contiguous". */
-l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 /* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */
 static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 

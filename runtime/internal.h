@@ -9,6 +9,7 @@
 #include <cuda.h>                 /* types and enums only: nothing links libcuda */
 #include "runtime/status.h"
 #include "runtime/ctx.h"
+#include "runtime/tensor.h"
 
 /* ---- cuda.c: the driver layer ----
  * libcuda.so.1 is opened with dlopen on first use and every entry point is
@@ -91,6 +92,12 @@ l8_status l8i_nccl_open(void **handle);
             (c).size = sizeof(c);                                                             \
         }                                                                                     \
     } while (0)
+
+/* ---- tensor.c ---- */
+/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
+ * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
+ * not contiguous". */
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 
 /* ---- ctx.c: contexts and kernels ---- */
 /* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.
