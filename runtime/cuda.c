@@ -12,7 +12,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "runtime/internal.h"
+#include "runtime/cuda_internal.h"
+#include "runtime/ctx.h"              /* declares l8_cuda_device_count, l8_library_info */
 
 /* The API version the table's prototypes are written against: CUDA 12.0,
  * so drivers from 12.0 on work (the H200 machine runs 13.0). */

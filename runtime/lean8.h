@@ -36,13 +36,6 @@
 #define L8_VERSION_MINOR 1
 #define L8_VERSION_PATCH 0
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* The library's version string ("0.1.0"), for checking header vs library. */
-const char *l8_version(void);
-#ifdef __cplusplus
-}
-#endif
+/* l8_version() (the library's version string) is declared in status.h. */
 
 #endif

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 #include "runtime/status.h"
-#include "runtime/lean8.h"
 
 typedef struct err_slot {
     l8_error rec;

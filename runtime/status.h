@@ -85,6 +85,10 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
  * foreign_name of L8_ERR_IO records. */
 const char *l8_errno_name(int e);
 
+/* The library's version string ("0.1.0"), for checking header vs library
+ * (lean8.h defines L8_VERSION_MAJOR/MINOR/PATCH). */
+const char *l8_version(void);
+
 /* ---- checking macros (also usable by embedders) ---- */
 
 /* Fail with a caller error: return l8_error_set(...). */
