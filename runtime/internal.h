@@ -109,6 +109,9 @@ l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunc
 /* Launch on s with cuLaunchKernel argument pointers. */
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args);
+/* Multiprocessors of ctx's device (a CUDA context), asked once per device;
+ * what capped grids are sized from. Errors: L8_ERR_CUDA. */
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
 
 /* dst[i] = src[i] over an ndim (<= 4) index space of `shape`, with element
  * strides for each side, elements of elem_size bytes (1, 2, 4 or 8), on s.
