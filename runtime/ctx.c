@@ -466,6 +466,31 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
     return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
 }
 
+#define MAX_DEVICES 64
+static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
+{
+    int dev = l8_ctx_device(ctx);
+    if (dev >= 0 && dev < MAX_DEVICES) {
+        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        if (v > 0) {
+            *out = (unsigned)v;
+            return L8_OK;
+        }
+    }
+    CUdevice d;
+    int n = 0;
+    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    if (n <= 0)
+        n = 1;
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+    *out = (unsigned)n;
+    return L8_OK;
+}
+
 /* ---- strided copy ---- */
 
 static int dense_alike(const int64_t *a, const int64_t *b, const int64_t *shape, int ndim)
