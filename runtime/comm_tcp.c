@@ -310,6 +310,7 @@ typedef struct peer_hello { uint32_t magic; int32_t rank; uint64_t run_id; } pee
 
 static l8_status mesh(l8i_rdzv *r, int lfd, int *fds, const entry *table)
 {
+    if (r->rank == 0) return L8_OK;      /* linked to every rank by the rendezvous */
     for (int j = 1; j < r->rank; j++) {
         L8_CHECK(connect_retry(table[j].host, table[j].port, r->deadline_ms, r->timeout_ms, &fds[j]));
         peer_hello ph = { WIRE_MAGIC, r->rank, r->run_id };
