@@ -57,9 +57,9 @@ for n in 1 2 4; do
     check "N=$n: RANK, WORLD_SIZE, LOCAL_*, GROUP_RANK, MASTER_*, run id per rank (port $port)" \
         '[ $rc = 0 ] && [ -n "$port" ] && [ "$port" -gt 0 ] && [ -n "$id" ] && [ "$(sort "$tmp/out")" = "$want" ]'
 done
-run -n 2 --master-addr localhost --master-port 29517 sh -c 'echo "$MASTER_ADDR:$MASTER_PORT"'
-check "--master-addr and --master-port are passed as given" \
-    '[ $rc = 0 ] && [ "$(sort "$tmp/out")" = "$(printf "[0] localhost:29517\n[1] localhost:29517")" ]'
+run -n 2 --master-addr localhost --master-port 29517 sh -c 'echo "$MASTER_ADDR:$MASTER_PORT $ROLE_RANK $TORCHELASTIC_USE_AGENT_STORE"'
+check "--master-addr and --master-port are passed as given; torchrun's extras" \
+    '[ $rc = 0 ] && [ "$(sort "$tmp/out")" = "$(printf "[0] localhost:29517 0 False\n[1] localhost:29517 1 False")" ]'
 run -n 2 sh -c 'echo $L8_RUN_ID'; id1=$(sort -u "$tmp/out" | sed 's/^\[.\] //' | sort -u)
 run -n 2 sh -c 'echo $L8_RUN_ID'; id2=$(sort -u "$tmp/out" | sed 's/^\[.\] //' | sort -u)
 check "a new run id for each run ($id1, $id2)" '[ "$(echo "$id1" | wc -l)" = 1 ] && [ "$id1" != "$id2" ]'
@@ -181,7 +181,14 @@ check "--version: exit 0" '[ $rc = 0 ] && grep -qE "^lean8-run \(lean8\) [0-9]" 
 run -n 2 ./no-such-program-here
 check "a missing program: exit 127 naming it" '[ $rc = 127 ] && grep -q "cannot run .\./no-such-program-here.: No such file" "$tmp/err"'
 run -n 1024 true
-check "-n 1024 (the file-descriptor limit raised as needed) (${secs}s)" '[ $rc = 0 ] && [ ! -s "$tmp/err" ]'
+check "-n 1024 (${secs}s)" '[ $rc = 0 ] && [ ! -s "$tmp/err" ]'
+# 40 ranks need 112 descriptors: the launcher raises a soft limit of 64, the ranks get 64 back
+( ulimit -Sn 64 && exec timeout 30 "$bin" -n 40 sh -c 'ulimit -n' ) > "$tmp/out" 2> "$tmp/err" < /dev/null; rc=$?
+check "a low soft file limit is raised for the launcher and restored for the ranks" \
+    '[ $rc = 0 ] && [ "$(grep -c "^\[[0-9]*\] 64$" "$tmp/out")" = 40 ]'
+( ulimit -n 64 && exec timeout 30 "$bin" -n 40 true ) > "$tmp/out" 2> "$tmp/err" < /dev/null; rc=$?
+check "a hard file limit too low for -n: clear error" \
+    '[ $rc = 1 ] && grep -q "^lean8-run: -n 40 needs 112 open files; the limit is 64 (ulimit -Hn)$" "$tmp/err"'
 run -n 2 -- sh -c 'printf "%s\n" "$0"' -n
 check "'--' ends the options" '[ $rc = 0 ] && [ "$(sort "$tmp/out")" = "$(printf "[0] -n\n[1] -n")" ]'
 

@@ -7,8 +7,9 @@
  * Each rank gets RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = N,
  * GROUP_RANK = 0, MASTER_ADDR, MASTER_PORT, L8_RUN_ID = TORCHELASTIC_RUN_ID
  * (16 random hex digits, the same for every rank) and torchrun's ROLE_*,
- * GROUP_WORLD_SIZE and TORCHELASTIC_*_RESTARTS/_COUNT. L8_DEVICE is left as
- * it is: the library binds cuda:LOCAL_RANK itself.
+ * GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT/_MAX_RESTARTS = 0 and
+ * TORCHELASTIC_USE_AGENT_STORE = False. L8_DEVICE is left as it is: the
+ * library binds cuda:LOCAL_RANK itself.
  *
  * MASTER_PORT, when not given: the launcher binds port 0 on the master
  * address, reads the port the kernel chose and closes the socket just before
@@ -378,7 +379,10 @@ static void set_env(int r, int port)
         ok &= setenv(nums[k].name, v, 1) == 0;
     }
     ok &= setenv("MASTER_ADDR", opt.addr, 1) == 0 && setenv("ROLE_NAME", "default", 1) == 0 &&
-          setenv("L8_RUN_ID", run_id, 1) == 0 && setenv("TORCHELASTIC_RUN_ID", run_id, 1) == 0;
+          setenv("L8_RUN_ID", run_id, 1) == 0 && setenv("TORCHELASTIC_RUN_ID", run_id, 1) == 0 &&
+          /* nothing listens on MASTER_PORT but what rank 0 starts there (under
+             torchrun "True" means its agent holds the port) */
+          setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1) == 0;
     if (!ok) errno = ENOMEM;
 }
 
