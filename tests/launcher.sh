@@ -97,12 +97,18 @@ run -n 1 sh -c 'head -c 150000 /dev/zero | tr "\0" x; echo; echo after'
 check "a 150000-byte line comes out in 65536-byte pieces, nothing lost" \
     '[ $rc = 0 ] && [ "$(sed -n 1p "$tmp/out" | wc -c)" = $((65536 + 5)) ] &&
      [ "$(grep -o x "$tmp/out" | wc -l)" = 150000 ] && [ "$(tail -n1 "$tmp/out")" = "[0] after" ]'
+run -n 1 sh -c 'head -c 65536 /dev/zero | tr "\0" y; echo; echo z'
+check "a line of exactly 65536 bytes stays one line" \
+    '[ $rc = 0 ] && [ "$(awk "{print length(\$0)}" "$tmp/out" | tr "\n" " ")" = "65540 5 " ]'
 run -n 2 --no-prefix sh -c 'echo "plain $RANK"'
 check "--no-prefix" '[ $rc = 0 ] && [ "$(sort "$tmp/out")" = "$(printf "plain 0\nplain 1")" ]'
 run -n 2 --tee "$tmp/logs" sh -c 'echo "out $RANK"; echo "err $RANK" >&2; printf "no newline"'
 check "--tee DIR: raw per-rank files, and the prefixed lines still printed" \
     '[ $rc = 0 ] && [ "$(cat "$tmp/logs/rank1.stdout")" = "$(printf "out 1\nno newline")" ] &&
      [ "$(cat "$tmp/logs/rank0.stderr")" = "err 0" ] && grep -q "^\[1\] out 1$" "$tmp/out"'
+: > "$tmp/file"
+run -n 2 --tee "$tmp/file" true
+check "--tee on a file: clear error" '[ $rc = 1 ] && grep -q "cannot create directory .*: Not a directory" "$tmp/err"'
 t0=$EPOCHREALTIME
 timeout 20 "$bin" -n 2 cat > "$tmp/out" 2> "$tmp/err" < <(sleep 5); rc=$?
 check "ranks read /dev/null, not the launcher's stdin" '[ $rc = 0 ] && lt $(awk "BEGIN{print $EPOCHREALTIME - $t0}") 4'

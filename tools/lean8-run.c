@@ -40,6 +40,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -288,7 +289,7 @@ static void consume(int r, stream *s, const char *p, size_t n)
     while (n > 0) {
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) : n;
-        if (s->len + take >= LINE_CAP) {       /* too long: print a LINE_CAP piece */
+        if (s->len + take > LINE_CAP) {        /* too long: print a LINE_CAP piece */
             size_t part = LINE_CAP - s->len;
             append(s, p, part);
             emit(r, s, s->buf, s->len);
@@ -364,7 +365,8 @@ static int pick_port(const char *addr, int *fd)
                                           : ((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static void set_env(int r, int port)
+/* Returns 0, or -1 when the environment could not grow. */
+static int set_env(int r, int port)
 {
     char v[32];
     struct { const char *name; long value; } nums[] = {
@@ -383,7 +385,7 @@ static void set_env(int r, int port)
           /* nothing listens on MASTER_PORT but what rank 0 starts there (under
              torchrun "True" means its agent holds the port) */
           setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1) == 0;
-    if (!ok) errno = ENOMEM;
+    return ok ? 0 : -1;
 }
 
 /* In the child: its pipes on 1 and 2, /dev/null on 0, the environment, the
@@ -397,9 +399,7 @@ static void child(int r, int port, int out, int err, int status)
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null >= 0) dup2(null, 0);
     if (dup2(out, 1) < 0 || dup2(err, 2) < 0) e = errno;
-    errno = 0;
-    set_env(r, port);
-    if (!e) e = errno;
+    if (!e && set_env(r, port) != 0) e = ENOMEM;
     setrlimit(RLIMIT_NOFILE, &orig_nofile);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &orig_mask, NULL);
@@ -485,9 +485,11 @@ static void setup(void)
     if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
         id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
     snprintf(run_id, sizeof run_id, "%016llx", (unsigned long long)id);
-    if (opt.tee && mkdir(opt.tee, 0755) != 0 && errno != EEXIST) {
-        say("--tee: cannot create directory %s: %s", opt.tee, strerror(errno));
-        exit(1);
+    if (opt.tee && mkdir(opt.tee, 0755) != 0) {
+        struct stat sb;
+        int e = errno != EEXIST ? errno : stat(opt.tee, &sb) != 0 ? errno
+              : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+        if (e) { say("--tee: cannot create directory %s: %s", opt.tee, strerror(e)); exit(1); }
     }
     if (!(ranks = calloc((size_t)opt.nproc, sizeof *ranks))) { say("out of memory"); exit(1); }
 }
@@ -544,7 +546,7 @@ int main(int argc, char **argv)
         if (opt.timeout > 0 && !stopping && alive > 0) wake = start + opt.timeout;
         if (kill_at > 0 && !killed && alive > 0 && (wake < 0 || kill_at < wake)) wake = kill_at;
         if (drain_until > 0 && (wake < 0 || drain_until < wake)) wake = drain_until;
-        int ms = wake < 0 ? -1 : (int)((wake - t) * 1000.0) + 1;
+        int ms = wake < 0 ? -1 : (int)(fmin(wake - t, 3600.0) * 1000.0) + 1;
 
         int n = 0;
         pf[n++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
