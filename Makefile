@@ -141,6 +141,7 @@ deps:
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-host
+	$(Q)$(MAKE) --no-print-directory test-launcher
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
@@ -168,6 +169,11 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS) $(BUILD)/lean8.
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
+
+# lean8-run: environment, output, failures, signals, usage (tests/launcher.sh).
+.PHONY: test-launcher
+test-launcher: $(BUILD)/bin/lean8-run
+	$(Q)timeout -k 10 300 tests/launcher.sh $(BUILD)
 
 # lean8-train end to end on the host: loss falls, bitwise resume, bad checkpoints.
 test-train: $(BUILD)/bin/lean8-train dataset
