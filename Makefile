@@ -142,6 +142,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-host
 	$(Q)$(MAKE) --no-print-directory test-launcher
+	$(Q)$(MAKE) --no-print-directory test-comm
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
@@ -169,6 +170,16 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS) $(BUILD)/lean8.
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
+
+# Communicators across processes: lean8-run, the TCP rendezvous, a dead rank
+# (tests/comm.sh with the rank program tests/comm_prog.c).
+.PHONY: test-comm
+test-comm: $(BUILD)/bin/lean8-run $(BUILD)/tests/comm_prog
+	$(Q)timeout -k 10 300 tests/comm.sh $(BUILD)
+
+$(BUILD)/tests/comm_prog: $(BUILD)/tests/comm_prog.o $(BUILD)/liblean8.a
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 
 # lean8-run: environment, output, failures, signals, usage (tests/launcher.sh).
 .PHONY: test-launcher

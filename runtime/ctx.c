@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/internal.h"
+#include "runtime/comm.h"   /* l8_dist_env_read: the local rank picks the GPU */
 #include "alloc/trace.h"
 
 #define L8_MAX_MODULES 32
@@ -173,8 +174,16 @@ static l8_status choose_device(const l8_ctx_config *cfg, l8_backend *backend, in
 {
     const char *dev = cfg && cfg->device ? cfg->device : getenv("L8_DEVICE");
     if (dev && *dev) return parse_device(dev, backend, ordinal);
-    if (l8_cuda_device_count() > 0) { *backend = L8_BACKEND_CUDA; *ordinal = 0; }
-    else { *backend = L8_BACKEND_HOST; *ordinal = -1; }
+    if (l8_cuda_device_count() > 0) {
+        /* one GPU per local rank (torchrun's LOCAL_RANK, Slurm, Open MPI) */
+        l8_dist_env e = { .size = sizeof e };
+        L8_CHECK(l8_dist_env_read(&e));
+        *backend = L8_BACKEND_CUDA;
+        *ordinal = e.local_rank;
+    } else {
+        *backend = L8_BACKEND_HOST;
+        *ordinal = -1;
+    }
     l8_error_clear();
     return L8_OK;
 }
@@ -184,8 +193,8 @@ static l8_status cuda_open(l8_ctx *ctx)
     L8_CHECK(l8i_cuda_load());
     int n = l8_cuda_device_count();
     if (ctx->device >= n)
-        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for, but only %d CUDA device(s) found",
-                       ctx->device, n);
+        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for (L8_DEVICE, or the local rank), but "
+                       "only %d CUDA device(s) found", ctx->device, n);
     L8_CHECK(L8_CU(cuDeviceGet, &ctx->cu_dev, ctx->device));
     L8_CHECK(L8_CU(cuDeviceGetName, ctx->name, (int)sizeof ctx->name, ctx->cu_dev));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
