@@ -155,16 +155,26 @@ test-ptx:
 	else echo "  PTXAS   skipped: ptxas not found (set CUDA_HOME)"; fi
 
 # The library must not link CUDA (it dlopens the driver), and an installed
-# tree must be usable from C through pkg-config.
-test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS) $(BUILD)/lean8.pc
+# tree must be usable exactly as README.md says: the documented commands, run
+# against a staged install at a non-standard prefix (no -I of our own).
+STAGE := $(abspath $(BUILD))/stage
+STAGE_PREFIX := /opt/lean8
+STAGE_ENV = PKG_CONFIG_PATH=$(STAGE)$(STAGE_PREFIX)/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(STAGE)
+test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS)
 	@if nm -u $(BUILD)/liblean8.so | grep -E ' (cu|cublas|nccl)[A-Z]'; then \
 	    echo "liblean8.so has undefined CUDA symbols (above): it must dlopen them"; exit 1; fi
 	@echo "  NM      liblean8.so: no CUDA, cuBLASLt or NCCL symbols"
-	$(Q)rm -rf $(BUILD)/stage && $(MAKE) --no-print-directory install DESTDIR=$(abspath $(BUILD))/stage PREFIX=/usr >/dev/null
-	$(Q)$(CC) -std=c11 -Wall -Werror -I$(BUILD)/stage/usr/include/lean8 examples/hello.c \
-	    -o $(BUILD)/stage/hello $(BUILD)/stage/usr/lib/liblean8.a $(LDLIBS)
-	$(Q)L8_DEVICE=host $(BUILD)/stage/hello
-	@echo "  INSTALL staged install compiles and runs examples/hello.c"
+	$(Q)rm -rf $(STAGE) && $(MAKE) --no-print-directory install DESTDIR=$(STAGE) PREFIX=$(STAGE_PREFIX) >/dev/null
+	$(Q)grep -qx 'prefix=$(STAGE_PREFIX)' $(STAGE)$(STAGE_PREFIX)/lib/pkgconfig/lean8.pc || \
+	    { echo "lean8.pc does not follow PREFIX"; exit 1; }
+	$(Q)cd $(STAGE) && $(STAGE_ENV) sh -ec 'cc -std=c11 -Wall -Werror $(CURDIR)/examples/hello.c $$(pkg-config --cflags --libs lean8) -o hello; \
+	    LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib L8_DEVICE=host ./hello'
+	$(Q)LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib ldd $(STAGE)/hello | grep -q 'liblean8.so.0 => $(STAGE)' || { echo "hello did not load the staged liblean8.so.0"; exit 1; }
+	@echo "  INSTALL cc hello.c \$$(pkg-config --cflags --libs lean8): builds and runs"
+	$(Q)cd $(STAGE) && $(STAGE_ENV) sh -ec 'cc -std=c11 -Wall -Werror $(CURDIR)/examples/hello.c $$(pkg-config --cflags --libs lean8-static) -o hello-static; \
+	    L8_DEVICE=host ./hello-static'
+	$(Q)if ldd $(STAGE)/hello-static | grep lean8; then echo "hello-static needs a shared lean8"; exit 1; fi
+	@echo "  INSTALL cc hello.c \$$(pkg-config --cflags --libs lean8-static): liblean8.a alone"
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
@@ -211,12 +221,23 @@ bench: $(BUILD)/bin/lean8-bench
 clean:
 	rm -rf $(BUILD)
 
-$(BUILD)/lean8.pc: Makefile
+# pkg-config files. Regenerated whenever their text changes (PREFIX included),
+# so `make install PREFIX=...` after a plain `make` never installs a stale prefix.
+# lean8.pc: -I.../include/lean8, so programs say #include <lean8.h> (and
+# gfortran finds lean8.mod there); lean8-static.pc links liblean8.a and nothing
+# of lean8 at run time.
+PC_HEAD = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\n
+PC_BODY = Description: lean C runtime for FP8 training on NVIDIA GPUs\nVersion: $(VERSION)\nCflags: -I$${includedir}/lean8\n
+$(BUILD)/lean8.pc: FORCE
 	@mkdir -p $(@D)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: lean8\nDescription: lean C runtime for FP8 training on NVIDIA GPUs\nVersion: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -llean8\nLibs.private: -ldl -lm -pthread\n' \
-	    '$(PREFIX)' '$(VERSION)' > $@
+	@printf '$(PC_HEAD)Name: lean8\n$(PC_BODY)Libs: -L$${libdir} -llean8\nLibs.private: $(LDLIBS)\n' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
+$(BUILD)/lean8-static.pc: FORCE
+	@mkdir -p $(@D)
+	@printf '$(PC_HEAD)Name: lean8-static\n$(PC_BODY)Libs: -L$${libdir} -l:liblean8.a $(LDLIBS)\n' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 
-install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc
+install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc $(BUILD)/lean8-static.pc
 	install -d $(DESTDIR)$(PREFIX)/include/lean8 $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	for h in $(HEADERS); do \
 	    sed -E 's|#include "(runtime\|alloc\|ops)/|#include "|' $$h > $(DESTDIR)$(PREFIX)/include/lean8/$$(basename $$h); \
@@ -225,7 +246,7 @@ install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc
 	install -m 755 $(BUILD)/liblean8.so $(DESTDIR)$(PREFIX)/lib/liblean8.so.$(VERSION)
 	ln -sf liblean8.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/liblean8.so.0
 	ln -sf liblean8.so.0 $(DESTDIR)$(PREFIX)/lib/liblean8.so
-	install -m 644 $(BUILD)/lean8.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 $(BUILD)/lean8.pc $(BUILD)/lean8-static.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
