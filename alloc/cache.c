@@ -41,7 +41,7 @@
  * contiguous stack; (3) at growth, wholly free segments too small for the
  * request are folded into the new one. (2) and (3) lower the segment count
  * and only growth raises it, so provider calls stay bounded by growths. On
- * the replay trace (alloc/replay.h) this gives reserved/allocated peaks of
+ * the replay trace (tools/replay.h) this gives reserved/allocated peaks of
  * 1.01-1.07 (1.05 for the default config).
  *
  * Errors: l8_alloc_free after a failed event create/record still takes the

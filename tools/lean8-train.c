@@ -347,9 +347,9 @@ static l8_status upload_order(model *m, const int32_t *order, int64_t n)
     return st;
 }
 
-/* Split ds onto the device: images normalized as l8_fmnist_batch does and
+/* Split ds onto the device: images normalized as fmnist_batch does and
  * rounded to bf16 (RNE, as l8_convert rounds), labels as i32. Blocks. */
-static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_tensor **y)
+static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8_tensor **y)
 {
     enum { CHUNK = 4096 };
     size_t n = ds->n;
@@ -362,7 +362,7 @@ static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_t
     for (size_t b = 0; b < n; b += CHUNK) {
         size_t c = n - b < CHUNK ? n - b : CHUNK;
         for (size_t i = 0; i < c; i++) idx[i] = (int64_t)(b + i);
-        L8_TRY(st, l8_fmnist_batch(ds, idx, c, xf, yh + b), out);
+        L8_TRY(st, fmnist_batch(ds, idx, c, xf, yh + b), out);
         for (size_t k = 0; k < c * IN_FEATURES; k++) xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
     }
     *x = new2(m->ctx, L8_BF16, (int64_t)n, IN_FEATURES, &st);
@@ -527,15 +527,15 @@ int main(int argc, char **argv)
 {
     opts o;
     model m = {0};
-    l8_fmnist train = {0}, test = {0};
+    fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
     if (parse(argc, argv, &o)) { usage(); return 2; }
-    CK(l8_fmnist_load(o.data, "train", &train));
-    CK(l8_fmnist_load(o.data, "t10k", &test));
+    CK(fmnist_load(o.data, "train", &train));
+    CK(fmnist_load(o.data, "t10k", &test));
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
@@ -618,7 +618,7 @@ fail:
     free(lh);
     free(hh);
     model_free(&m);
-    l8_fmnist_free(&train);
-    l8_fmnist_free(&test);
+    fmnist_free(&train);
+    fmnist_free(&test);
     return rc;
 }
