@@ -18,6 +18,11 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 CUDA_HOME ?= /usr/local/cuda
 CC        ?= cc
+# Fortran compiler (make's default FC is f77): the module is built when it exists
+ifeq ($(origin FC),default)
+FC := gfortran
+endif
+HAVE_FC := $(shell command -v $(FC) 2>/dev/null)
 VERSION   := 0.1.0
 L8_DEBUG  ?= 1
 
@@ -141,7 +146,7 @@ deps:
 .PHONY: test test-ptx test-host test-valgrind test-gpu test-link test-train test-abi
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host
+	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host test-fortran
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
@@ -176,6 +181,12 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS)
 	    L8_DEVICE=host ./hello-static'
 	$(Q)if ldd $(STAGE)/hello-static | grep lean8; then echo "hello-static needs a shared lean8"; exit 1; fi
 	@echo "  INSTALL cc hello.c \$$(pkg-config --cflags --libs lean8-static): liblean8.a alone"
+ifneq ($(HAVE_FC),)
+	$(Q)cd $(STAGE) && $(STAGE_ENV) sh -ec '$(FC) -c -I$$(pkg-config --variable=includedir lean8)/lean8 $(CURDIR)/examples/fmnist_mlp.f90 -o /dev/null; \
+	    $(FC) $(CURDIR)/tests/test_fortran.f90 $$(pkg-config --cflags --libs lean8-fortran) -o test_fortran; \
+	    LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib L8_DEVICE=host ./test_fortran >/dev/null'
+	@echo "  INSTALL gfortran app.f90 \$$(pkg-config --cflags --libs lean8-fortran): finds lean8.mod, runs"
+endif
 
 # Only l8_ names leave liblean8.so.0, each declared in an installed header
 # and documented in docs/api/ (tests/abi.sh names any that is not).
@@ -238,12 +249,17 @@ $(BUILD)/lean8.pc: FORCE
 	@mkdir -p $(@D)
 	@printf '$(PC_HEAD)Name: lean8\n$(PC_BODY)Libs: -L$${libdir} -llean8\nLibs.private: $(LDLIBS)\n' > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
+$(BUILD)/lean8-fortran.pc: FORCE
+	@mkdir -p $(@D)
+	@printf '$(PC_HEAD)Name: lean8-fortran\nDescription: the Fortran module lean8 (lean8.mod, built by $(FC); liblean8f.a)\nVersion: $(VERSION)\nRequires: lean8\nCflags: -I$${includedir}/lean8\nLibs: -L$${libdir} -llean8f\n' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 $(BUILD)/lean8-static.pc: FORCE
 	@mkdir -p $(@D)
 	@printf '$(PC_HEAD)Name: lean8-static\n$(PC_BODY)Libs: -L$${libdir} -l:liblean8.a $(LDLIBS)\n' > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 
-install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc $(BUILD)/lean8-static.pc
+install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc $(BUILD)/lean8-static.pc \
+         fortran $(BUILD)/lean8-fortran.pc
 	install -d $(DESTDIR)$(PREFIX)/include/lean8 $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	for h in $(HEADERS); do \
 	    sed -E 's|#include "(runtime\|alloc\|ops)/|#include "|' $$h > $(DESTDIR)$(PREFIX)/include/lean8/$$(basename $$h); \
@@ -254,5 +270,65 @@ install: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/lean8.pc
 	ln -sf liblean8.so.0 $(DESTDIR)$(PREFIX)/lib/liblean8.so
 	install -m 644 $(BUILD)/lean8.pc $(BUILD)/lean8-static.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	@if [ -f $(BUILD)/liblean8f.a ]; then \
+	    echo "install -m 644 lean8.mod liblean8f.a lean8-fortran.pc (Fortran)"; \
+	    install -m 644 $(BUILD)/fortran/lean8.mod $(DESTDIR)$(PREFIX)/include/lean8/ && \
+	    install -m 644 $(BUILD)/liblean8f.a $(DESTDIR)$(PREFIX)/lib/ && \
+	    install -m 644 $(BUILD)/lean8-fortran.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/; fi
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- Fortran: the module `lean8` (runtime/lean8.f90), its test and example ----
+# Built by `make` when $(FC) (gfortran) exists, skipped with one line otherwise.
+# liblean8f.a holds the module's wrappers (so liblean8 itself never needs
+# libgfortran); lean8.mod is installed beside the C headers. The test and the
+# example link libgfortran statically, so they run on machines without it.
+FFLAGS  ?= -O2 -g
+F_FLAGS  = $(FFLAGS) -std=f2018 -fimplicit-none -Wall -Wextra -Wimplicit-interface \
+           -Wno-compare-reals -Wno-do-subscript $(if $(filter 1,$(WERROR) $(CI)),-Werror)
+# libquadmath too, where its static archive exists (gfortran 12 has no -static-libquadmath)
+F_QUADMATH := $(if $(HAVE_FC),$(wildcard $(shell $(FC) -print-file-name=libquadmath.a)))
+F_LINK   = $(BUILD)/liblean8f.a $(BUILD)/liblean8.a $(LDLIBS) -static-libgfortran $(F_QUADMATH) \
+           -Wl,--as-needed
+F_BINS  := $(BUILD)/bin/lean8-fortran-test $(BUILD)/bin/fmnist_mlp
+
+$(BUILD)/fortran/lean8.o: runtime/lean8.f90 $(BUILD)/.flags
+	@mkdir -p $(@D)
+	$(call say,FC,$<)
+	$(Q)$(FC) $(F_FLAGS) -J$(@D) -c $< -o $@
+$(BUILD)/liblean8f.a: $(BUILD)/fortran/lean8.o
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(BUILD)/bin/lean8-fortran-test: tests/test_fortran.f90 $(BUILD)/liblean8f.a $(BUILD)/liblean8.a
+	@mkdir -p $(@D)
+	$(call say,FC,$<)
+	$(Q)$(FC) $(F_FLAGS) -I$(BUILD)/fortran -J$(BUILD)/fortran $< -o $@ $(F_LINK)
+$(BUILD)/bin/fmnist_mlp: examples/fmnist_mlp.f90 $(BUILD)/liblean8f.a $(BUILD)/liblean8.a
+	@mkdir -p $(@D)
+	$(call say,FC,$<)
+	$(Q)$(FC) $(F_FLAGS) -I$(BUILD)/fortran -J$(BUILD)/fortran $< -o $@ $(F_LINK)
+
+.PHONY: fortran test-fortran
+ifneq ($(HAVE_FC),)
+fortran: $(BUILD)/liblean8f.a $(F_BINS)
+else
+fortran:
+	@echo "  FORTRAN skipped: $(FC) not found (the lean8 module, its test and examples/fmnist_mlp.f90 need gfortran)"
+endif
+all: fortran
+
+# The Fashion-MNIST IDX files unzipped for the Fortran example (it reads plain IDX).
+FMNIST_RAW := $(BUILD)/fmnist
+FMNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte
+$(FMNIST_RAW)/%-ubyte: | dataset
+	@mkdir -p $(@D)
+	$(Q)if [ -f $(FMNIST_DIR)/$*-ubyte.gz ]; then zcat $(FMNIST_DIR)/$*-ubyte.gz > $@.tmp; \
+	    else cp $(FMNIST_DIR)/$*-ubyte $@.tmp; fi && mv $@.tmp $@
+
+# The module's checks, then a short training run of the example on the host
+# (one epoch; the full run, 5 epochs to >= 0.88, is the GPU's).
+test-fortran: fortran $(if $(HAVE_FC),$(FMNIST_FILES:%=$(FMNIST_RAW)/%))
+ifneq ($(HAVE_FC),)
+	$(Q)L8_DEVICE=host $(BUILD)/bin/lean8-fortran-test
+	$(Q)L8_DEVICE=host timeout 900 $(BUILD)/bin/fmnist_mlp $(FMNIST_RAW) 1 60000 0.84 $(BUILD)/fmnist_mlp.ckpt
+endif
