@@ -90,6 +90,9 @@ typedef struct l8_alloc_config {
     l8_trace *trace;              /* NULL: no tracing */
 } l8_alloc_config;
 #define L8_ALLOC_CONFIG_INIT { sizeof(l8_alloc_config), 0, NULL }
+/* Fill *cfg with the defaults of L8_ALLOC_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_alloc_config_init(l8_alloc_config *cfg);
 
 /* Bytes; "peak" is the high-water mark since creation or l8_alloc_reset_peaks. */
 typedef struct l8_alloc_stats {

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "alloc/trace.h"
+#include "runtime/config_internal.h"
 
 #define TRACE_VERSION 1u
 #define TRACE_RECORD 48u
@@ -317,16 +318,17 @@ static l8_status open_file(l8_trace *t, const char *path)
     return L8_OK;
 }
 
+void l8_trace_config_init(l8_trace_config *cfg)
+{
+    if (cfg) *cfg = (l8_trace_config)L8_TRACE_CONFIG_INIT;
+}
+
 l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
     l8_trace_config c = L8_TRACE_CONFIG_INIT;
-    if (cfg) {
-        L8_ARG(cfg->size >= offsetof(l8_trace_config, capacity) + sizeof cfg->capacity);
-        c.path = cfg->path;
-        c.capacity = cfg->capacity;
-    }
+    L8I_CONFIG_COPY(c, cfg, "l8_trace_create", "L8_TRACE_CONFIG_INIT");
     if (c.capacity == 0) c.capacity = TRACE_DEFAULT_CAPACITY;
     if (c.capacity > SIZE_MAX / sizeof(l8_trace_event))
         return L8_FAIL(L8_ERR_INVALID_ARG, "trace capacity %zu events is too large", c.capacity);

@@ -59,6 +59,9 @@ typedef struct l8_trace_config {
     size_t capacity;              /* events kept in memory; 0: default 1<<20 */
 } l8_trace_config;
 #define L8_TRACE_CONFIG_INIT { sizeof(l8_trace_config), NULL, 0 }
+/* Fill *cfg with the defaults of L8_TRACE_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_trace_config_init(l8_trace_config *cfg);
 
 /* Start a trace. With a path, the file is created (truncated) at once and
  * written through a buffer; it is complete after l8_trace_flush/destroy.

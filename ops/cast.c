@@ -491,6 +491,11 @@ static void scale_update_host(float *hist, int64_t H, float *amax, uint32_t as, 
     }
 }
 
+void l8_fp8_scale_update_config_init(l8_fp8_scale_update_config *cfg)
+{
+    if (cfg) *cfg = (l8_fp8_scale_update_config)L8_FP8_SCALE_UPDATE_CONFIG_INIT;
+}
+
 l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tensor *scale,
                               l8_tensor *scale_inv, const l8_tensor *fp8_max,
                               const l8_fp8_scale_update_config *cfg, l8_stream *s)

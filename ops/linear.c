@@ -180,9 +180,6 @@ static int overlap(const l8_tensor *a, const l8_tensor *b)
 static l8_status check_config(l8_ctx *ctx, const l8_linear_config *c)
 {
     static const char *op = "l8_linear_create";
-    if (c->size < sizeof(l8_linear_config))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size is %zu, expected %zu (use"
-                       " L8_LINEAR_CONFIG_INIT)", op, c->size, sizeof(l8_linear_config));
     if (c->mode != L8_LINEAR_FP8 && c->mode != L8_LINEAR_BF16)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)c->mode);
     if (c->name && (c->name[0] == '\0' || strlen(c->name) > NAME_MAX_LEN))
@@ -276,11 +273,19 @@ static l8_status register_roles(l8_linear *l)
     return L8_OK;
 }
 
+void l8_linear_config_init(l8_linear_config *cfg)
+{
+    if (cfg) *cfg = (l8_linear_config)L8_LINEAR_CONFIG_INIT;
+}
+
 l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(ctx != NULL && cfg != NULL);
+    l8_linear_config c = L8_LINEAR_CONFIG_INIT;
+    L8I_CONFIG_COPY(c, cfg, "l8_linear_create", "L8_LINEAR_CONFIG_INIT");
+    cfg = &c;
     L8_CHECK(check_config(ctx, cfg));
     l8_linear *l = calloc(1, sizeof *l);
     if (!l)

@@ -181,6 +181,9 @@ typedef struct l8_linear_config {
 #define L8_LINEAR_CONFIG_INIT \
     { sizeof(l8_linear_config), NULL, L8_LINEAR_FP8, NULL, NULL, NULL, NULL, NULL, NULL, \
       0, 1, NULL, NULL, 0, NULL, NULL, L8_PARALLEL_NONE, 0 }
+/* Fill *cfg with the defaults of L8_LINEAR_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_linear_config_init(l8_linear_config *cfg);
 
 /* Create a layer on ctx. The layer keeps its own views of weight, bias and
  * their grads (the caller's tensors may be destroyed; the storages are

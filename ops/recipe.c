@@ -71,6 +71,11 @@ static l8_stream *compute(const l8_recipe *r) { return l8_ctx_stream(r->ctx, L8_
 
 /* ---- create / destroy ---- */
 
+void l8_recipe_config_init(l8_recipe_config *cfg)
+{
+    if (cfg) *cfg = (l8_recipe_config)L8_RECIPE_CONFIG_INIT;
+}
+
 l8_status l8_recipe_create(l8_ctx *ctx, const l8_recipe_config *cfg, l8_recipe **out)
 {
     L8_ARG(out != NULL);

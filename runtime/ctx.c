@@ -204,11 +204,18 @@ static l8_status cuda_open(l8_ctx *ctx)
     return st;
 }
 
+void l8_ctx_config_init(l8_ctx_config *cfg)
+{
+    if (cfg) *cfg = (l8_ctx_config)L8_CTX_CONFIG_INIT;
+}
+
 l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
 {
     L8_ARG(out != NULL);
-    L8_ARG(cfg == NULL || cfg->size >= sizeof(l8_ctx_config));
     *out = NULL;
+    l8_ctx_config c = L8_CTX_CONFIG_INIT;
+    L8I_CONFIG_COPY(c, cfg, "l8_ctx_create", "L8_CTX_CONFIG_INIT");
+    cfg = &c;
     l8_backend backend = L8_BACKEND_HOST;
     int ordinal = -1;
     L8_CHECK(choose_device(cfg, &backend, &ordinal));
@@ -227,7 +234,12 @@ l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
         l8_host_provider(&ctx->dev_prov);
         ctx->pin_prov = ctx->dev_prov;
     }
-    if (cfg && cfg->provider) ctx->dev_prov = *cfg->provider;
+    if (cfg && cfg->provider) {                   /* a caller's provider: any struct version */
+        l8_segment_provider pv = { .size = sizeof pv };
+        L8_TRY(st, l8i_config_copy(&pv, sizeof pv, cfg->provider, "l8_ctx_create: cfg->provider",
+                                   "sizeof(l8_segment_provider)"), fail);
+        ctx->dev_prov = pv;
+    }
     l8_alloc_config ac = L8_ALLOC_CONFIG_INIT;
     ac.memory_limit = cfg ? cfg->memory_limit : 0;
     ac.trace = l8_trace_global();

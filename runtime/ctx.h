@@ -46,6 +46,9 @@ typedef struct l8_ctx_config {
     const l8_segment_provider *provider;  /* NULL: the backend's own (tests inject faults here) */
 } l8_ctx_config;
 #define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL }
+/* Fill *cfg with the defaults of L8_CTX_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_ctx_config_init(l8_ctx_config *cfg);
 
 /* Create a context. cfg may be NULL. The caller owns *out.
  * Errors: L8_ERR_INVALID_ARG (malformed device string), L8_ERR_NO_DEVICE (cuda

@@ -11,21 +11,9 @@
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
 #include "runtime/cuda_internal.h"   /* the driver layer: l8i_cu, L8_CU */
+#include "runtime/config_internal.h" /* L8I_CONFIG_COPY */
 
-/* ---- versioned config structs (first member: size_t size) ----
- * c holds the defaults; when cfg is not NULL it becomes *cfg, after checking
- * that the caller's struct is as large as ours (L8_ERR_INVALID_ARG "<fn>:
- * cfg->size N, wanted M (use <init>)" otherwise). Returns from the caller. */
-#define L8I_CONFIG_COPY(c, cfg, fn, init)                                                     \
-    do {                                                                                      \
-        if (cfg) {                                                                            \
-            if ((cfg)->size < sizeof(c))                                                      \
-                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu (use %s)",  \
-                               (fn), (cfg)->size, sizeof(c), (init));                         \
-            (c) = *(cfg);                                                                     \
-            (c).size = sizeof(c);                                                             \
-        }                                                                                     \
-    } while (0)
+/* ---- versioned config structs: L8I_CONFIG_COPY is in config_internal.h ---- */
 
 /* ---- tensor.c ---- */
 /* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else

@@ -6,7 +6,9 @@
  * collectives. Every public name starts with l8_; every function returns an
  * l8_status (see status.h) unless it cannot fail.
  *
- * Installed as <lean8/lean8.h>; link with -llean8 (pkg-config lean8).
+ * Installed as include/lean8/lean8.h: #include <lean8.h> with the flags of
+ * `pkg-config --cflags lean8` (-I${includedir}/lean8); link with
+ * `pkg-config --libs lean8` (liblean8.so) or `--libs lean8-static` (liblean8.a).
  */
 #ifndef L8_LEAN8_H
 #define L8_LEAN8_H

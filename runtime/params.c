@@ -110,6 +110,11 @@ static const param *get_param(const l8_params *g, int id)
 /* ------------------------------------------------------------------------ */
 /* create / destroy / add                                                    */
 
+void l8_params_config_init(l8_params_config *cfg)
+{
+    if (cfg) *cfg = (l8_params_config)L8_PARAMS_CONFIG_INIT;
+}
+
 l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg, l8_params **out)
 {
     L8_ARG(out != NULL);

@@ -82,6 +82,9 @@ typedef struct l8_params_config {
     l8_dtype grad_dtype;          /* L8_F32 (default) or L8_BF16 */
 } l8_params_config;
 #define L8_PARAMS_CONFIG_INIT { sizeof(l8_params_config), L8_F32 }
+/* Fill *cfg with the defaults of L8_PARAMS_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_params_config_init(l8_params_config *cfg);
 
 /* A new empty group on ctx; cfg NULL: defaults. The caller owns *out.
  * Errors: L8_ERR_INVALID_ARG (grad dtype not f32/bf16, cfg->size too small),

@@ -73,6 +73,7 @@ const l8_error *l8_last_error(void);
  * CUDA_ERROR_OUT_OF_MEMORY (2) at alloc/cache.c:120: <message>". Library-owned. */
 const char *l8_last_error_string(void);
 
+/* Reset the calling thread's last error to L8_OK ("no error"). */
 void l8_error_clear(void);
 
 /* Record an error and return st. For library code and extensions; the

@@ -5,8 +5,11 @@
 #   2. resuming from a checkpoint gives bitwise the same losses and accuracies
 #      as the uninterrupted run;
 #   3. a truncated, corrupt or mismatched checkpoint is refused with a clear
-#      message, and the previous checkpoint is left intact;
-#   4. bad flags and a missing dataset are clear errors, not crashes.
+#      message naming what differs, and no file is changed by the refusal; a
+#      save killed mid-write (SIGXFSZ) leaves the previous checkpoint intact
+#      and the next save removes its temporary file;
+#   4. bad flags and a missing dataset are clear errors naming the flag, not
+#      crashes; --help and --version exit 0.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -39,32 +42,60 @@ done
 for mode in fp8 bf16; do
     "$bin" "${args[@]}" --$mode --epochs 1 --save "$tmp/$mode.ckpt" > /dev/null 2>&1 || bad "$mode save"
 done
-# a run that fails to save (unwritable target) leaves the old checkpoint byte-identical
 cp "$tmp/fp8.ckpt" "$tmp/keep.ckpt"
+# --save is checked before training: a missing directory fails at once, no epoch runs
 if "$bin" "${args[@]}" --epochs 1 --save "$tmp/nodir/x.ckpt" > "$tmp/o.txt" 2>&1; then bad "save into a missing directory succeeded"
-else ok "save into a missing directory is an error: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"; fi
-cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "previous checkpoint intact" || bad "previous checkpoint changed"
+elif grep -q '^epoch' "$tmp/o.txt"; then bad "save into a missing directory failed only after training"
+else ok "save into a missing directory is an error before training: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"; fi
+# a save killed half-way (file size limit: SIGXFSZ) over an existing checkpoint
+# leaves that checkpoint byte-identical; the next save removes the temporary
+rc=$( { (ulimit -c 0; ulimit -f 64; exec "$bin" "${args[@]}" --epochs 1 --save "$tmp/fp8.ckpt") \
+        > "$tmp/o.txt" 2>&1; echo $?; } 2>/dev/null )
+stale=$(ls "$tmp"/fp8.ckpt.tmp.* 2>/dev/null | wc -l)
+if [ $rc -ne 0 ] && [ "$stale" -gt 0 ]; then ok "a save killed by SIGXFSZ (exit $rc) leaves a temporary file"
+else bad "the size-limited save did not die mid-write (exit $rc, $stale temporaries)"; fi
+cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "previous checkpoint intact after the killed save" || bad "previous checkpoint changed by the killed save"
+"$bin" "${args[@]}" --epochs 1 --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1 || bad "save after a killed save"
+if ls "$tmp"/fp8.ckpt.tmp.* > /dev/null 2>&1; then bad "the stale temporary file is still there"
+else ok "the next save removed the stale temporary: $(grep -m1 -o 'removed [^ ]*' "$tmp/o.txt")"; fi
+cp "$tmp/fp8.ckpt" "$tmp/keep.ckpt"
 
 size=$(stat -c %s "$tmp/fp8.ckpt")
 head -c $((size / 2)) "$tmp/fp8.ckpt" > "$tmp/trunc.ckpt"
 cp "$tmp/fp8.ckpt" "$tmp/corrupt.ckpt"
 printf '\xff' | dd of="$tmp/corrupt.ckpt" bs=1 seek=$((size / 3)) conv=notrunc 2>/dev/null
+mkdir -p "$tmp/keep" && cp "$tmp/trunc.ckpt" "$tmp/corrupt.ckpt" "$tmp/bf16.ckpt" "$tmp/keep/"
+# every refused resume also names fp8.ckpt as --save: a run that fails before
+# training must not touch the checkpoint it would have written
 for c in trunc corrupt; do
-    if "$bin" "${args[@]}" --epochs 2 --resume "$tmp/$c.ckpt" > "$tmp/o.txt" 2>&1; then bad "$c checkpoint accepted"
+    if "$bin" "${args[@]}" --epochs 2 --resume "$tmp/$c.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "$c checkpoint accepted"
     elif grep -q "$c.ckpt" "$tmp/o.txt"; then ok "$c checkpoint refused: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"
     else bad "$c checkpoint refused without naming the file"; cat "$tmp/o.txt"; fi
 done
-if "$bin" "${args[@]}" --fp8 --epochs 2 --resume "$tmp/bf16.ckpt" > "$tmp/o.txt" 2>&1; then bad "bf16 checkpoint accepted by an fp8 run"
-elif grep -q "another model" "$tmp/o.txt"; then ok "mismatched checkpoint refused"
+if "$bin" "${args[@]}" --fp8 --epochs 2 --resume "$tmp/bf16.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "bf16 checkpoint accepted by an fp8 run"
+elif grep -q "another model.*written by a --bf16 run, this run is --fp8" "$tmp/o.txt"; then ok "mismatched checkpoint refused, naming the field"
 else bad "mismatch message unclear"; cat "$tmp/o.txt"; fi
-cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "checkpoint untouched by failed loads" || bad "checkpoint changed by a load"
+if "$bin" "${args[@]}" --fp8 --epochs 2 --batch 32 --resume "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "resume with another --batch accepted"
+elif grep -q -- "--batch 64, this run 32" "$tmp/o.txt"; then ok "resume with another --batch refused, naming it"
+else bad "resume mismatch message unclear"; cat "$tmp/o.txt"; fi
+cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "--save target untouched by runs whose resume failed" || bad "--save target changed by a failed run"
+same=1
+for c in trunc corrupt bf16; do cmp -s "$tmp/$c.ckpt" "$tmp/keep/$c.ckpt" || same=0; done
+[ $same = 1 ] && ok "refused checkpoints are left as they were" || bad "a refused checkpoint was modified"
 
 if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing dataset accepted"
 elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: clear error"
 else bad "missing dataset message unclear"; cat "$tmp/o.txt"; fi
-for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate"; do
+for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate" "--epochs 4294967297" \
+         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
-    [ $rc = 2 ] && ok "bad flag '$a' -> usage (exit 2)" || { bad "bad flag '$a' exit $rc"; cat "$tmp/o.txt"; }
+    flag=${a%% *}
+    if [ $rc = 2 ] && grep -q -- "$flag" "$tmp/o.txt"; then ok "bad flag '$a' -> message naming $flag, exit 2"
+    else bad "bad flag '$a' exit $rc"; cat "$tmp/o.txt"; fi
+done
+for a in --help --version; do
+    "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
+    [ $rc = 0 ] && [ -s "$tmp/o.txt" ] && ok "$a exits 0" || { bad "$a exit $rc"; cat "$tmp/o.txt"; }
 done
 echo "train ($dev): $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -25,12 +25,15 @@
  * deterministic, so a run resumed from a checkpoint (saved after each epoch
  * with --save) prints exactly the losses of an uninterrupted run.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 #include "runtime/lean8.h"
 #include "runtime/params.h"
@@ -86,12 +89,41 @@ typedef struct model {
     fprintf(stderr, "lean8-train: %s\n  at %s:%d: %s\n", l8_last_error_string(), __FILE__, __LINE__, #x); \
     goto fail; } } while (0)
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
-            "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n");
+            "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
+            "                   [--help] [--version]\n");
+}
+
+/* An integer flag's value: all of v, lo <= value <= hi, no overflow. */
+static int parse_int(const char *flag, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "lean8-train: %s wants an integer in %ld..%ld, not '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* A float flag's value: all of v, finite, and > 0 (positive) or >= 0. */
+static int parse_float(const char *flag, const char *v, int positive, float *out)
+{
+    char *end;
+    float x = strtof(v, &end);
+    if (end == v || *end || !isfinite(x) || (positive ? !(x > 0) : !(x >= 0))) {
+        fprintf(stderr, "lean8-train: %s wants a finite number %s 0, not '%s'\n", flag,
+                positive ? ">" : ">=", v);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 static int parse_hidden(const char *s, opts *o)
@@ -108,6 +140,7 @@ static int parse_hidden(const char *s, opts *o)
     return o->nhidden ? 0 : -1;
 }
 
+/* 0: run; 1: done (--help, --version: exit 0); -1: usage error (exit 2). */
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
@@ -115,18 +148,25 @@ static int parse(int argc, char **argv, opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(a, "--fp8")) o->fp8 = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 1; }
+        else if (!strcmp(a, "--version")) { printf("lean8-train (lean8 %s)\n", l8_version()); return 1; }
+        else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
-        else if (!strcmp(a, "--batch")) { o->batch = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--epochs")) { o->epochs = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--limit")) { o->limit = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--stop-after")) { o->stop_after = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--lr")) { o->lr = strtof(v, &end); i++; }
-        else if (!strcmp(a, "--wd")) { o->wd = strtof(v, &end); i++; }
-        else if (!strcmp(a, "--seed")) { o->seed = strtoull(v, &end, 0); i++; }
+        else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
+        else if (!strcmp(a, "--epochs")) { if (parse_int(a, v, 0, 1000000, &o->epochs)) return -1; i++; }
+        else if (!strcmp(a, "--limit")) { if (parse_int(a, v, 0, INT32_MAX, &o->limit)) return -1; i++; }
+        else if (!strcmp(a, "--stop-after")) { if (parse_int(a, v, 0, 1000000, &o->stop_after)) return -1; i++; }
+        else if (!strcmp(a, "--lr")) { if (parse_float(a, v, 1, &o->lr)) return -1; i++; }
+        else if (!strcmp(a, "--wd")) { if (parse_float(a, v, 0, &o->wd)) return -1; i++; }
+        else if (!strcmp(a, "--seed")) {
+            errno = 0;
+            o->seed = strtoull(v, &end, 0);
+            if (v[strspn(v, " \t")] == '-' || errno == ERANGE) end = (char *)v;   /* refused below */
+            i++;
+        }
         else if (!strcmp(a, "--device")) { o->device = v; i++; }
         else if (!strcmp(a, "--save")) { o->save = v; i++; }
         else if (!strcmp(a, "--resume")) { o->resume = v; i++; }
@@ -139,8 +179,9 @@ static int parse(int argc, char **argv, opts *o)
         fprintf(stderr, "lean8-train: --batch must be a multiple of 16 (FP8 GEMMs need it), 16..65536\n");
         return -1;
     }
-    if (o->epochs < 0 || o->limit < 0 || o->stop_after < 0 || !(o->lr > 0) || !(o->wd >= 0)) {
-        fprintf(stderr, "lean8-train: --epochs, --limit, --stop-after >= 0, --lr > 0, --wd >= 0\n");
+    if (o->limit && o->limit < o->batch) {
+        fprintf(stderr, "lean8-train: --limit %d is smaller than one batch (--batch %d)\n", o->limit,
+                o->batch);
         return -1;
     }
     return 0;
@@ -347,9 +388,9 @@ static l8_status upload_order(model *m, const int32_t *order, int64_t n)
     return st;
 }
 
-/* Split ds onto the device: images normalized as l8_fmnist_batch does and
+/* Split ds onto the device: images normalized as fmnist_batch does and
  * rounded to bf16 (RNE, as l8_convert rounds), labels as i32. Blocks. */
-static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_tensor **y)
+static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8_tensor **y)
 {
     enum { CHUNK = 4096 };
     size_t n = ds->n;
@@ -362,7 +403,7 @@ static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_t
     for (size_t b = 0; b < n; b += CHUNK) {
         size_t c = n - b < CHUNK ? n - b : CHUNK;
         for (size_t i = 0; i < c; i++) idx[i] = (int64_t)(b + i);
-        L8_TRY(st, l8_fmnist_batch(ds, idx, c, xf, yh + b), out);
+        L8_TRY(st, fmnist_batch(ds, idx, c, xf, yh + b), out);
         for (size_t k = 0; k < c * IN_FEATURES; k++) xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
     }
     *x = new2(m->ctx, L8_BF16, (int64_t)n, IN_FEATURES, &st);
@@ -398,12 +439,16 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* One line of at most 79 columns, rewritten in place:
+ *   "  epoch  3 [=========                     ]  31%   412345 img/s  ETA   12s" */
 static void progress(int epoch, int64_t done, int64_t total, double t0)
 {
     int w = 30, k = (int)(w * done / (total ? total : 1));
-    double dt = now_s() - t0;
-    fprintf(stderr, "\r  epoch %2d [%.*s%*s] %3d%%  %.0f img/s ", epoch, k, "==============================",
-            w - k, "", (int)(100 * done / (total ? total : 1)), dt > 0 ? done / dt : 0.0);
+    double dt = now_s() - t0, rate = dt > 0 ? done / dt : 0.0;
+    double eta = rate > 0 ? (double)(total - done) / rate : 0.0;
+    fprintf(stderr, "\r  epoch %2d [%.*s%*s] %3d%%  %7.0f img/s  ETA %5.0fs", epoch, k,
+            "==============================", w - k, "", (int)(100 * done / (total ? total : 1)),
+            rate, eta < 99999 ? eta : 99999);
     fflush(stderr);
 }
 
@@ -415,15 +460,68 @@ typedef struct run_state {
     int32_t dims[MAX_LAYERS + 1];
 } run_state;
 
+/* The run's schedule: a resume with other values would not continue it. */
+typedef struct run_hyper {
+    int32_t batch, epochs, limit;
+    float lr, wd;
+} run_hyper;
+
+static run_hyper hyper_of(const opts *o)
+{
+    return (run_hyper){ .batch = o->batch, .epochs = o->epochs, .limit = o->limit, .lr = o->lr,
+                        .wd = o->wd };
+}
+
+/* Temporary files "<path>.tmp.<pid>.<n>" of checkpoint writers that died
+ * before their rename (SIGXFSZ, SIGKILL, a crash) would stay for ever:
+ * removed before each save. One whose process still runs here is kept. */
+static void clean_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *rest = e->d_name + bl;
+        if (strncmp(e->d_name, base, bl) || strncmp(rest, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(rest + 5, &end, 10);
+        if (end == rest + 5 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours to judge */
+        char full[8192];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (unlink(full) == 0)
+            printf("lean8-train: removed %s (a checkpoint write that never finished)\n", full);
+    }
+    closedir(d);
+}
+
+/* --save is checked before any training: open a writer and abort it. */
+static l8_status check_save_path(const char *path)
+{
+    l8_ckpt_writer *w = NULL;
+    clean_stale_temps(path);
+    L8_CHECK(l8_ckpt_writer_open(path, CKPT_KIND, CKPT_VERSION, &w));
+    l8_ckpt_writer_abort(w);
+    return L8_OK;
+}
+
 static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *path)
 {
     l8_ckpt_writer *w = NULL;
     l8_status st;
     run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = o->fp8, .nl = m->nl };
     uint64_t step = 0;
+    run_hyper hy = hyper_of(o);
     for (int i = 0; i <= m->nl; i++) rs.dims[i] = (int32_t)m->dims[i];
+    clean_stale_temps(path);
     L8_CHECK(l8_ckpt_writer_open(path, CKPT_KIND, CKPT_VERSION, &w));
     L8_TRY(st, l8_ckpt_write_section(w, "run", &rs, sizeof rs), fail);
+    L8_TRY(st, l8_ckpt_write_section(w, "run.hyper", &hy, sizeof hy), fail);
     L8_TRY(st, l8_ckpt_write_tensor(w, "params.master", l8_params_master_flat(m->params)), fail);
     for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
         char name[64];
@@ -459,6 +557,51 @@ fail:
     return st;
 }
 
+/* The model, mode, seed and schedule of the checkpoint against this run's:
+ * L8_ERR_INVALID_ARG naming every field that differs. */
+static l8_status check_run(const l8_ckpt_reader *r, const run_state *rs, const model *m,
+                           const opts *o, const char *path)
+{
+    char why[512] = "", a[128] = "", b[128] = "";
+    size_t n = 0;
+    int same_dims = rs->nl == m->nl;
+    for (int i = 0; same_dims && i <= m->nl; i++) same_dims = rs->dims[i] == m->dims[i];
+    if (!same_dims) {
+        for (int i = 0, k = 0; i <= rs->nl && i <= MAX_LAYERS; i++)
+            k += snprintf(a + k, sizeof a - (size_t)k, "%s%d", i ? "-" : "", (int)rs->dims[i]);
+        for (int i = 0, k = 0; i <= m->nl; i++)
+            k += snprintf(b + k, sizeof b - (size_t)k, "%s%d", i ? "-" : "", (int)m->dims[i]);
+        n += (size_t)snprintf(why + n, sizeof why - n, "; layers %s, this run %s (--hidden)", a, b);
+    }
+    if (rs->fp8 != o->fp8 && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; written by a --%s run, this run is --%s",
+                              rs->fp8 ? "fp8" : "bf16", o->fp8 ? "fp8" : "bf16");
+    if (rs->seed != o->seed && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --seed %" PRIu64 ", this run %" PRIu64,
+                              rs->seed, o->seed);
+    if (n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s is of another model or run: refused%s",
+                       path, why);
+    if (!l8_ckpt_has(r, "run.hyper")) return L8_OK;           /* written before it was recorded */
+    run_hyper h, want = hyper_of(o);
+    L8_CHECK(l8_ckpt_read_section_into(r, "run.hyper", &h, sizeof h));
+    if (h.batch != want.batch && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --batch %d, this run %d", h.batch, want.batch);
+    if (h.epochs != want.epochs && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --epochs %d, this run %d", h.epochs, want.epochs);
+    if (h.limit != want.limit && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --limit %d, this run %d", h.limit, want.limit);
+    if (h.lr != want.lr && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --lr %g, this run %g", (double)h.lr, (double)want.lr);
+    if (h.wd != want.wd && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --wd %g, this run %g", (double)h.wd, (double)want.wd);
+    if (n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s was written with another schedule, so"
+                       " resuming would not continue that run: refused%s (resume with the same"
+                       " flags)", path, why);
+    return L8_OK;
+}
+
 /* Validate everything first (config, sections, shapes), then load. */
 static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch_done)
 {
@@ -471,13 +614,7 @@ static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch
     L8_CHECK(l8_ckpt_open(path, &r));
     L8_TRY(st, l8_ckpt_expect(r, CKPT_KIND, CKPT_VERSION), out);
     L8_TRY(st, l8_ckpt_read_section_into(r, "run", &rs, sizeof rs), out);
-    int same = rs.fp8 == o->fp8 && rs.nl == m->nl && rs.seed == o->seed;
-    for (int i = 0; same && i <= m->nl; i++) same = rs.dims[i] == m->dims[i];
-    if (!same) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s is of another model or run (layers, "
-                     "--fp8/--bf16 or --seed differ): refused", path);
-        goto out;
-    }
+    L8_TRY(st, check_run(r, &rs, m, o, path), out);
     L8_TRY(st, l8_ckpt_check_tensor(r, "params.master", l8_params_master_flat(m->params)), out);
     for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
         char name[64];
@@ -527,15 +664,20 @@ int main(int argc, char **argv)
 {
     opts o;
     model m = {0};
-    l8_fmnist train = {0}, test = {0};
+    fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
-    if (parse(argc, argv, &o)) { usage(); return 2; }
-    CK(l8_fmnist_load(o.data, "train", &train));
-    CK(l8_fmnist_load(o.data, "t10k", &test));
+    int pr = parse(argc, argv, &o);
+    if (pr) {
+        if (pr < 0) usage(stderr);
+        return pr < 0 ? 2 : 0;
+    }
+    if (o.save) CK(check_save_path(o.save));      /* before an epoch is spent */
+    CK(fmnist_load(o.data, "train", &train));
+    CK(fmnist_load(o.data, "t10k", &test));
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
@@ -565,11 +707,11 @@ int main(int argc, char **argv)
     printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
-    printf("-%d, batch %d, AdamW lr %g wd %g, %lld train / %lld test images (%.1f MiB on the "
-           "device), seed %" PRIu64 "\n", CLASSES, o.batch, (double)o.lr, (double)o.wd,
-           (long long)ntrain, (long long)ntest,
+    printf("-%d, batch %d\n  AdamW lr %g wd %g, seed %" PRIu64 ", %lld+%lld images (%.1f MiB on"
+           " the device)\n", CLASSES, o.batch, (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
+           (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
-                    l8_tensor_nbytes(m.y[1])) / 1048576.0, o.seed);
+                    l8_tensor_nbytes(m.y[1])) / 1048576.0);
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
@@ -591,7 +733,7 @@ int main(int argc, char **argv)
         }
         CK(pass_results(&m, seen, lh, hh, &loss, &hits));
         double dt = now_s() - t0;
-        if (bar) fprintf(stderr, "\r%*s\r", 70, "");
+        if (bar) fprintf(stderr, "\r%*s\r", 79, "");
         double tl = 0;
         int64_t th = 0;
         for (int64_t i = 0; i < m.R; i++) order[i] = i < ntest ? (int32_t)i : 0;
@@ -604,7 +746,8 @@ int main(int argc, char **argv)
         test_acc = (double)th / (double)ntest;
         l8_alloc_stats as = { .size = sizeof as };
         CK(l8_alloc_get_stats(l8_ctx_allocator(m.ctx), &as));
-        printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %8.0f img/s  peak mem %.1f MiB\n",
+        /* at most 80 columns: epoch, loss, accuracies, speed, allocator peak */
+        printf("epoch %2d  loss %.4f  train %.4f  test acc %.4f  %7.0f img/s  %5.0f MiB\n",
                e + 1, loss / (double)seen, (double)hits / (double)seen, test_acc, (double)seen / dt,
                as.allocated_peak / 1048576.0);
         fflush(stdout);
@@ -618,7 +761,7 @@ fail:
     free(lh);
     free(hh);
     model_free(&m);
-    l8_fmnist_free(&train);
-    l8_fmnist_free(&test);
+    fmnist_free(&train);
+    fmnist_free(&test);
     return rc;
 }
