@@ -76,7 +76,8 @@
  * moves the input after its cast: this rank's X8 [T/tp, K] gathers along T
  * into X8 [T, K] (half the bytes of bf16), and backward re-gathers the
  * saved X8t [K, T/tp] along its last dimension into [K, T] for wgrad (the
- * gather seeds/004 shows done wrong in TE). The FP8 bytes of all ranks must
+ * gather TransformerEngine got wrong: an all-gather alone concatenates along
+ * the first dimension). The FP8 bytes of all ranks must
  * share one scale: install l8_comm_reduce_amax on the recipe over tp_comm
  * (the host transports check it). In backward, the column reductions of dX
  * run on the comm stream while the wgrad GEMM runs on s, and the re-gather

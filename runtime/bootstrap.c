@@ -53,6 +53,11 @@ static int env_seconds_ms(const char *name, int fallback_ms)
     return (int)(s * 1000);
 }
 
+void l8_comm_config_init(l8_comm_config *cfg)
+{
+    if (cfg) *cfg = (l8_comm_config)L8_COMM_CONFIG_INIT;
+}
+
 int l8i_comm_timeout_ms(const l8_comm_config *c)
 {
     return c && c->timeout_ms > 0 ? c->timeout_ms : env_seconds_ms("L8_COMM_TIMEOUT", 600000);

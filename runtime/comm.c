@@ -7,8 +7,9 @@
  * of [rows, cols] therefore gathers into a scratch [world][rows][cols] and
  * interleaves it into [rows][world][cols] = [rows, world * cols] in one pass
  * (l8i_interleave, ptx/interleave.ptx); a last-dimension reduce-scatter
- * de-interleaves first. This is the step TE missed (seeds/004): gathering
- * the chunks alone concatenates along the first dimension.
+ * de-interleaves first. This is the step TransformerEngine missed in its
+ * sequence-parallel FP8 wgrad: gathering the chunks alone concatenates
+ * along the first dimension.
  *
  * Failure. The first error of a collective is kept in the communicator
  * (l8i_comm_fail); every later call repeats it, so a rank that lost a peer

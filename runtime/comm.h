@@ -56,22 +56,24 @@
  * and count) and are L8_ERR_COMM naming both sides; NCCL cannot see them:
  * keep shapes equal (the timeout catches the hang that follows).
  *
- * FP8. FP8 tensors move as bytes. A gather or broadcast of FP8 data is only
- * meaningful when every rank cast with the same scale (the recipe's amax
- * reduction over the group, l8_comm_reduce_amax, makes it so): when the
- * tensors carry FP8 metadata, the host transports compare the senders'
- * scale_inv and fail with L8_ERR_INVALID_ARG naming the ranks that differ;
- * the NCCL path gathers the scales too and checks them on the device, and a
- * difference fails the communicator (L8_ERR_INVALID_ARG at the next call or
- * l8_comm_check). Reductions (sum, avg, max) of FP8 data are computed in f32
- * and rounded once (round to nearest even, saturating).
+ * FP8. FP8 tensors move as bytes. A gather of FP8 data is only meaningful
+ * when every rank cast with the same scale (the recipe's amax reduction
+ * over the group, l8_comm_reduce_amax, makes it so): when the send tensor
+ * carries FP8 metadata, the host transports compare the ranks' scale_inv
+ * and fail with L8_ERR_INVALID_ARG naming the ranks that differ. The NCCL
+ * path does not compare them (that would cost a device-to-host round trip
+ * per gather): there the amax reduction is what guarantees one scale.
+ * Host reductions (sum, avg, max) of FP8 data are computed in f32 and
+ * rounded once (round to nearest even, saturating); NCCL reduces FP8 in its
+ * own way (NCCL 2.24 or newer).
  *
  * Thread safety: one thread drives a communicator (as NCCL); several
  * communicators of one process may run on several threads. Errors common to
  * all calls: L8_ERR_INVALID_ARG (NULL, shapes, dtypes, tensors of another
- * context or not contiguous), L8_ERR_STATE (the communicator failed before:
- * its first error is repeated), L8_ERR_COMM, L8_ERR_TIMEOUT, L8_ERR_NCCL,
- * L8_ERR_CUDA, L8_ERR_OOM, L8_ERR_IO (sockets, the rendezvous file).
+ * context or not contiguous), L8_ERR_COMM, L8_ERR_TIMEOUT, L8_ERR_NCCL,
+ * L8_ERR_CUDA, L8_ERR_OOM, L8_ERR_IO (sockets, the rendezvous file). Once a
+ * collective failed, every later call on the communicator returns that
+ * first error's status again, with "failed earlier" and its message.
  */
 #ifndef L8_COMM_H
 #define L8_COMM_H
@@ -118,6 +120,9 @@ typedef struct l8_comm_config {
     l8_comm_transport transport;  /* l8_comm_init_env only: L8_COMM_DEFAULT */
 } l8_comm_config;
 #define L8_COMM_CONFIG_INIT { sizeof(l8_comm_config), 0, 0, L8_COMM_DEFAULT }
+/* Fill *cfg with the defaults of L8_COMM_CONFIG_INIT (size included), for
+ * bindings. NULL: nothing. */
+void l8_comm_config_init(l8_comm_config *cfg);
 
 /* ---- joining ---- */
 
@@ -219,9 +224,12 @@ L8_NODISCARD l8_status l8_comm_broadcast(l8_comm *comm, l8_tensor *buf, int root
 
 /* Concatenate every rank's send along dim, in rank order:
  *   dim 0:  send [rows, cols] -> recv [world * rows, cols]
- *   dim -1: send [rows, cols] -> recv [rows, world * cols]   (seeds/004's case)
- * The last-dimension gather moves contiguous chunks and rearranges them in
- * one pass (ptx/interleave.ptx on the GPU). recv must not overlap send.
+ *   dim -1: send [rows, cols] -> recv [rows, world * cols]
+ * An all-gather of chunks concatenates along the first dimension; the
+ * last-dimension gather therefore gathers [world][rows][cols] into a
+ * scratch and rearranges it in one pass (ptx/interleave.ptx on the GPU) -
+ * the step TransformerEngine missed in its sequence-parallel FP8 wgrad.
+ * recv must not overlap send.
  * For ndim > 2 the other dims of recv equal send's. */
 L8_NODISCARD l8_status l8_comm_all_gather(l8_comm *comm, const l8_tensor *send, l8_tensor *recv,
                                           int dim, l8_stream *s);
