@@ -127,7 +127,7 @@ l8_status l8_comm_check(l8_comm *c)
 void l8_comm_abort(l8_comm *c)
 {
     if (!c) return;
-    if (c->nccl) l8i_nccl_destroy(c, 1);
+    if (c->nccl) l8i_nccl_abort(c);
     if (c->xp) c->xp->ops->close(c->xp);
     if (c->failed == L8_OK) {
         c->failed = L8_ERR_COMM;
@@ -138,7 +138,7 @@ void l8_comm_abort(l8_comm *c)
 void l8_comm_destroy(l8_comm *c)
 {
     if (!c) return;
-    if (c->nccl) l8i_nccl_destroy(c, c->failed != L8_OK);
+    if (c->nccl) l8i_nccl_destroy(c);
     if (c->xp) {
         /* The root communicator leaves the group; children only drop their
          * reference (the transport lives while any communicator uses it). */

@@ -164,7 +164,9 @@ l8_status l8i_host_exchange(l8_comm *c, int op, const void *mine, void *all, siz
 l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128]);
 l8_status l8i_nccl_get_unique_id(uint8_t id[128]);
 l8_status l8i_nccl_split(l8_comm *parent, int color, int key, l8_comm *child);
-void l8i_nccl_destroy(l8_comm *c, int abort);
+/* Stop the watchdog and ncclCommAbort (once); destroy frees after either. */
+void l8i_nccl_abort(l8_comm *c);
+void l8i_nccl_destroy(l8_comm *c);
 l8_status l8i_nccl_check(l8_comm *c);
 l8_status l8i_nccl_all_reduce(l8_comm *c, const void *send, void *recv, size_t count,
                               l8_dtype dt, l8_reduce_op op, l8_stream *s);

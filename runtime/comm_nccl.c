@@ -293,27 +293,43 @@ l8_status l8i_nccl_check(l8_comm *c)
     return l8_error_set(st, 0, "", "watchdog", __FILE__, __LINE__, "%s", msg);
 }
 
-void l8i_nccl_destroy(l8_comm *c, int abort)
+static void stop_watchdog(l8i_nccl *n)
+{
+    if (!n->running) return;
+    pthread_mutex_lock(&n->mu);
+    n->stop = 1;
+    pthread_mutex_unlock(&n->mu);
+    pthread_join(n->thr, NULL);
+    n->running = 0;
+}
+
+void l8i_nccl_abort(l8_comm *c)
 {
     l8i_nccl *n = c->nccl;
     if (!n) return;
-    if (n->running) {
-        pthread_mutex_lock(&n->mu);
-        n->stop = 1;
-        pthread_mutex_unlock(&n->mu);
-        pthread_join(n->thr, NULL);
-        n->running = 0;
-    }
+    stop_watchdog(n);
     if (n->comm && !n->aborted) {
-        if (l8i_ctx_bind(c->ctx) == L8_OK && !abort && g_nc.ncclCommFinalize(n->comm) != ncclSuccess)
-            abort = 1;
-        if (!abort && settle(n->comm, l8i_now_ms() + c->timeout_ms, "ncclCommFinalize") != L8_OK)
-            abort = 1;
+        (void)l8i_ctx_bind(c->ctx);
+        g_nc.ncclCommAbort(n->comm);
+        n->aborted = 1;
+    }
+}
+
+void l8i_nccl_destroy(l8_comm *c)
+{
+    l8i_nccl *n = c->nccl;
+    if (!n) return;
+    stop_watchdog(n);
+    if (n->comm && !n->aborted) {
+        /* the clean path: finalize (bounded by the timeout), then destroy;
+         * a failed communicator, or one whose finalize fails, is aborted */
+        int abort = c->failed != L8_OK || l8i_ctx_bind(c->ctx) != L8_OK ||
+                    g_nc.ncclCommFinalize(n->comm) != ncclSuccess ||
+                    settle(n->comm, l8i_now_ms() + c->timeout_ms, "ncclCommFinalize") != L8_OK;
         if (abort) g_nc.ncclCommAbort(n->comm);
         else g_nc.ncclCommDestroy(n->comm);
         n->aborted = 1;
     }
-    if (abort) return;                    /* l8_comm_abort: the object stays until destroy */
     l8_event_destroy(n->in);
     l8_event_destroy(n->out);
     for (int i = 0; i < WATCH_SLOTS; i++) l8_event_destroy(n->ring[i].done);

@@ -8,11 +8,18 @@
  *   comm_prog exit-early    rank 1 leaves right after joining (exit 0); the
  *                           others must get L8_ERR_COMM from their next
  *                           collective (exit 4 when they do, 1 otherwise)
+ *   comm_prog watchdog      (CUDA, one rank, L8_COMM_TIMEOUT < 1 s) an
+ *                           all-reduce queued behind about a second of GEMMs
+ *                           on the compute stream never completes in time:
+ *                           the NCCL watchdog must abort the communicator and
+ *                           l8_comm_check return L8_ERR_TIMEOUT within a few
+ *                           timeouts, without a host wait; exit 0 when it does
  * Exit: 0 ok, 1 a wrong result or an unexpected error (printed), 4 as above.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "runtime/lean8.h"
 
@@ -76,6 +83,54 @@ static int collectives(l8_ctx *ctx, l8_comm *c)
     return 0;
 }
 
+/* Keep the compute stream busy for about a second (bf16 GEMMs), then queue
+ * an all-reduce behind it and poll l8_comm_check. */
+static int watchdog(l8_ctx *ctx, l8_comm *c)
+{
+    if (l8_ctx_backend(ctx) != L8_BACKEND_CUDA) {
+        fprintf(stderr, "watchdog: needs a CUDA context\n");
+        return 2;
+    }
+    int64_t sq[2] = { 8192, 8192 };
+    l8_tensor *a, *b, *d, *t;
+    l8_gemm_handle *h;
+    l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
+    gc.autotune = 0;
+    if (l8_tensor_empty(ctx, L8_BF16, 2, sq, &a) || l8_tensor_empty(ctx, L8_BF16, 2, sq, &b) ||
+        l8_tensor_empty(ctx, L8_BF16, 2, sq, &d) || l8_tensor_empty(ctx, L8_F32, 1, sq, &t) ||
+        l8_gemm_handle_create(ctx, &gc, &h))
+        return fail(0, "setup");
+    void *p;
+    if (l8_tensor_data(a, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(a)) ||
+        l8_tensor_data(b, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(b)) ||
+        l8_tensor_data(t, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(t)) ||
+        l8_ctx_synchronize(ctx))
+        return fail(0, "setup");
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a, g.b = b, g.d = d;
+    for (int i = 0; i < 800; i++)                /* ~1.4 ms each on an H200 */
+        if (l8_gemm(h, &g, NULL)) return fail(0, "gemm");
+    if (l8_comm_all_reduce(c, t, t, L8_REDUCE_SUM, NULL)) return fail(0, "all_reduce (enqueue)");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    l8_status st = L8_OK;
+    double ms = 0;
+    while (st == L8_OK && ms < 10000) {
+        struct timespec nap = { 0, 10 * 1000000L };
+        nanosleep(&nap, NULL);
+        st = l8_comm_check(c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    }
+    printf("watchdog: l8_comm_check -> %s after %.0f ms: %s\n", l8_status_name(st), ms,
+           st == L8_OK ? "(nothing)" : l8_last_error()->message);
+    l8_status sync = l8_ctx_synchronize(ctx);   /* the GEMMs finish; the aborted NCCL work too */
+    printf("watchdog: the streams then drained with %s\n", sync == L8_OK ? "L8_OK" : l8_last_error_string());
+    l8_tensor_destroy(a), l8_tensor_destroy(b), l8_tensor_destroy(d), l8_tensor_destroy(t);
+    l8_gemm_handle_destroy(h);
+    return st == L8_ERR_TIMEOUT && ms < 5000 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "collectives";
@@ -94,6 +149,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "join")) {
         rc = l8_comm_barrier(c) ? fail(rank, "barrier") : 0;
         if (!rc) printf("rank %d: joined\n", rank);
+    } else if (!strcmp(mode, "watchdog")) {
+        rc = watchdog(ctx, c);
     } else if (!strcmp(mode, "exit-early")) {
         if (rank == 1) {
             printf("rank 1: leaving early\n");

@@ -541,6 +541,110 @@ START_TEST(test_comm_dist_env)
 }
 END_TEST
 
+/* ---- NCCL at world size 1 (one H200 holds one NCCL rank) ---- */
+
+/* A device tensor [rows, cols] of dt filled from value(salt, rank, i); the
+ * host copy of its bytes in *host (malloc'ed). */
+static l8_tensor *dev_tensor(l8_ctx *ctx, l8_dtype dt, int64_t rows, int64_t cols, uint64_t salt,
+                             unsigned char **host)
+{
+    int64_t shape[2] = { rows, cols };
+    l8_tensor *t = NULL;
+    L8_CK(l8_tensor_empty(ctx, dt, 2, shape, &t));
+    size_t n = (size_t)(rows * cols), bytes = n * l8_dtype_size(dt);
+    *host = l8t_xmalloc(bytes + 1);
+    fill(*host, dt, n, salt, 0);
+    L8_CK(l8_tensor_copy_from_host(t, *host, bytes, NULL));
+    return t;
+}
+
+static void expect_bytes(l8_tensor *t, const unsigned char *want, size_t bytes, const char *what)
+{
+    unsigned char *got = l8t_xmalloc(bytes + 1);
+    L8_CK(l8_tensor_copy_to_host(t, got, bytes, NULL));
+    L8_CK(l8_stream_synchronize(l8_ctx_stream(l8_tensor_ctx(t), L8_STREAM_COMPUTE)));
+    ck_assert_msg(!memcmp(got, want, bytes), "%s: the device result differs", what);
+    free(got);
+}
+
+START_TEST(test_gpu_comm_nccl_world1)
+{
+    l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
+    l8_comm_id id;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_DEFAULT, &id));          /* NCCL on CUDA */
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    ck_assert_int_eq(l8_comm_get_transport(c), L8_COMM_NCCL);
+    l8_stream *comm_s = l8_ctx_stream(ctx, L8_STREAM_COMM);
+    for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++) {
+        l8_dtype dt = k_dtypes[d];
+        unsigned char *ha, *hb;
+        l8_tensor *a = dev_tensor(ctx, dt, 37, 64, l8_test_seed() + d, &ha);
+        l8_tensor *b = dev_tensor(ctx, dt, 37, 64, l8_test_seed() + 99, &hb);
+        size_t bytes = l8_tensor_nbytes(a);
+        /* world 1: every reduction, gather and scatter is the identity */
+        for (int op = L8_REDUCE_SUM; op <= L8_REDUCE_MAX; op++) {
+            L8_CK(l8_comm_all_reduce(c, a, b, (l8_reduce_op)op, NULL));
+            expect_bytes(b, ha, bytes, "all_reduce");
+        }
+        for (int dim = 0; dim >= -1; dim--) {
+            L8_CK(l8_comm_all_gather(c, a, b, dim, comm_s));          /* the comm stream itself */
+            L8_CK(l8_stream_synchronize(comm_s));
+            expect_bytes(b, ha, bytes, "all_gather");
+            L8_CK(l8_comm_reduce_scatter(c, a, b, L8_REDUCE_SUM, dim, NULL));
+            expect_bytes(b, ha, bytes, "reduce_scatter");
+        }
+        L8_CK(l8_comm_broadcast(c, a, 0, NULL));
+        expect_bytes(a, ha, bytes, "broadcast");
+        L8_CK(l8_comm_all_reduce(c, a, a, L8_REDUCE_SUM, NULL));      /* in place */
+        expect_bytes(a, ha, bytes, "all_reduce in place");
+        l8_tensor_destroy(a);
+        l8_tensor_destroy(b);
+        free(ha);
+        free(hb);
+    }
+    /* ordering: a collective on the compute stream sees the memset enqueued before it */
+    int64_t shape[1] = { 1 << 20 };
+    l8_tensor *z;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, shape, &z));
+    void *zp;
+    L8_CK(l8_tensor_data(z, &zp));
+    L8_CK(l8_memset_d8(l8_ctx_stream(ctx, L8_STREAM_COMPUTE), zp, 0x3f, l8_tensor_nbytes(z)));
+    L8_CK(l8_comm_all_reduce(c, z, z, L8_REDUCE_MAX, NULL));
+    unsigned char *want = l8t_xmalloc(l8_tensor_nbytes(z));
+    memset(want, 0x3f, l8_tensor_nbytes(z));
+    expect_bytes(z, want, l8_tensor_nbytes(z), "ordered after the memset");
+    free(want);
+    l8_tensor_destroy(z);
+    /* split, grid, barrier, check */
+    l8_comm *s1 = NULL, *none = (l8_comm *)1, *tp = NULL, *dp = NULL;
+    L8_CK(l8_comm_split(c, 0, 0, &s1));
+    ck_assert_int_eq(l8_comm_size(s1), 1);
+    L8_CK(l8_comm_split(c, -1, 0, &none));
+    ck_assert_ptr_null(none);
+    L8_CK(l8_comm_grid(c, 1, &tp, &dp));
+    ck_assert_int_eq(l8_comm_size(tp), 1);
+    ck_assert_int_eq(l8_comm_size(dp), 1);
+    L8_CK(l8_comm_barrier(s1));
+    L8_CK(l8_comm_barrier(c));
+    L8_CK(l8_comm_check(c));
+    l8_comm_destroy(s1);
+    l8_comm_destroy(tp);
+    l8_comm_destroy(dp);
+    /* abort: every later call fails and says so */
+    l8_comm_abort(c);
+    L8_CK_ST(l8_comm_barrier(c), L8_ERR_COMM);
+    ck_assert_msg(strstr(l8_last_error()->message, "abort"), "%s", l8_last_error()->message);
+    l8_comm_destroy(c);
+    /* the environment's group of one */
+    L8_CK(l8_comm_init_env(ctx, NULL, &c));
+    ck_assert_int_eq(l8_comm_get_transport(c), L8_COMM_NCCL);
+    L8_CK(l8_comm_barrier(c));
+    l8_comm_destroy(c);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 Suite *l8_comm_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -558,5 +662,10 @@ Suite *l8_comm_suite(void)
     tcase_add_test(tc, test_comm_join_mismatch);
     tcase_add_test(tc, test_comm_fp8_scales);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 300);
+    tcase_add_test(tg, test_gpu_comm_nccl_world1);
+    suite_add_tcase(s, tg);
     return s;
 }

@@ -70,7 +70,8 @@ static shard shard_of(const tp_case *k, int rank, int tp)
     return s;
 }
 
-/* Run the two steps on ctx with this rank's shard (tp NULL: the reference). */
+/* Run the two steps on ctx with this rank's shard (tp NULL: the reference).
+ * Host buffers are staged through copies, so any backend works. */
 static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *out)
 {
     int rank = tp ? l8_comm_rank(tp) : 0, size = tp ? l8_comm_size(tp) : 1;
@@ -80,26 +81,31 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     l8_recipe *rec = NULL;
     l8_linear *lin = NULL;
     l8_tensor *w = NULL, *gw = NULL, *b = NULL, *gb = NULL, *x = NULL, *y = NULL, *dy = NULL, *dx = NULL;
-    float *pw, *pgw, *pb, *pgb;
-    uint16_t *px, *py, *pdy, *pdx;
+    float *hw = calloc((size_t)(N * K), sizeof *hw), *hb = calloc(N, sizeof *hb);
+    uint16_t *hx = calloc((size_t)(T * K), 2), *hy = calloc((size_t)(T * N), 2);
+    l8_stream *st_ = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
     gc.autotune = 0;
-    l8_status st = l8_gemm_handle_create(ctx, &gc, &h);
+    l8_status st = hw && hb && hx && hy ? l8_gemm_handle_create(ctx, &gc, &h)
+                                        : L8_FAIL(L8_ERR_OOM, "test: out of memory");
     if (st == L8_OK) st = l8_recipe_create(ctx, NULL, &rec);
     if (st == L8_OK && tp) st = l8_recipe_set_reduce(rec, l8_comm_reduce_amax, tp);
-    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &w, (void **)&pw);
-    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &gw, (void **)&pgw);
-    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &b, (void **)&pb);
-    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &gb, (void **)&pgb);
-    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &x, (void **)&px);
-    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &y, (void **)&py);
-    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &dy, (void **)&pdy);
-    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &dx, (void **)&pdx);
+    void *unused;
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &w, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &gw, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &b, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &gb, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &x, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &y, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &dy, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &dx, &unused);
     if (st != L8_OK) goto out;
     for (int64_t n = 0; n < nn; n++) {
-        for (int64_t c = 0; c < kk; c++) pw[n * kk + c] = gen(k->salt, 1, (size_t)((s.n0 + n) * K + s.k0 + c));
-        pb[n] = gen(k->salt, 2, (size_t)(s.n0 + n));
+        for (int64_t c = 0; c < kk; c++) hw[n * kk + c] = gen(k->salt, 1, (size_t)((s.n0 + n) * K + s.k0 + c));
+        hb[n] = gen(k->salt, 2, (size_t)(s.n0 + n));
     }
+    st = l8_tensor_copy_from_host(w, hw, sizeof *hw * (size_t)(nn * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(b, hb, sizeof *hb * (size_t)nn, st_);
     l8_linear_config c = L8_LINEAR_CONFIG_INIT;
     c.name = "tp";
     c.mode = k->mode;
@@ -112,26 +118,31 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     c.tp_comm = tp;
     c.parallel = tp ? k->par : L8_PARALLEL_NONE;
     c.sequence_parallel = tp ? k->sp : 0;
-    st = l8_linear_create(ctx, &c, &lin);
+    if (st == L8_OK) st = l8_linear_create(ctx, &c, &lin);
     for (int step = 0; step < 2 && st == L8_OK; step++) {
         for (int64_t t = 0; t < tx; t++)
             for (int64_t q = 0; q < kk; q++)
-                px[t * kk + q] = l8_bf16_from_f32(gen(k->salt, step ? 5 : 0, (size_t)((s.tx0 + t) * K + s.k0 + q)));
+                hx[t * kk + q] = l8_bf16_from_f32(gen(k->salt, step ? 5 : 0, (size_t)((s.tx0 + t) * K + s.k0 + q)));
         for (int64_t t = 0; t < ty; t++)
             for (int64_t n = 0; n < nn; n++)
-                pdy[t * nn + n] = l8_bf16_from_f32(gen(k->salt, step ? 4 : 3, (size_t)((s.ty0 + t) * N + s.n0 + n)));
+                hy[t * nn + n] = l8_bf16_from_f32(gen(k->salt, step ? 4 : 3, (size_t)((s.ty0 + t) * N + s.n0 + n)));
+        st = l8_tensor_copy_from_host(x, hx, 2 * (size_t)(tx * kk), st_);
+        if (st == L8_OK) st = l8_tensor_copy_from_host(dy, hy, 2 * (size_t)(ty * nn), st_);
         l8_linear_ctx *sv = NULL;
-        st = l8_linear_forward(lin, x, y, &sv, NULL);
+        if (st == L8_OK) st = l8_linear_forward(lin, x, y, &sv, NULL);
         if (st == L8_OK) st = l8_linear_backward(lin, &sv, dy, dx, NULL);
         l8_linear_ctx_destroy(sv);
         if (st == L8_OK && step == 0) st = l8_recipe_update(rec, NULL);
         if (st == L8_OK && step == 0) st = l8_linear_begin_step(lin);
     }
+    if (st == L8_OK) st = l8_tensor_copy_to_host(y, hy, 2 * (size_t)(ty * nn), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(dx, hx, 2 * (size_t)(tx * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(gw, out->gw, sizeof(float) * (size_t)(nn * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(gb, out->gb, sizeof(float) * (size_t)nn, st_);
+    if (st == L8_OK) st = l8_stream_synchronize(st_);
     if (st == L8_OK) {
-        for (int64_t i = 0; i < ty * nn; i++) out->y[i] = l8_bf16_to_f32(py[i]);
-        for (int64_t i = 0; i < tx * kk; i++) out->dx[i] = l8_bf16_to_f32(pdx[i]);
-        memcpy(out->gw, pgw, sizeof(float) * (size_t)(nn * kk));
-        memcpy(out->gb, pgb, sizeof(float) * (size_t)nn);
+        for (int64_t i = 0; i < ty * nn; i++) out->y[i] = l8_bf16_to_f32(hy[i]);
+        for (int64_t i = 0; i < tx * kk; i++) out->dx[i] = l8_bf16_to_f32(hx[i]);
         out->ny = (int)(ty * nn), out->ndx = (int)(tx * kk), out->ngw = (int)(nn * kk);
     }
 out:
@@ -140,6 +151,7 @@ out:
     l8_tensor_destroy(x), l8_tensor_destroy(y), l8_tensor_destroy(dy), l8_tensor_destroy(dx);
     l8_recipe_destroy(rec);
     l8_gemm_handle_destroy(h);
+    free(hw), free(hb), free(hx), free(hy);
     return st;
 }
 
@@ -287,6 +299,37 @@ START_TEST(test_tp_errors)
 }
 END_TEST
 
+/* On the GPU at TP = 1 (one H200 holds one NCCL rank): every parallel mode
+ * through NCCL equals the plain layer bitwise (the collectives are copies
+ * or nothing, and the dataflow around them must not change a bit). */
+START_TEST(test_gpu_tp_world1)
+{
+    l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
+    l8_comm_id id;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    result *ref = l8t_xmalloc(sizeof *ref), *got = l8t_xmalloc(sizeof *got);
+    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
+        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
+            for (int sp = 0; sp <= 1; sp++) {
+                tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp) };
+                L8_CK(run_layer(&k, ctx, NULL, ref));
+                L8_CK(run_layer(&k, ctx, c, got));
+                compare("y", &k, 1, 0, got->y, ref->y, N, 0, T, 0, N, 1);
+                compare("dx", &k, 1, 0, got->dx, ref->dx, K, 0, T, 0, K, 1);
+                compare("weight grad", &k, 1, 0, got->gw, ref->gw, K, 0, N, 0, K, 1);
+                compare("bias grad", &k, 1, 0, got->gb, ref->gb, 1, 0, N, 0, 1, 1);
+            }
+    L8_CK(l8_comm_check(c));
+    free(ref);
+    free(got);
+    l8_comm_destroy(c);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 Suite *l8_tp_suite(void)
 {
     Suite *s = suite_create("tp");
@@ -296,5 +339,10 @@ Suite *l8_tp_suite(void)
     tcase_add_test(tc, test_tp_linear);
     tcase_add_test(tc, test_tp_errors);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 600);
+    tcase_add_test(tg, test_gpu_tp_world1);
+    suite_add_tcase(s, tg);
     return s;
 }
