@@ -228,17 +228,17 @@ START_TEST(test_gpu_interleave_split)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0), *host = l8t_ctx("host", NULL, 0);
     const il_case cs[] = {
-        { 5, 70001, 48, 0, 0 },               /* 3 words a chunk: rows split */
-        { 5, 1000, 16, 0, 0 },
+        { 5, 7001, 48, 0, 0 },                /* 3 words a chunk: rows split */
+        { 5, 300, 16, 0, 0 },
         { 3, 7, 4096 + 4, 0, 0 },             /* 1025 words a chunk > limit: driver copies */
-        { 4, 333, 1000, 0, 0 },               /* 125 words: ranks split */
-        { 5, 301, 997, 1, 3 },                /* byte path, 997 words: ranks and rows split */
+        { 4, 33, 1000, 0, 0 },                /* 125 words: ranks split */
+        { 5, 61, 997, 1, 3 },                 /* byte path, 997 words: ranks and rows split */
     };
     const uint32_t limits[] = { 1000, 7 };
     for (size_t li = 0; li < 2; li++) {
         l8i_interleave_set_launch_words(limits[li]);
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-            if (li == 1 && i == 0) continue;      /* 210,003 launches of 6 words: slow, nothing new */
+            if (li == 1 && i == 0) continue;      /* 21,003 launches of 6 words: slow, nothing new */
             one_case(ctx, host, &cs[i], 200 + 10 * li + i);
         }
     }
