@@ -94,7 +94,8 @@ int bench_comm_interleave(const bench_opts *o)
     size_t nshapes = cuda ? sizeof k_gpu_shapes / sizeof k_gpu_shapes[0] : 1;
     int reps = cuda ? (o->quick ? 5 : 15) : 3;
     bench_json j = {0};
-    int rc = bench_json_open(&j, o->json ? o->json : "bench-comm.json", "comm", l8_ctx_device_name(ctx));
+    int rc = bench_json_open(&j, o->json ? o->json : "bench-comm.json", "comm",
+                             l8_ctx_device_name(ctx));
     printf("== comm interleave (%s): [world][rows][chunk] <-> [rows][world][chunk] vs a device "
            "copy of the same bytes, same run\n", l8_ctx_device_name(ctx));
     if (!cuda)
@@ -115,11 +116,12 @@ int bench_comm_interleave(const bench_opts *o)
             gbps[k] = ms[k] > 0 ? 2.0 * bytes / (ms[k] * 1e-3) / 1e9 : 0;
         }
         if (rc) break;
-        printf("  %-5lld %-7lld %-6zu %9.1f %10.1f %10.1f %7.3f %10.1f %7.3f\n", (long long)sh->world,
-               (long long)sh->rows, sh->chunk, bytes / 1048576.0, gbps[K_COPY], gbps[K_ILV],
+        printf("  %-5lld %-7lld %-6zu %9.1f %10.1f %10.1f %7.3f %10.1f %7.3f\n",
+               (long long)sh->world, (long long)sh->rows, sh->chunk, bytes / 1048576.0, gbps[K_COPY], gbps[K_ILV],
                gbps[K_ILV] / gbps[K_COPY], gbps[K_DEILV], gbps[K_DEILV] / gbps[K_COPY]);
         char shp[64], key[128];
-        snprintf(shp, sizeof shp, "w%lld_r%lld_c%zu", (long long)sh->world, (long long)sh->rows, sh->chunk);
+        snprintf(shp, sizeof shp, "w%lld_r%lld_c%zu", (long long)sh->world, (long long)sh->rows,
+                 sh->chunk);
         for (int k = 0; k < NKINDS; k++) {
             snprintf(key, sizeof key, "%s_%s_gbps", k_kind[k], shp);
             bench_json_num(&j, key, gbps[k]);
@@ -128,7 +130,9 @@ int bench_comm_interleave(const bench_opts *o)
             bench_json_num(&j, key, gbps[k] / gbps[K_COPY]);
         }
     }
-    if (cuda) printf("  target: >= 0.85 x copy where chunk and bases allow 16-byte words (the first four)\n");
+    if (cuda)
+        printf("  target: >= 0.85 x copy where chunk and bases allow 16-byte words (the first "
+               "four shapes)\n");
     bench_json_close(&j);
     l8_ctx_destroy(ctx);
     return rc;
