@@ -136,7 +136,8 @@ l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world
 {
     static const char *fn = "l8i_interleave";
     if (!s || !dst || !src)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", fn, !s ? "the stream" : !dst ? "dst" : "src");
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", fn,
+                       !s ? "the stream" : !dst ? "dst" : "src");
     if (world < 1)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: world %lld (at least 1)", fn, (long long)world);
     if (rows < 0)

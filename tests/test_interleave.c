@@ -64,7 +64,8 @@ static void run_dir(l8_ctx *ctx, const il_case *c, l8i_interleave_dir dir, const
     uint8_t *sd = NULL, *dd = NULL, *pz = l8t_xmalloc(span);
     L8_CK(l8_ctx_malloc(ctx, span, s, (void **)&sd));
     L8_CK(l8_ctx_malloc(ctx, span, s, (void **)&dd));
-    ck_assert_msg(((uintptr_t)sd & 15) == 0 && ((uintptr_t)dd & 15) == 0, "allocations not 16-aligned");
+    ck_assert_msg(((uintptr_t)sd & 15) == 0 && ((uintptr_t)dd & 15) == 0,
+                  "allocations not 16-aligned");
     poison(pz, span, 0x11);
     L8_CK(l8_memcpy_htod(s, sd, pz, span));
     L8_CK(l8_memcpy_htod(s, sd + GUARD + c->soff, src, n));
@@ -117,14 +118,15 @@ static void one_case(l8_ctx *ctx, l8_ctx *host, const il_case *c, uint64_t salt)
         }
         size_t at = first_diff(got, want, span);
         ck_assert_msg(at == span, "%s: byte %zd of the destination (guard %d) is %02x, wanted %02x",
-                      what, (ptrdiff_t)at - GUARD - (ptrdiff_t)c->doff, GUARD, at < span ? got[at] : 0,
-                      at < span ? want[at] : 0);
+                      what, (ptrdiff_t)at - GUARD - (ptrdiff_t)c->doff, GUARD,
+                      at < span ? got[at] : 0, at < span ? want[at] : 0);
         /* the round trip: the other direction undoes this one */
         il_case rc = *c;
         rc.soff = c->doff;
         rc.doff = c->soff;
         run_dir(ctx, &rc, d ? L8I_INTERLEAVE : L8I_DEINTERLEAVE, got + GUARD + c->doff, back);
-        ck_assert_msg(memcmp(back + GUARD + c->soff, src, n) == 0, "%s: the round trip differs", what);
+        ck_assert_msg(memcmp(back + GUARD + c->soff, src, n) == 0, "%s: the round trip differs",
+                      what);
     }
     free(src); free(got); free(want); free(back);
 }
@@ -228,17 +230,17 @@ START_TEST(test_gpu_interleave_split)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0), *host = l8t_ctx("host", NULL, 0);
     const il_case cs[] = {
-        { 5, 70001, 48, 0, 0 },               /* 3 words a chunk: rows split */
-        { 5, 1000, 16, 0, 0 },
+        { 5, 7001, 48, 0, 0 },                /* 3 words a chunk: rows split */
+        { 5, 300, 16, 0, 0 },
         { 3, 7, 4096 + 4, 0, 0 },             /* 1025 words a chunk > limit: driver copies */
-        { 4, 333, 1000, 0, 0 },               /* 125 words: ranks split */
-        { 5, 301, 997, 1, 3 },                /* byte path, 997 words: ranks and rows split */
+        { 4, 33, 1000, 0, 0 },                /* 125 words: ranks split */
+        { 5, 61, 997, 1, 3 },                 /* byte path, 997 words: ranks and rows split */
     };
     const uint32_t limits[] = { 1000, 7 };
     for (size_t li = 0; li < 2; li++) {
         l8i_interleave_set_launch_words(limits[li]);
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-            if (li == 1 && i == 0) continue;      /* 210,003 launches of 6 words: slow, nothing new */
+            if (li == 1 && i == 0) continue;      /* 21,003 launches of 6 words: slow */
             one_case(ctx, host, &cs[i], 200 + 10 * li + i);
         }
     }

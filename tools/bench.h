@@ -40,5 +40,9 @@ int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);
 int bench_linear(const bench_opts *o);
 int bench_gemm(const bench_opts *o);
+/* comm: bench_comm runs the parts below (bench_comm.c). */
+int bench_comm(const bench_opts *o);
+/* The last-dimension rearrangement (l8i_interleave) against a device copy. */
+int bench_comm_interleave(const bench_opts *o);
 
 #endif

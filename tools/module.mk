@@ -9,3 +9,4 @@ TRAIN_SRCS += tools/fmnist.c
 TOOLS += lean8-run
 # tools/replay.c: the training-like allocation workload (tests and lean8-bench alloc; not library code)
 BENCH_SRCS += tools/replay.c
+BENCH_SRCS += tools/bench_comm.c
