@@ -25,7 +25,10 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
 
 static const l8i_sym k_entries[] = {
-#define E(fn) L8I_SYM(l8_cuda_api, fn, 0)
+/* #fn directly, not through another macro: cuda.h #defines many names to
+ * their versioned symbols (cuMemAlloc -> cuMemAlloc_v2), and cuGetProcAddress
+ * wants the base name */
+#define E(fn) { #fn, offsetof(l8_cuda_api, fn), 0 }
     E(cuInit), E(cuDriverGetVersion), E(cuGetErrorName), E(cuGetErrorString),
     E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName), E(cuDeviceGetAttribute),
     E(cuDeviceTotalMem), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease),

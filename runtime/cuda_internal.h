@@ -80,6 +80,8 @@ l8_status l8i_cu_check(CUresult r, const char *call, const char *file, int line)
  * why); a missing optional one stays NULL. The driver looks names up through
  * cuGetProcAddress, cuBLASLt and NCCL through dlsym (l8i_dlsym_lookup). */
 typedef struct l8i_sym { const char *name; size_t off; int optional; } l8i_sym;
+/* (For the driver table, write the entry directly: an extra macro level
+ * would expand cuda.h's versioned names before they are stringified.) */
 #define L8I_SYM(type, fn, opt) { #fn, offsetof(type, fn), (opt) }
 typedef void *(*l8i_lookup_fn)(void *ctx, const char *name);
 l8_status l8i_sym_table_load(const char *lib, l8i_lookup_fn lookup, void *ctx, const l8i_sym *e,
