@@ -327,7 +327,7 @@ l8_status l8_comm_init_env(l8_ctx *ctx, const l8_comm_config *cfg, l8_comm **out
     }
     if (st == L8_OK) st = l8i_tcp_rendezvous(&r, t == L8_COMM_TCP ? &comm->xp : NULL);
     else if (r.listen_fd >= 0) close(r.listen_fd);
-    if (st == L8_OK && t == L8_COMM_NCCL) st = l8i_nccl_init(comm, r.blob);
+    if (st == L8_OK && t == L8_COMM_NCCL) st = l8i_nccl_init(comm, r.blob, r.deadline_ms);
     if (st != L8_OK) {
         l8_comm_destroy(comm);
         return st;

@@ -102,7 +102,7 @@ l8_status l8_comm_init_rank(l8_ctx *ctx, const l8_comm_id *id, int rank, int wor
         else
             st = l8i_tcp_rendezvous(&r, &comm->xp);
     } else {
-        st = l8i_nccl_init(comm, d.nccl);
+        st = l8i_nccl_init(comm, d.nccl, deadline);
     }
     if (st != L8_OK) {
         l8_comm_destroy(comm);
@@ -243,6 +243,10 @@ static l8_status need(l8_comm *c, const char *fn, const char *name, const l8_ten
     if (reduce && !reducible(dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s; reductions take f32, bf16, f16, "
                        "e4m3 or e5m2", fn, name, l8_dtype_name(dt));
+    if (reduce && c->nccl && l8_dtype_is_fp8(dt))
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: NCCL does not reduce FP8 here (NCCL 2.28 on the "
+                       "H200 refused it as an invalid argument): reduce in bf16 or f32, or "
+                       "gather the bytes", fn);
     return L8_OK;
 }
 

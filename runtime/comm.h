@@ -64,8 +64,9 @@
  * path does not compare them (that would cost a device-to-host round trip
  * per gather): there the amax reduction is what guarantees one scale.
  * Host reductions (sum, avg, max) of FP8 data are computed in f32 and
- * rounded once (round to nearest even, saturating); NCCL reduces FP8 in its
- * own way (NCCL 2.24 or newer).
+ * rounded once (round to nearest even, saturating). On NCCL a reduction of
+ * FP8 data is L8_ERR_UNSUPPORTED (NCCL 2.28 on an H200 refused it); FP8
+ * gathers and broadcasts move bytes on every transport.
  *
  * Thread safety: one thread drives a communicator (as NCCL); several
  * communicators of one process may run on several threads. Errors common to

@@ -161,7 +161,7 @@ l8_status l8i_host_barrier(l8_comm *c);
 l8_status l8i_host_exchange(l8_comm *c, int op, const void *mine, void *all, size_t bytes);
 
 /* comm_nccl.c */
-l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128]);
+l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128], int64_t deadline_ms);
 l8_status l8i_nccl_get_unique_id(uint8_t id[128]);
 l8_status l8i_nccl_split(l8_comm *parent, int color, int key, l8_comm *child);
 /* Stop the watchdog and ncclCommAbort (once); destroy frees after either. */

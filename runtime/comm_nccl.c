@@ -178,7 +178,7 @@ static ncclConfig_t config(void)
     return cfg;
 }
 
-l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128])
+l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128], int64_t deadline_ms)
 {
     L8_CHECK(nccl_load());
     L8_CHECK(l8i_ctx_bind(c->ctx));
@@ -188,7 +188,7 @@ l8_status l8i_nccl_init(l8_comm *c, const uint8_t id[128])
     ncclComm_t comm = NULL;
     l8_status st = NC(NULL, ncclCommInitRankConfig, &comm, c->size, u, c->rank, &cfg);
     if (st == L8_OK || (comm && l8_last_error()->foreign_code == ncclInProgress))
-        st = settle(comm, l8i_now_ms() + c->timeout_ms, "ncclCommInitRankConfig");
+        st = settle(comm, deadline_ms, "ncclCommInitRankConfig");
     if (st != L8_OK) {
         if (comm) g_nc.ncclCommAbort(comm);
         return L8_FAIL(st, "rank %d of %d: NCCL init failed: %s", c->rank, c->size,
@@ -346,10 +346,7 @@ static ncclDataType_t nc_type(l8_dtype dt)
     case L8_F32: return ncclFloat32;
     case L8_BF16: return ncclBfloat16;
     case L8_F16: return ncclFloat16;
-    case L8_E4M3: return ncclFloat8e4m3;
-    case L8_E5M2: return ncclFloat8e5m2;
-    case L8_I32: return ncclInt32;
-    default: return ncclUint8;
+    default: return ncclUint8;         /* reductions of other dtypes are refused before */
     }
 }
 
@@ -430,9 +427,10 @@ l8_status l8i_nccl_broadcast(l8_comm *c, void *buf, size_t count, l8_dtype dt, i
                              l8_stream *s)
 {
     call k;
-    L8_CHECK(enter(c, s, L8I_OP_BROADCAST, count * l8_dtype_size(dt), &k));
-    return join(&k, leave(&k, NC(c->nccl->comm, ncclBroadcast, buf, buf, count, nc_type(dt),
-                                 root, c->nccl->comm, k.raw)));
+    size_t bytes = count * l8_dtype_size(dt);   /* data moves as bytes, whatever its dtype */
+    L8_CHECK(enter(c, s, L8I_OP_BROADCAST, bytes, &k));
+    return join(&k, leave(&k, NC(c->nccl->comm, ncclBroadcast, buf, buf, bytes, ncclUint8, root,
+                                 c->nccl->comm, k.raw)));
 }
 
 l8_status l8i_nccl_all_gather(l8_comm *c, const void *send, void *recv, size_t count,
@@ -443,7 +441,7 @@ l8_status l8i_nccl_all_gather(l8_comm *c, const void *send, void *recv, size_t c
     L8_CHECK(enter(c, s, L8I_OP_ALL_GATHER, bytes, &k));
     void *tmp = recv;
     if (rows) L8_CHECK(l8_ctx_malloc(c->ctx, bytes * (size_t)c->size, k.cs, &tmp));
-    l8_status st = leave(&k, NC(c->nccl->comm, ncclAllGather, send, tmp, count, nc_type(dt),
+    l8_status st = leave(&k, NC(c->nccl->comm, ncclAllGather, send, tmp, bytes, ncclUint8,
                                 c->nccl->comm, k.raw));
     if (rows) {
         if (st == L8_OK)

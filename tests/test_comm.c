@@ -582,21 +582,24 @@ START_TEST(test_gpu_comm_nccl_world1)
         l8_tensor *a = dev_tensor(ctx, dt, 37, 64, l8_test_seed() + d, &ha);
         l8_tensor *b = dev_tensor(ctx, dt, 37, 64, l8_test_seed() + 99, &hb);
         size_t bytes = l8_tensor_nbytes(a);
-        /* world 1: every reduction, gather and scatter is the identity */
+        /* world 1: every reduction, gather and scatter is the identity;
+         * NCCL reductions of FP8 are refused, clearly, before NCCL sees them */
+        int fp8 = l8_dtype_is_fp8(dt);
+        l8_status want = fp8 ? L8_ERR_UNSUPPORTED : L8_OK;
         for (int op = L8_REDUCE_SUM; op <= L8_REDUCE_MAX; op++) {
-            L8_CK(l8_comm_all_reduce(c, a, b, (l8_reduce_op)op, NULL));
-            expect_bytes(b, ha, bytes, "all_reduce");
+            L8_CK_ST(l8_comm_all_reduce(c, a, b, (l8_reduce_op)op, NULL), want);
+            if (!fp8) expect_bytes(b, ha, bytes, "all_reduce");
         }
         for (int dim = 0; dim >= -1; dim--) {
             L8_CK(l8_comm_all_gather(c, a, b, dim, comm_s));          /* the comm stream itself */
             L8_CK(l8_stream_synchronize(comm_s));
             expect_bytes(b, ha, bytes, "all_gather");
-            L8_CK(l8_comm_reduce_scatter(c, a, b, L8_REDUCE_SUM, dim, NULL));
-            expect_bytes(b, ha, bytes, "reduce_scatter");
+            L8_CK_ST(l8_comm_reduce_scatter(c, a, b, L8_REDUCE_SUM, dim, NULL), want);
+            if (!fp8) expect_bytes(b, ha, bytes, "reduce_scatter");
         }
         L8_CK(l8_comm_broadcast(c, a, 0, NULL));
         expect_bytes(a, ha, bytes, "broadcast");
-        L8_CK(l8_comm_all_reduce(c, a, a, L8_REDUCE_SUM, NULL));      /* in place */
+        L8_CK_ST(l8_comm_all_reduce(c, a, a, L8_REDUCE_SUM, NULL), want);      /* in place */
         expect_bytes(a, ha, bytes, "all_reduce in place");
         l8_tensor_destroy(a);
         l8_tensor_destroy(b);
