@@ -101,9 +101,10 @@ static int watchdog(l8_ctx *ctx, l8_comm *c)
         l8_gemm_handle_create(ctx, &gc, &h))
         return fail(0, "setup");
     void *p;
-    if (l8_tensor_data(a, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(a)) ||
-        l8_tensor_data(b, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(b)) ||
-        l8_tensor_data(t, &p) || l8_memset_d8(NULL, p, 0, l8_tensor_nbytes(t)) ||
+    l8_stream *cs = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    if (l8_tensor_data(a, &p) || l8_memset_d8(cs, p, 0, l8_tensor_nbytes(a)) ||
+        l8_tensor_data(b, &p) || l8_memset_d8(cs, p, 0, l8_tensor_nbytes(b)) ||
+        l8_tensor_data(t, &p) || l8_memset_d8(cs, p, 0, l8_tensor_nbytes(t)) ||
         l8_ctx_synchronize(ctx))
         return fail(0, "setup");
     l8_gemm_desc g = L8_GEMM_DESC_INIT;
