@@ -48,9 +48,21 @@ static uint64_t mix(uint64_t x)
 typedef struct want_event {
     uint16_t kind;
     int16_t device;
-    uint64_t addr, size, stream, aux;
+    uint64_t addr, size, aux;
+    uint64_t raw;                 /* the stream handle passed to l8_trace_record */
+    uint64_t stream;              /* the role recorded for it (register_roles) */
     char tag[64];                 /* "" = no tag */
 } want_event;
+
+/* Handles 1001 and 1002 on every device the workers use have roles, 1003
+ * has none (recorded as OTHER), 0 is no stream. */
+static void register_roles(l8_trace *t)
+{
+    for (int dev = -1; dev <= 3; dev++) {
+        L8_CK(l8_trace_set_stream(t, dev, 1001, L8_TRACE_STREAM_COMPUTE));
+        L8_CK(l8_trace_set_stream(t, dev, 1002, L8_TRACE_STREAM_COMM));
+    }
+}
 
 static void want(int tid, uint32_t seq, want_event *w)
 {
@@ -59,7 +71,10 @@ static void want(int tid, uint32_t seq, want_event *w)
     w->device = (int16_t)((int)((h >> 8) % 5) - 1);
     w->addr = ((uint64_t)tid << 32) | seq;
     w->size = mix(h) >> (h % 50);
-    w->stream = (uint64_t)tid * 7 + seq % 3;
+    static const uint64_t roles[4] = { L8_TRACE_STREAM_NONE, L8_TRACE_STREAM_COMPUTE,
+                                       L8_TRACE_STREAM_COMM, L8_TRACE_STREAM_OTHER };
+    w->raw = seq % 4 ? 1000 + seq % 4 : 0;
+    w->stream = roles[seq % 4];
     w->aux = mix(h ^ 1);
     if (seq == 0) w->tag[0] = '\0';
     else if (seq % 10 < 5) snprintf(w->tag, sizeof w->tag, "t%d.layer%u.fc1", tid, (seq / 10) % 3);
@@ -88,7 +103,7 @@ static void *record_worker(void *arg)
         if (inner && l8_tag_push(e.tag) != L8_OK) w->errors++;
         const char *cur = l8_tag_current();
         if (strcmp(cur ? cur : "", e.tag) != 0) w->errors++;
-        l8_trace_record(w->t, (l8_trace_kind)e.kind, e.device, e.stream, e.addr, e.size, e.aux);
+        l8_trace_record(w->t, (l8_trace_kind)e.kind, e.device, e.raw, e.addr, e.size, e.aux);
         if (inner && l8_tag_pop() != L8_OK) w->errors++;
         if (w->flush_every && seq % w->flush_every == 0 && l8_trace_flush(w->t) != L8_OK) w->errors++;
     }
@@ -145,6 +160,7 @@ START_TEST(test_round_trip_threads)
     c.capacity = T * per;
     l8_trace *t;
     L8_CK(l8_trace_create(&c, &t));
+    register_roles(t);
     worker w[T];
     for (int i = 0; i < T; i++) w[i] = (worker){ .t = t, .tid = i, .n = per };
     run_workers(w, T);
@@ -456,9 +472,9 @@ START_TEST(test_bad_files)
     expect_open_fails(magic, L8_ERR_INVALID_ARG, "magic");
 
     const char *version = tmp_file(&d, "version");
-    make_header(h, 2, 48);
+    make_header(h, 3, 48);
     append(version, h, 48);
-    expect_open_fails(version, L8_ERR_INVALID_ARG, "version 2");
+    expect_open_fails(version, L8_ERR_INVALID_ARG, "version 3");
 
     const char *recsize = tmp_file(&d, "recsize");
     make_header(h, 1, 64);
@@ -721,6 +737,7 @@ START_TEST(test_many_threads)
     c.capacity = 1000;
     l8_trace *t;
     L8_CK(l8_trace_create(&c, &t));
+    register_roles(t);
     worker w[T];
     for (int i = 0; i < T; i++) w[i] = (worker){ .t = t, .tid = i, .n = per, .flush_every = 4096 };
     run_workers(w, T);
