@@ -142,6 +142,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-host
 	$(Q)$(MAKE) --no-print-directory test-train
+	$(Q)$(MAKE) --no-print-directory test-trace
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "tests/tests.h"
 #include "alloc/trace.h"
+#include "tests/trace_known.h"
 
 /* ---- temp files ---- */
 
@@ -820,5 +821,7 @@ Suite *l8_trace_suite(void)
     tcase_add_test(tc, test_many_threads);
     tcase_add_test(tc, test_global_from_env);
     suite_add_tcase(s, tc);
+    l8t_trace_file_tests(s);
+    l8t_trace_tool_tests(s);
     return s;
 }
