@@ -99,6 +99,19 @@ static void summary_one(trace_model *m, int top)
     free(ord);
 }
 
+/* lines of the per-rank table: by rank, then command-line order */
+typedef struct line {
+    int rank, order;
+    char text[512];
+} line;
+
+static int cmp_line(const void *a, const void *b)
+{
+    const line *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
 static int cmd_summary(int argc, char **argv)
 {
     int top = 10, nfiles = 0, rc = 0;
@@ -117,10 +130,10 @@ static int cmd_summary(int argc, char **argv)
         tm_close(&m);
         return rc;
     }
-    /* one line per rank (file) */
-    printf("%-5s %-8s %-7s %10s %12s %12s %6s %12s %12s %5s %6s  %s\n", "rank", "pid", "device",
-           "events", "alloc_peak", "reserved_pk", "frag", "offload_out", "offload_in", "ooms",
-           "steps", "top tag at peak");
+    /* one line per rank (file), sorted by rank */
+    line *lines = calloc((size_t)nfiles, sizeof *lines);
+    if (!lines) exit(1);
+    int nl = 0;
     for (int f = 0; f < nfiles; f++) {
         trace_model m;
         if (tm_load(&m, files[f], NULL, NULL, NULL)) {
@@ -128,7 +141,7 @@ static int cmd_summary(int argc, char **argv)
             tm_close(&m);
             continue;
         }
-        char a[32], b[32], c[32], d[32], dev[16];
+        char a[32], b[32], c[32], d[32], e[32], dev[16];
         uint64_t *at = malloc(m.ntags * sizeof *at);
         uint32_t *ord = malloc(m.ntags * sizeof *ord);
         if (!at || !ord) exit(1);
@@ -136,16 +149,26 @@ static int cmd_summary(int argc, char **argv)
         tm_order_desc(at, m.ntags, ord);
         char frag[16] = "-";
         if (m.alloc_peak) snprintf(frag, sizeof frag, "%.3f", (double)m.reserved_peak / (double)m.alloc_peak);
-        printf("%-5d %-8u %-7s %10llu %12s %12s %6s %12s %12s %5zu %6llu  %s (%s)\n", m.info.rank,
-               m.info.pid, device_name(m.info.device, dev, sizeof dev),
-               (unsigned long long)m.events, tm_bytes(m.alloc_peak, a, sizeof a),
-               tm_bytes(m.reserved_peak, b, sizeof b), frag, tm_bytes(m.offload_out, c, sizeof c),
-               tm_bytes(m.offload_in, d, sizeof d), m.nooms, (unsigned long long)m.steps,
-               at[ord[0]] ? tm_tag_name(&m, ord[0]) : "-", tm_bytes(at[ord[0]], a, sizeof a));
+        lines[nl].rank = m.info.rank;
+        lines[nl].order = f;
+        snprintf(lines[nl].text, sizeof lines[nl].text,
+                 "%-5d %-8u %-7s %10llu %12s %12s %6s %12s %12s %5zu %6llu  %s (%s)", m.info.rank,
+                 m.info.pid, device_name(m.info.device, dev, sizeof dev),
+                 (unsigned long long)m.events, tm_bytes(m.alloc_peak, a, sizeof a),
+                 tm_bytes(m.reserved_peak, b, sizeof b), frag, tm_bytes(m.offload_out, c, sizeof c),
+                 tm_bytes(m.offload_in, d, sizeof d), m.nooms, (unsigned long long)m.steps,
+                 at[ord[0]] ? tm_tag_name(&m, ord[0]) : "-", tm_bytes(at[ord[0]], e, sizeof e));
+        nl++;
         free(at);
         free(ord);
         tm_close(&m);
     }
+    qsort(lines, (size_t)nl, sizeof *lines, cmp_line);
+    printf("%-5s %-8s %-7s %10s %12s %12s %6s %12s %12s %5s %6s  %s\n", "rank", "pid", "device",
+           "events", "alloc_peak", "reserved_pk", "frag", "offload_out", "offload_in", "ooms",
+           "steps", "top tag at peak");
+    for (int i = 0; i < nl; i++) printf("%s\n", lines[i].text);
+    free(lines);
     return rc;
 }
 

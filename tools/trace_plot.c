@@ -6,7 +6,7 @@
  * (default 400). Each bucket keeps the bytes by tag at the moment its total
  * was highest (the model's snapshot undo log, reset per bucket), so the
  * stack at a bucket is a real state and every peak survives; reserved keeps
- * its per-bucket maximum. Buckets start 1 ms wide and double (merging pairs,
+ * its per-bucket maximum. Buckets start 1 us wide and double (merging pairs,
  * keeping the higher) whenever the trace outgrows them, so one pass
  * suffices and the file may still be growing. The top K tags (by their
  * highest bucket value) get colours, the rest are stacked as "other".
@@ -279,7 +279,7 @@ int trace_cmd_plot(int argc, char **argv)
         return 2;
     }
     nb &= ~1;                                   /* halving merges pairs */
-    plot p = { .nb = nb, .width = 1000000 };    /* 1 ms to start */
+    plot p = { .nb = nb, .width = 1000 };       /* 1 us to start */
     p.b = xalloc(NULL, (size_t)nb * sizeof *p.b);
     memset(p.b, 0, (size_t)nb * sizeof *p.b);
     trace_model m;
