@@ -3,11 +3,12 @@
  * background flusher are in trace_file.c, the reader in trace_read.c.
  *
  * Recording. Every event goes into a ring of the most recent `capacity`
- * records and, when the trace has a path, into a 64 KiB write buffer that is
- * written to the file when it fills, when an event arrives more than 50 ms
- * after the last write, every 50 ms by the flusher thread (so a live reader
- * sees even a quiet writer's events within about that long), on
- * l8_trace_flush and on destroy. The file format is in docs/trace-format.md;
+ * records and, when the trace has a path, into a 64 KiB write buffer. The
+ * flusher thread (trace_file.c) writes the buffer when it fills (the
+ * recorder hands it over and continues in a spare one, so the kernel's copy
+ * is off the recording thread) and every 50 ms (so a live reader sees even
+ * a quiet writer's events within about that long); l8_trace_flush and
+ * destroy write synchronously. The file format is in docs/trace-format.md;
  * records are the l8_trace_event bytes, little-endian.
  *
  * Invariants (all under t->mu):
@@ -101,18 +102,48 @@ static size_t round_up48(size_t n) { return (n + TRACE_RECORD - 1) / TRACE_RECOR
 
 /* ---- file writing (t->mu held) ---- */
 
+/* Wait until the flusher has written the buffer it holds (the wait
+ * releases t->mu). */
+static void wait_pending(l8_trace *t)
+{
+    while (t->pend) pthread_cond_wait(&t->done, &t->mu);
+}
+
 void l8i_trace_drain(l8_trace *t)
 {
+    wait_pending(t);
     if (t->wlen == 0) return;
     if (!t->werr) t->werr = l8i_write_all(t->fd, t->wbuf, t->wlen, &t->written);
     t->wlen = 0;
-    t->last_write = t->last_time;
+}
+
+void l8i_trace_hand_off(l8_trace *t)
+{
+    t->pend = t->wbuf;
+    t->pend_len = t->wlen;
+    t->wbuf = t->spare;
+    t->spare = NULL;
+    t->wlen = 0;
+    pthread_cond_signal(&t->wake);
+}
+
+/* Room for `need` more bytes in the buffer, made before an event takes its
+ * time and place in the order (so waiting here cannot reorder events). With
+ * a flusher the full buffer is handed to it and the recorder goes on in the
+ * spare one; it waits only when the flusher still writes the previous one. */
+static void ensure_room(l8_trace *t, size_t need)
+{
+    while (t->wlen + need > WBUF_BYTES) {
+        if (!t->flusher_on) l8i_trace_drain(t);
+        else if (t->pend) wait_pending(t);
+        else l8i_trace_hand_off(t);
+    }
 }
 
 /* Append n bytes (n <= WBUF_BYTES) to the write buffer. */
 static void put_bytes(l8_trace *t, const void *p, size_t n)
 {
-    if (t->wlen + n > WBUF_BYTES) l8i_trace_drain(t);
+    if (t->wlen + n > WBUF_BYTES) l8i_trace_drain(t);   /* not reached after ensure_room */
     memcpy(t->wbuf + t->wlen, p, n);
     t->wlen += n;
 }
@@ -314,9 +345,11 @@ void l8_trace_destroy(l8_trace *t)
     free(t->names);
     free(t->slots);
     free(t->wbuf);
+    free(t->spare);
     free(t->path);
     free(t->ring);
     free(t->roles);
+    if (t->done_init) pthread_cond_destroy(&t->done);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -383,6 +416,8 @@ void l8_trace_record(l8_trace *t, l8_trace_kind kind, int device, uint64_t strea
      * lock to a later reading takes that reading's time. */
     uint64_t now = l8i_clock_ns(CLOCK_MONOTONIC) - t->t0;
     pthread_mutex_lock(&t->mu);
+    /* an event and the string record of its tag's first use */
+    if (t->fd >= 0 && !t->werr) ensure_room(t, 2 * TRACE_RECORD + TAG_MAX_LEN + TRACE_RECORD);
     if (now < t->last_time) now = t->last_time;
     t->last_time = now;
     uint32_t tag = current_tag(t, now);
@@ -403,7 +438,7 @@ void l8_trace_record(l8_trace *t, l8_trace_kind kind, int device, uint64_t strea
             t->unwritten++;
         } else {
             put_bytes(t, e, TRACE_RECORD);
-            if (t->write_through || now - t->last_write >= TRACE_FLUSH_PERIOD_NS) l8i_trace_drain(t);
+            if (t->write_through) l8i_trace_drain(t);
         }
     }
     pthread_mutex_unlock(&t->mu);

@@ -14,10 +14,10 @@
  *    writes, a file that is not a lean8 trace) -> L8_ERR_IO, errno EEXIST,
  *    with the reason.
  *
- * The flusher. One thread per file-backed trace wakes every 50 ms and
- * writes what the buffer holds, so a writer that goes quiet (or hangs) has
- * its last events in the file within ~50 ms. It takes the trace's mutex
- * only while it writes.
+ * The flusher. One thread per file-backed trace writes the buffers that
+ * recorders hand over when full, and every 50 ms the partly filled one, so
+ * a writer that goes quiet (or hangs) has its last events in the file
+ * within ~50 ms. It writes without holding the trace's mutex.
  *
  * The registry: a list of open file traces (g_reg_mu), used to refuse a
  * path this process already writes and to update the header rank of traces
@@ -223,18 +223,36 @@ static l8_status create_file(l8_trace *t, int rank, int device)
     return s;
 }
 
+/* The flusher: writes the buffers recorders hand over (outside the
+ * trace's mutex, so recording goes on meanwhile) and, every 50 ms, the
+ * partly filled one. On stop it finishes what it holds. */
 static void *flusher_main(void *arg)
 {
     l8_trace *t = arg;
     pthread_mutex_lock(&t->mu);
-    while (!t->stop) {
+    while (!t->stop || t->pend) {
+        if (t->pend) {
+            unsigned char *p = t->pend;
+            size_t n = t->pend_len;
+            int skip = t->werr != 0;             /* nothing more after a write error */
+            uint64_t w = 0;
+            pthread_mutex_unlock(&t->mu);
+            int e = skip ? 0 : l8i_write_all(t->fd, p, n, &w);
+            pthread_mutex_lock(&t->mu);
+            t->written += w;
+            if (e && !t->werr) t->werr = e;
+            t->spare = p;
+            t->pend = NULL;
+            pthread_cond_broadcast(&t->done);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + TRACE_FLUSH_PERIOD_NS;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&t->wake, &t->mu, &ts);
-        if (t->wlen) l8i_trace_drain(t);
+        int r = pthread_cond_timedwait(&t->wake, &t->mu, &ts);
+        if (r == ETIMEDOUT && !t->pend && t->wlen) l8i_trace_hand_off(t);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -249,7 +267,8 @@ l8_status l8i_trace_open_file(l8_trace *t, const l8_trace_config *c)
     L8_CHECK(expand_path(c->path, prank, &t->path));
     if (!t->path[0]) return L8_FAIL(L8_ERR_INVALID_ARG, "trace path is empty");
     t->wbuf = malloc(WBUF_BYTES);
-    if (!t->wbuf) return L8_FAIL(L8_ERR_OOM, "no host memory for the trace write buffer");
+    t->spare = malloc(WBUF_BYTES);
+    if (!t->wbuf || !t->spare) return L8_FAIL(L8_ERR_OOM, "no host memory for the trace write buffer");
     t->follow_rank = c->rank < 0;
     L8_CHECK(create_file(t, t->follow_rank ? prank : c->rank, c->device));
     struct stat st;
@@ -262,6 +281,11 @@ l8_status l8i_trace_open_file(l8_trace *t, const l8_trace_config *c)
         pthread_cond_init(&t->wake, &ca) != 0)
         return L8_FAIL(L8_ERR_OOM, "cannot set up the trace flusher's condition variable");
     pthread_condattr_destroy(&ca);
+    if (pthread_cond_init(&t->done, NULL) != 0) {
+        pthread_cond_destroy(&t->wake);
+        return L8_FAIL(L8_ERR_OOM, "cannot set up the trace flusher's condition variable");
+    }
+    t->done_init = 1;
     if (pthread_create(&t->flusher, NULL, flusher_main, t) != 0) {
         pthread_cond_destroy(&t->wake);
         return L8_FAIL(L8_ERR_OOM, "cannot start the trace flusher thread");
@@ -290,6 +314,7 @@ void l8i_trace_stop_flusher(l8_trace *t)
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->flusher, NULL);
     pthread_cond_destroy(&t->wake);
+    /* t->done stays: drain may still wait on it (never blocks: nothing pending) */
     t->flusher_on = 0;
 }
 

@@ -59,9 +59,13 @@ struct l8_trace {
     char *path;                   /* expanded */
     int follow_rank;              /* header rank follows l8_trace_set_rank */
     uint64_t dev_id, ino;         /* the file's identity (st_dev, st_ino) */
-    unsigned char *wbuf;
+    unsigned char *wbuf;          /* being filled (t->mu) */
     size_t wlen;
-    uint64_t last_write;          /* time_ns of the last write to the file */
+    unsigned char *spare;         /* the other buffer, NULL while the flusher holds it */
+    unsigned char *pend;          /* handed to the flusher, being written; NULL if none */
+    size_t pend_len;
+    pthread_cond_t done;          /* signalled when pend has been written */
+    int done_init;
     uint64_t written;             /* bytes written to the file */
     int write_through;            /* set at exit: every record is written at once */
     int werr;                     /* errno of the first write error, 0 if none */
@@ -86,8 +90,12 @@ l8_status l8i_trace_io_error(int e, const char *call, const char *file, int line
                              const char *what, const char *path);
 /* Write all of p, retrying short writes and EINTR. Returns 0 or an errno. */
 int l8i_write_all(int fd, const void *p, size_t n, uint64_t *written);
-/* Write the buffer to the file (t->mu held). */
+/* Write everything buffered to the file: wait for the flusher's buffer,
+ * then write the current one (t->mu held; the wait releases it). */
 void l8i_trace_drain(l8_trace *t);
+/* Give the current buffer to the flusher, continue in the spare one
+ * (t->mu held, nothing pending). */
+void l8i_trace_hand_off(l8_trace *t);
 /* Append the end marker to the buffer (t->mu held). */
 void l8i_trace_put_end(l8_trace *t);
 
