@@ -55,30 +55,27 @@ static size_t read_all(const char *path, l8_trace_event *ev, size_t n, l8_trace_
     return k;
 }
 
-/* Two host contexts, each with its own trace named with %r and %p: the
- * header carries pid, rank and device, events name the stream roles, and
- * destroy writes the end marker. */
-START_TEST(test_per_context_traces)
+/* Two contexts (devs[0], devs[1]), each with its own trace named with %r
+ * and %p: the header carries pid, rank and device, events name the stream
+ * roles, and destroy writes the end marker. The rank is 5 here. */
+static void per_context(l8t_tmpdir *d, const char *const devs[2])
 {
-    l8t_tmpdir d;
-    l8t_tmp_init(&d, "l8trace");
     char pattern[400], want[2][400];
-    snprintf(pattern, sizeof pattern, "%s/ctx%%%%.%%r.%%p.l8trace", d.dir);
-    L8_CK(l8_trace_set_rank(5));
-    ck_assert_int_eq(l8_trace_rank(), 5);
+    snprintf(pattern, sizeof pattern, "%s/ctx%%%%.%%r.%%p.l8trace", d->dir);
     l8_ctx *ctx[2];
     for (int i = 0; i < 2; i++) {
         l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-        cfg.device = "host";
+        cfg.device = devs[i];
         char pat[420];
         snprintf(pat, sizeof pat, "%s.%d", pattern, i);
         cfg.trace_path = pat;
         L8_CK(l8_ctx_create(&cfg, &ctx[i]));
-        snprintf(want[i], sizeof want[i], "%s/ctx%%.5.%ld.l8trace.%d", d.dir, (long)getpid(), i);
+        snprintf(want[i], sizeof want[i], "%s/ctx%%.5.%ld.l8trace.%d", d->dir, (long)getpid(), i);
         ck_assert_str_eq(l8_trace_path(l8_ctx_trace(ctx[i])), want[i]);
-        l8t_tmp_file(&d, strrchr(want[i], '/') + 1);
+        l8t_tmp_file(d, strrchr(want[i], '/') + 1);
     }
     ck_assert_ptr_ne(l8_ctx_trace(ctx[0]), l8_ctx_trace(ctx[1]));
+    int dev[2] = { l8_ctx_device(ctx[0]), l8_ctx_device(ctx[1]) };
     void *a, *b;
     L8_CK(l8_tag_push("ctx0.buf"));
     L8_CK(l8_ctx_malloc(ctx[0], 1000, NULL, &a));
@@ -96,7 +93,7 @@ START_TEST(test_per_context_traces)
         ck_assert_uint_eq(in.version, 2);
         ck_assert_uint_eq(in.pid, (uint32_t)getpid());
         ck_assert_int_eq(in.rank, 5);
-        ck_assert_int_eq(in.device, -1);
+        ck_assert_int_eq(in.device, dev[i]);
         ck_assert_int_eq(in.ended, 1);
         ck_assert_uint_eq(in.offset, in.file_bytes);
         ck_assert_int_eq(in.replaced, 0);
@@ -105,11 +102,23 @@ START_TEST(test_per_context_traces)
             if (ev[k].kind != L8_TRACE_ALLOC) continue;
             allocs++;
             ck_assert_uint_eq(ev[k].size, i == 0 ? 1024 : 3072);
+            ck_assert_int_eq(ev[k].device, dev[i]);
             ck_assert_uint_eq(ev[k].stream, i == 0 ? L8_TRACE_STREAM_COMPUTE : L8_TRACE_STREAM_COPY);
         }
         ck_assert_int_eq(allocs, 1);
-        ck_assert_uint_eq(ev[n - 1].kind, i == 0 ? L8_TRACE_SEGMENT_FREE : L8_TRACE_SEGMENT_FREE);
+        ck_assert_uint_eq(ev[n - 1].kind, L8_TRACE_SEGMENT_FREE);
     }
+}
+
+START_TEST(test_per_context_traces)
+{
+    l8t_tmpdir d;
+    l8t_tmp_init(&d, "l8trace");
+    L8_CK(l8_trace_set_rank(5));
+    ck_assert_int_eq(l8_trace_rank(), 5);
+    static const char *const devs[2] = { "host", "host" };
+    per_context(&d, devs);
+
     /* a rank set after creation reaches the header of a trace that follows it */
     l8_trace_config c = L8_TRACE_CONFIG_INIT;
     c.path = l8t_tmp_file(&d, "late.l8trace");
@@ -335,6 +344,20 @@ START_TEST(test_quiet_writer_flushed)
 }
 END_TEST
 
+/* The same on a GPU: one CUDA context and one host context (one GPU
+ * context per test case), CUstream handles recorded as their roles. */
+START_TEST(test_gpu_per_context_traces)
+{
+    l8t_tmpdir d;
+    l8t_tmp_init(&d, "l8trace");
+    L8_CK(l8_trace_set_rank(5));
+    static const char *const devs[2] = { "cuda:0", "host" };
+    per_context(&d, devs);
+    L8_CK(l8_trace_set_rank(0));
+    cleanup(&d);
+}
+END_TEST
+
 void l8t_trace_file_tests(Suite *s)
 {
     TCase *tc = tcase_create("trace_file");
@@ -345,4 +368,9 @@ void l8t_trace_file_tests(Suite *s)
     tcase_add_test(tc, test_never_truncates);
     tcase_add_test(tc, test_quiet_writer_flushed);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("trace_gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 60);
+    tcase_add_test(tg, test_gpu_per_context_traces);
+    suite_add_tcase(s, tg);
 }
