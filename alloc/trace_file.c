@@ -20,8 +20,12 @@
  * within ~50 ms. It writes without holding the trace's mutex.
  *
  * The registry: a list of open file traces (g_reg_mu), used to refuse a
- * path this process already writes and to update the header rank of traces
- * that follow the process rank when l8_trace_set_rank is called.
+ * path this process already writes, to update the header rank of traces
+ * that follow the process rank when l8_trace_set_rank is called, and at
+ * fork: the child has no flusher threads and must not write into its
+ * parent's files, so its copies of file traces become memory-only (a fork
+ * handler holds every trace's mutex across the fork, so none is copied
+ * locked). Lock order: g_reg_mu, then a trace's mu.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +42,47 @@
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static l8_trace *g_open;          /* registry head (g_reg_mu) */
 static int g_rank = -1;           /* set by l8_trace_set_rank (g_reg_mu) */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* ---- fork ---- */
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    for (l8_trace *t = g_open; t; t = t->next_open) pthread_mutex_lock(&t->mu);
+}
+
+static void fork_parent(void)
+{
+    for (l8_trace *t = g_open; t; t = t->next_open) pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&g_reg_mu);
+}
+
+static void fork_child(void)
+{
+    for (l8_trace *t = g_open; t; t = t->next_open) {
+        close(t->fd);                     /* the child's descriptor only */
+        t->fd = -1;
+        t->flusher_on = 0;                /* the thread was not copied */
+        t->file_ready = 0;
+        if (t->pend) {                    /* its buffer back, unwritten */
+            t->spare = t->pend;
+            t->pend = NULL;
+        }
+        t->wlen = 0;
+        pthread_mutex_unlock(&t->mu);
+    }
+    g_open = NULL;
+    pthread_mutex_unlock(&g_reg_mu);
+}
+
+static void atfork_init(void)
+{
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+        /* without the handlers a child that records could write into the
+         * parent's file; nothing else to do here */
+    }
+}
 
 /* ---- the process rank ---- */
 
@@ -261,6 +306,7 @@ static void *flusher_main(void *arg)
 l8_status l8i_trace_open_file(l8_trace *t, const l8_trace_config *c)
 {
     if (!c->path[0]) return L8_FAIL(L8_ERR_INVALID_ARG, "trace path is empty");
+    pthread_once(&g_atfork_once, atfork_init);
     pthread_mutex_lock(&g_reg_mu);
     int prank = rank_locked();
     pthread_mutex_unlock(&g_reg_mu);

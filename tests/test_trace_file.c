@@ -344,6 +344,45 @@ START_TEST(test_quiet_writer_flushed)
 }
 END_TEST
 
+/* A child forked while the parent records (its flusher running) keeps a
+ * memory-only copy: its events never reach the parent's file, it does not
+ * deadlock, and the parent's file holds exactly the parent's events. */
+START_TEST(test_fork_child_memory_only)
+{
+    l8t_tmpdir d;
+    l8t_tmp_init(&d, "l8trace");
+    l8_trace_config c = L8_TRACE_CONFIG_INIT;
+    c.path = l8t_tmp_file(&d, "parent.l8trace");
+    l8_trace *t;
+    L8_CK(l8_trace_create(&c, &t));
+    for (uint64_t i = 0; i < 1000; i++) l8_trace_record(t, L8_TRACE_ALLOC, 0, 0, i, 512, 1);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        for (uint64_t i = 0; i < 5000; i++) l8_trace_record(t, L8_TRACE_ALLOC, 0, 0, i, 512, 2);
+        int code = l8_trace_flush(t) == L8_OK && l8_trace_count(t) == 6000 ? 0 : 1;
+        l8_trace_destroy(t);
+        _exit(code);
+    }
+    for (uint64_t i = 1000; i < 2000; i++) l8_trace_record(t, L8_TRACE_ALLOC, 0, 0, i, 512, 1);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    l8_trace_destroy(t);
+    l8_trace_event ev[2048];
+    l8_trace_file_info in;
+    size_t n = read_all(c.path, ev, 2048, &in);
+    ck_assert_uint_eq(n, 2000);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(ev[i].aux, 1);
+        ck_assert_uint_eq(ev[i].addr, i);
+    }
+    ck_assert_int_eq(in.ended, 1);
+    cleanup(&d);
+}
+END_TEST
+
 /* The same on a GPU: one CUDA context and one host context (one GPU
  * context per test case), CUstream handles recorded as their roles. */
 START_TEST(test_gpu_per_context_traces)
@@ -367,6 +406,7 @@ void l8t_trace_file_tests(Suite *s)
     tcase_add_test(tc, test_stream_roles);
     tcase_add_test(tc, test_never_truncates);
     tcase_add_test(tc, test_quiet_writer_flushed);
+    tcase_add_test(tc, test_fork_child_memory_only);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("trace_gpu");
     tcase_set_tags(tg, "gpu");
