@@ -64,7 +64,8 @@ typedef enum l8_trace_stream {
 
 /* One event as kept in memory and in the file (48 bytes, little-endian). */
 typedef struct l8_trace_event {
-    uint64_t time_ns;             /* CLOCK_MONOTONIC since the trace started */
+    uint64_t time_ns;             /* CLOCK_MONOTONIC since the trace started (read
+                                     through the TSC where safe: docs/trace-format.md) */
     uint64_t addr;
     uint64_t size;
     uint64_t stream;              /* l8_trace_stream (version 1 files: the raw handle) */

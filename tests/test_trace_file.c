@@ -344,6 +344,40 @@ START_TEST(test_quiet_writer_flushed)
 }
 END_TEST
 
+/* Event times follow CLOCK_MONOTONIC (whichever clock the recorder reads:
+ * the TSC, scaled, or clock_gettime): ns since the header's start, within
+ * a few ms over sleeps of 30 ms, never decreasing. */
+START_TEST(test_event_clock)
+{
+    l8_trace_config c = L8_TRACE_CONFIG_INIT;
+    l8_trace *t;
+    L8_CK(l8_trace_create(&c, &t));
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    l8_trace_record(t, L8_TRACE_STEP, -1, 0, 0, 0, 0);
+    for (int i = 1; i <= 5; i++) {
+        struct timespec ts = { 0, 30 * 1000000L };
+        nanosleep(&ts, NULL);
+        l8_trace_record(t, L8_TRACE_STEP, -1, 0, 0, 0, (uint64_t)i);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    l8_trace_event ev[6];
+    ck_assert_uint_eq(l8_trace_events(t, 0, ev, 6), 6);
+    double wall = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    double span = (double)(ev[5].time_ns - ev[0].time_ns);
+    ck_assert_msg(span <= wall + 1e5 && span >= 150e6, "events span %.3f ms, the clock %.3f ms",
+                  span / 1e6, wall / 1e6);
+    for (int i = 1; i < 6; i++) {
+        double dt = (double)(ev[i].time_ns - ev[i - 1].time_ns);
+        ck_assert_msg(dt >= 29.5e6 && dt < 80e6, "event %d came %.3f ms after the previous, "
+                      "slept 30 ms", i, dt / 1e6);
+    }
+    ck_assert_msg(ev[0].time_ns < 50000000ull, "first event at %llu ns after the start",
+                  (unsigned long long)ev[0].time_ns);
+    l8_trace_destroy(t);
+}
+END_TEST
+
 /* A child forked while the parent records (its flusher running) keeps a
  * memory-only copy: its events never reach the parent's file, it does not
  * deadlock, and the parent's file holds exactly the parent's events. */
@@ -407,6 +441,7 @@ void l8t_trace_file_tests(Suite *s)
     tcase_add_test(tc, test_never_truncates);
     tcase_add_test(tc, test_quiet_writer_flushed);
     tcase_add_test(tc, test_fork_child_memory_only);
+    tcase_add_test(tc, test_event_clock);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("trace_gpu");
     tcase_set_tags(tg, "gpu");
