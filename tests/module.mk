@@ -21,8 +21,8 @@ deps-chromium:
 	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
 	    echo "  DEPS    installing Chromium for the SVG render check (apt-get install chromium)"; \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	        apt-get install -y -qq chromium >/dev/null 2>&1 || \
-	        (apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1) || \
+	        timeout 600 apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	        (timeout 300 apt-get update -qq && timeout 600 apt-get install -y -qq chromium >/dev/null 2>&1) || \
 	        echo "  DEPS    chromium could not be installed: tests/trace.sh will skip the render check"; \
 	    fi; \
 	fi
