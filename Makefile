@@ -150,6 +150,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-launcher
 	$(Q)$(MAKE) --no-print-directory test-comm
 	$(Q)$(MAKE) --no-print-directory test-train
+	$(Q)$(MAKE) --no-print-directory test-trace
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 

@@ -1048,6 +1048,7 @@ START_TEST(test_trace_events)
     l8_trace_config tc = L8_TRACE_CONFIG_INIT;
     tc.capacity = 1024;
     L8_CK(l8_trace_create(&tc, &tr));
+    L8_CK(l8_trace_set_stream(tr, -1, 5, L8_TRACE_STREAM_COPY));   /* recorded by role */
     tp t;
     tp_init(&t, 1);
     l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
@@ -1074,7 +1075,7 @@ START_TEST(test_trace_events)
             ck_assert_uint_eq(ev[i].addr, (uintptr_t)x);
             ck_assert_uint_eq(ev[i].size, 1024);
             ck_assert_uint_eq(ev[i].aux, 1000);
-            ck_assert_uint_eq(ev[i].stream, 5);
+            ck_assert_uint_eq(ev[i].stream, L8_TRACE_STREAM_COPY);
         }
         if (ev[i].kind == L8_TRACE_OOM) {
             ck_assert_uint_eq(ev[i].size, 3 * MIB);

@@ -44,5 +44,6 @@ int bench_gemm(const bench_opts *o);
 int bench_comm(const bench_opts *o);
 /* The last-dimension rearrangement (l8i_interleave) against a device copy. */
 int bench_comm_interleave(const bench_opts *o);
+int bench_trace(const bench_opts *o);
 
 #endif

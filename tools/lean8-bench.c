@@ -5,6 +5,7 @@
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
  *   lean8-bench comm  [--device D] [--json PATH] [--quick]
+ *   lean8-bench trace [--json PATH] [--quick]
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,7 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
+    { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
 };
 
 static int usage(void)

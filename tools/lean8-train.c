@@ -433,6 +433,10 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         }
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
+        /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
+        uint64_t step = 0;
+        if (l8_ctx_trace(m->ctx) && l8_optim_get_step(m->optim, &step) == L8_OK)
+            l8_trace_record(l8_ctx_trace(m->ctx), L8_TRACE_STEP, l8_ctx_device(m->ctx), 0, 0, 0, step);
     }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);

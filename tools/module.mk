@@ -10,3 +10,12 @@ TOOLS += lean8-run
 # tools/replay.c: the training-like allocation workload (tests and lean8-bench alloc; not library code)
 BENCH_SRCS += tools/replay.c
 BENCH_SRCS += tools/bench_comm.c
+# lean8-trace: the memory tracer (several files, hence its own link rule)
+TOOLS += lean8-trace
+TRACE_TOOL_SRCS := tools/lean8-trace.c tools/trace_model.c tools/trace_plot.c tools/trace_export.c
+$(BUILD)/bin/lean8-trace: $(TRACE_TOOL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.a
+	@mkdir -p $(@D)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+# lean8-bench trace: the recorder's cost and lean8-trace's replay and plot
+BENCH_SRCS += tools/bench_trace.c tools/trace_model.c tools/trace_plot.c
