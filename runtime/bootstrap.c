@@ -301,6 +301,12 @@ l8_status l8_comm_init_env(l8_ctx *ctx, const l8_comm_config *cfg, l8_comm **out
     if ((t == L8_COMM_NCCL) != (b == L8_BACKEND_CUDA))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_comm_init_env: transport %d does not fit a %s "
                        "context", (int)t, l8_ctx_device_name(ctx));
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (!e.init_file[0] && agent && !strcmp(agent, "True"))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_comm_init_env: torchrun's own store listens on "
+                       "MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 cannot serve "
+                       "the rendezvous there: run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                       "and --rdzv-backend c10d, or set L8_INIT_FILE");
     if (!e.init_file[0] && (!e.master_addr[0] || !e.master_port))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_comm_init_env: world size %d (%s) but neither "
                        "MASTER_ADDR and MASTER_PORT nor L8_INIT_FILE are set", e.world_size,

@@ -80,6 +80,7 @@ module lean8
         type(c_ptr) :: device
         integer(c_size_t) :: memory_limit, pinned_limit
         type(c_ptr) :: provider
+        type(c_ptr) :: trace_path
     end type
     type, bind(c) :: adamw_config
         integer(c_size_t) :: size
@@ -95,6 +96,8 @@ module lean8
         type(c_ptr) :: grad_ready_arg
         integer(c_int) :: accumulate_grad
         type(c_ptr) :: save_hooks
+        type(c_ptr) :: tp_comm
+        integer(c_int) :: parallel, sequence_parallel
     end type
 
     public :: l8_last_error_message, l8_status_name, l8_version
