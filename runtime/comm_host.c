@@ -81,6 +81,18 @@ static float combine(float a, float b, l8_reduce_op op)
 static void reduce_parts(const unsigned char *parts, size_t stride, int p, size_t n, l8_dtype dt,
                          l8_reduce_op op, void *out)
 {
+    if (dt == L8_F32 && op != L8_REDUCE_MAX) {   /* the common case, without conversions */
+        float *o = out;
+        const float *x0 = (const float *)parts;
+        for (size_t i = 0; i < n; i++) o[i] = x0[i];
+        for (int r = 1; r < p; r++) {
+            const float *x = (const float *)(parts + (size_t)r * stride);
+            for (size_t i = 0; i < n; i++) o[i] += x[i];
+        }
+        if (op == L8_REDUCE_AVG)
+            for (size_t i = 0; i < n; i++) o[i] /= (float)p;
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float acc = l8_host_load_f32(parts, dt, i);
         for (int r = 1; r < p; r++) acc = combine(acc, l8_host_load_f32(parts + r * stride, dt, i), op);
