@@ -13,7 +13,9 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear    lean8-bench NAME and its PyTorch script
-#   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy)
+#   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
+#             the NCCL watchdog at world size 1 (tests/comm_prog watchdog: an
+#             all-reduce stuck behind a second of GEMMs must be aborted)
 #   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints),
 #             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
 #             the Fashion-MNIST files carried along: the machine has no
@@ -53,7 +55,7 @@ step() {  # step NAME LOGFILE COMMAND...
 
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-step "build" build.log make -j16 all WERROR=1
+step "build" build.log make -j16 all build/tests/comm_prog WERROR=1
 want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu
 want test && step "make test" test.log make test FMNIST_DIR=$PWD/.data
 want info && step "lean8-info" info.log build/bin/lean8-info
@@ -81,6 +83,7 @@ if want linear; then
 fi
 if want comm; then
     step "bench comm" bench-comm.log build/bin/lean8-bench comm --json "$OUT/bench-comm.json"
+    step "nccl watchdog" watchdog.log env L8_COMM_TIMEOUT=0.3 build/tests/comm_prog watchdog
 fi
 if want train && [ -d .data ]; then
     step "train.sh on cuda:0" train-sh.log env TRAIN_DEVICE=cuda:0 tests/train.sh build .data
