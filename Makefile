@@ -59,6 +59,7 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(patsubst %.ptx,$(BUILD)/ptx/%.ptx.o,
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
 HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h \
+             runtime/graph.h \
              alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
 
 all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests

@@ -40,6 +40,34 @@ static const struct { const char *name; size_t off; } k_entries[] = {
 #undef E
 };
 
+/* Optional entry points (CUDA graphs): resolved at L8_CU_API_VERSION like the
+ * rest, but a driver without them still loads; then none is set. */
+static const struct { const char *name; size_t off; } k_graph_entries[] = {
+#define E(fn) { #fn, offsetof(l8_cuda_api, fn) }
+    E(cuStreamBeginCapture), E(cuStreamEndCapture), E(cuStreamIsCapturing),
+    E(cuThreadExchangeStreamCaptureMode), E(cuGraphInstantiateWithFlags), E(cuGraphExecUpdate),
+    E(cuGraphUpload), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuGraphDestroy),
+#undef E
+};
+static int g_has_graphs;
+
+static void resolve_graph_entries(get_proc_fn get_proc)
+{
+    void *fn[sizeof k_graph_entries / sizeof k_graph_entries[0]];
+    for (size_t i = 0; i < sizeof k_graph_entries / sizeof k_graph_entries[0]; i++) {
+        CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
+        fn[i] = NULL;
+        if (get_proc(k_graph_entries[i].name, &fn[i], L8_CU_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
+                     &q) != CUDA_SUCCESS || q != CU_GET_PROC_ADDRESS_SUCCESS || !fn[i])
+            return;
+    }
+    for (size_t i = 0; i < sizeof k_graph_entries / sizeof k_graph_entries[0]; i++)
+        *(void **)((char *)&l8i_cu + k_graph_entries[i].off) = fn[i];
+    g_has_graphs = 1;
+}
+
+int l8i_cuda_has_graphs(void) { return g_has_graphs; }
+
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static l8_status g_load_status = L8_ERR_NO_DEVICE;
 static char g_load_reason[512] = "not loaded";
@@ -72,6 +100,7 @@ static void load_once(void)
         }
         *(void **)((char *)&l8i_cu + k_entries[i].off) = fn;
     }
+    resolve_graph_entries(get_proc);
     CUresult r = l8i_cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "?";

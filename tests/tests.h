@@ -40,6 +40,7 @@ Suite *l8_params_suite(void);
 Suite *l8_optim_suite(void);
 Suite *l8_gather_suite(void);
 Suite *l8_gemm_cache_suite(void);
+Suite *l8_graph_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
 uint64_t l8_test_seed(void);
