@@ -3,6 +3,8 @@
  * run the callback eagerly at each launch.
  *
  * Capture sequence (the order matters):
+ *   0. (l8_graph_warmup) fn runs eagerly with allocations routed to the
+ *      graph's pool (non-strict), so the pool holds what the capture needs;
  *   1. (first capture only) synchronize the context: nothing enqueued before
  *      may still use memory the capture is about to take over;
  *   2. l8_alloc_capture_begin on the context's three streams, BEFORE the
@@ -18,11 +20,12 @@
  *   7. cuStreamEndCapture (always), l8_alloc_capture_end (always);
  *   8. instantiate (or cuGraphExecUpdate for an update; a new instantiation
  *      when the topology changed), cuGraphUpload.
- * Any failure: the partial graph is destroyed, a new graph's memory pool is
- * released, the first error is reported; the allocator is left valid.
+ * Any failure: the partial graph is destroyed, the first error is reported;
+ * the allocator is left valid and the graph keeps its previous executable.
  *
- * Invariants: g->exec is always an executable of g->graph's shape or NULL
- * (host); g->gid is the allocator pool that every capture of g used; the
+ * Invariants: g->exec is NULL (host, or nothing captured yet) or an
+ * executable of g->graph's shape; g->gid is 0 or the allocator pool that
+ * every warm-up and capture of g used; the
  * fork/join events are used only inside captures (an event recorded during
  * capture cannot be queried afterwards, so they are never queried).
  */
@@ -124,14 +127,11 @@ static l8_status capture(l8_graph *g, l8_graph_fn fn, void *arg, CUgraph *out)
     }
     l8_status e = l8_alloc_capture_end(a, gid);
     if (st == L8_OK) st = e;
+    g->gid = gid;                 /* the pool is g's from now on, even after a failure */
     if (st != L8_OK) {
         if (graph) (void)l8i_cu.cuGraphDestroy(graph);
-        if (!g->gid && l8_alloc_graph_release(a, gid) != L8_OK) {
-            /* cannot fail for the pool just made; st stays the error to report */
-        }
         return st;
     }
-    g->gid = gid;
     *out = graph;
     return L8_OK;
 }
@@ -149,25 +149,20 @@ static l8_status instantiate(l8_graph *g, CUgraph graph, CUgraphExec *exec)
     return st;
 }
 
-l8_status l8_graph_capture(l8_ctx *ctx, l8_stream *s, l8_graph_fn fn, void *arg, unsigned flags,
-                           l8_graph **out)
+l8_status l8_graph_create(l8_ctx *ctx, l8_stream *s, l8_graph **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
-    L8_ARG(ctx != NULL && fn != NULL);
-    if (flags & ~L8_GRAPH_WARMUP)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_graph_capture: unknown flags 0x%x", flags);
-    L8_CHECK(l8i_resolve_stream("l8_graph_capture", ctx, &s));
+    L8_ARG(ctx != NULL);
+    L8_CHECK(l8i_resolve_stream("l8_graph_create", ctx, &s));
     int cuda = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
     if (cuda && !l8i_cuda_has_graphs())
-        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_graph_capture: the CUDA driver has no graph API "
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_graph_create: the CUDA driver has no graph API "
                        "(cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, ...)");
     l8_graph *g = calloc(1, sizeof *g);
-    if (!g) return L8_FAIL(L8_ERR_OOM, "l8_graph_capture: out of host memory");
+    if (!g) return L8_FAIL(L8_ERR_OOM, "l8_graph_create: out of host memory");
     g->ctx = ctx;
     g->s = s;
-    g->fn = fn;
-    g->arg = arg;
     g->st.size = sizeof g->st;
     l8_status st = L8_OK;
     if (cuda) {
@@ -175,15 +170,7 @@ l8_status l8_graph_capture(l8_ctx *ctx, l8_stream *s, l8_graph_fn fn, void *arg,
         L8_TRY(st, L8_CU(cuEventCreate, &g->fork, CU_EVENT_DISABLE_TIMING), fail);
         L8_TRY(st, L8_CU(cuEventCreate, &g->join[0], CU_EVENT_DISABLE_TIMING), fail);
         L8_TRY(st, L8_CU(cuEventCreate, &g->join[1], CU_EVENT_DISABLE_TIMING), fail);
-        L8_TRY(st, l8_ctx_synchronize(ctx), fail);
-        if (flags & L8_GRAPH_WARMUP) L8_TRY(st, warmup(g, fn, arg), fail);
-        L8_TRY(st, capture(g, fn, arg, &g->graph), fail);
-        L8_TRY(st, instantiate(g, g->graph, &g->exec), fail);
-    } else if (flags & L8_GRAPH_WARMUP) {
-        L8_TRY(st, fn(arg, s), fail);
     }
-    if (flags & L8_GRAPH_WARMUP) g->st.warmups = 1;
-    g->st.captures = 1;
     *out = g;
     return L8_OK;
 fail:
@@ -191,47 +178,55 @@ fail:
     return st;
 }
 
-l8_status l8_graph_update(l8_graph *g, l8_graph_fn fn, void *arg, unsigned flags)
+l8_status l8_graph_warmup(l8_graph *g, l8_graph_fn fn, void *arg)
 {
     L8_ARG(g != NULL && fn != NULL);
-    if (flags & ~L8_GRAPH_WARMUP)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_graph_update: unknown flags 0x%x", flags);
-    if (!g->exec) {               /* host backend */
-        if (flags & L8_GRAPH_WARMUP) {
-            L8_CHECK(fn(arg, g->s));
-            g->st.warmups++;
-        }
+    if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA) {
+        L8_CHECK(fn(arg, g->s));
+    } else {
+        L8_CHECK(l8i_ctx_bind(g->ctx));
+        L8_CHECK(warmup(g, fn, arg));
+    }
+    g->st.warmups++;
+    return L8_OK;
+}
+
+l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
+{
+    L8_ARG(g != NULL && fn != NULL);
+    if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA) {
         g->fn = fn;
         g->arg = arg;
-        g->st.captures++;
-        g->st.updates_in_place++;
+        if (g->st.captures++) g->st.updates_in_place++;
         return L8_OK;
     }
     L8_CHECK(l8i_ctx_bind(g->ctx));
-    if (flags & L8_GRAPH_WARMUP) {
-        L8_CHECK(warmup(g, fn, arg));
-        g->st.warmups++;
-    }
+    /* before the first capture nothing enqueued may still use the memory
+     * the capture takes over; later captures only reuse the graph's own */
+    if (!g->exec) L8_CHECK(l8_ctx_synchronize(g->ctx));
     CUgraph graph = NULL;
     L8_CHECK(capture(g, fn, arg, &graph));
     CUgraphExecUpdateResultInfo info;
     memset(&info, 0, sizeof info);
-    if (l8i_cu.cuGraphExecUpdate(g->exec, graph, &info) == CUDA_SUCCESS) {
+    if (g->exec && l8i_cu.cuGraphExecUpdate(g->exec, graph, &info) == CUDA_SUCCESS) {
         g->st.updates_in_place++;
     } else {
-        /* another shape of work (a smaller last batch): a new executable;
-         * the old one is freed once its launches in flight are done */
+        /* the first capture, or another shape of work (a smaller last
+         * batch): a new executable; an old one is freed by the driver once
+         * its launches in flight are done */
         CUgraphExec exec = NULL;
         l8_status st = instantiate(g, graph, &exec);
         if (st != L8_OK) {
             (void)l8i_cu.cuGraphDestroy(graph);
             return st;
         }
-        (void)l8i_cu.cuGraphExecDestroy(g->exec);
+        if (g->exec) {
+            (void)l8i_cu.cuGraphExecDestroy(g->exec);
+            g->st.reinstantiations++;
+        }
         g->exec = exec;
-        g->st.reinstantiations++;
     }
-    (void)l8i_cu.cuGraphDestroy(g->graph);
+    if (g->graph) (void)l8i_cu.cuGraphDestroy(g->graph);
     g->graph = graph;
     g->st.captures++;
     return L8_OK;
@@ -240,7 +235,9 @@ l8_status l8_graph_update(l8_graph *g, l8_graph_fn fn, void *arg, unsigned flags
 l8_status l8_graph_launch(l8_graph *g)
 {
     L8_ARG(g != NULL);
-    if (!g->exec) {
+    if (!g->st.captures)
+        return L8_FAIL(L8_ERR_STATE, "l8_graph_launch: nothing captured yet (l8_graph_capture)");
+    if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA) {
         L8_CHECK(g->fn(g->arg, g->s));
     } else {
         L8_CHECK(l8i_ctx_bind(g->ctx));

@@ -298,32 +298,38 @@ START_TEST(test_host_graph_eager)
     fill(a.x, 0.25f, 0.001f); fill(a.y, -3.0f, 0.37f);
     fill(e.x, 0.25f, 0.001f); fill(e.y, -3.0f, 0.37f);
     l8_graph *g = NULL;
-    L8_CK_ST(l8_graph_capture(ctx, NULL, NULL, &a, 0, &g), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_graph_capture(NULL, NULL, step_fn, &a, 0, &g), L8_ERR_INVALID_ARG);
-    L8_CK(l8_graph_capture(ctx, NULL, step_fn, &a, 0, &g));
-    ck_assert_int_eq(a.runs, 0);                  /* capture records, runs nothing */
+    L8_CK_ST(l8_graph_create(NULL, NULL, &g), L8_ERR_INVALID_ARG);
+    L8_CK(l8_graph_create(ctx, NULL, &g));
+    L8_CK_ST(l8_graph_launch(g), L8_ERR_STATE);   /* nothing captured */
+    L8_CK_ST(l8_graph_capture(g, NULL, &a), L8_ERR_INVALID_ARG);
+    L8_CK(l8_graph_warmup(g, step_fn, &a));       /* runs: a real step */
+    L8_CK(step_fn(&e, NULL));
+    ck_assert_int_eq(a.runs, 1);
+    L8_CK(l8_graph_capture(g, step_fn, &a));
+    ck_assert_int_eq(a.runs, 1);                  /* capture records, runs nothing */
     for (int i = 0; i < 3; i++) {
         L8_CK(l8_graph_launch(g));
         L8_CK(step_fn(&e, NULL));
     }
-    ck_assert_int_eq(a.runs, 3);
+    ck_assert_int_eq(a.runs, 4);
     float *ga = download(a.y), *ea = download(e.y);
     ck_assert(memcmp(ga, ea, (size_t)n * 4) == 0);
     free(ga); free(ea);
     /* a failing launch reports the step's error */
-    a.fail_at = 4;
+    a.fail_at = 5;
     L8_CK_ST(l8_graph_launch(g), L8_ERR_INVALID_ARG);
     /* update: the next launches run the new step */
     step b = a;
     b.runs = 0;
     b.fail_at = 0;
-    L8_CK(l8_graph_update(g, step_fn, &b, 0));
+    L8_CK(l8_graph_capture(g, step_fn, &b));
     L8_CK(l8_graph_launch(g));
     ck_assert_int_eq(b.runs, 1);
     l8_graph_stats gs = { .size = sizeof gs };
     L8_CK(l8_graph_get_stats(g, &gs));
     ck_assert_uint_eq(gs.launches, 4);
     ck_assert_uint_eq(gs.captures, 2);
+    ck_assert_uint_eq(gs.warmups, 1);
     l8_graph_stats small = { .size = 8 };
     L8_CK_ST(l8_graph_get_stats(g, &small), L8_ERR_INVALID_ARG);
     l8_graph_destroy(g);
@@ -354,9 +360,12 @@ START_TEST(test_gpu_graph_replay_equals_eager)
     fill(e.x, 0.125f, 1e-5f); fill(e.y, 1.5f, -3e-6f);
     L8_CK(step_fn(&a, NULL));                     /* the eager warm-up is step 1 */
     L8_CK(step_fn(&e, NULL));
-    l8_alloc_stats s0 = ctx_astats(ctx);
     l8_graph *g = NULL;
-    L8_CK(l8_graph_capture(ctx, NULL, step_fn, &a, 0, &g));
+    L8_CK(l8_graph_create(ctx, NULL, &g));
+    L8_CK(l8_graph_warmup(g, step_fn, &a));       /* step 2, into the graph's pool */
+    L8_CK(step_fn(&e, NULL));
+    l8_alloc_stats s0 = ctx_astats(ctx);
+    L8_CK(l8_graph_capture(g, step_fn, &a));
     l8_alloc_stats s1 = ctx_astats(ctx);
     ck_assert_uint_eq(s1.segment_allocs, s0.segment_allocs);  /* no cuMemAlloc in capture */
     ck_assert_uint_gt(s1.graph_reserved_bytes, 0);            /* the step's temporary */
@@ -368,6 +377,9 @@ START_TEST(test_gpu_graph_replay_equals_eager)
     float *ga = download(a.y), *ea = download(e.y);
     ck_assert(memcmp(ga, ea, (size_t)n * 4) == 0);
     ck_assert(ga[5] != 1.5f + 5 * -3e-6f);        /* it did run */
+    l8_graph_stats gs = { .size = sizeof gs };
+    L8_CK(l8_graph_get_stats(g, &gs));
+    ck_assert_uint_eq(gs.launches, 5);
     free(ga); free(ea);
     l8_graph_destroy(g);
     ck_assert_uint_eq(ctx_astats(ctx).graph_reserved_bytes, 0);
@@ -409,8 +421,10 @@ START_TEST(test_gpu_graph_streams_and_update)
     L8_CK(l8_event_create(ctx, 0, &f.e2));
     fill(f.x, 1.0f, 0.0f); fill(f.y, 0.0f, 0.0f); fill(f.z, 0.0f, 0.0f);
     l8_graph *g = NULL;
-    L8_CK(l8_graph_capture(ctx, NULL, fork_fn, &f, L8_GRAPH_WARMUP, &g));
-    for (int i = 0; i < 3; i++) L8_CK(l8_graph_launch(g));
+    L8_CK(l8_graph_create(ctx, NULL, &g));
+    L8_CK(l8_graph_warmup(g, fork_fn, &f));       /* y = 1, z = 1 */
+    L8_CK(l8_graph_capture(g, fork_fn, &f));
+    for (int i = 0; i < 2; i++) L8_CK(l8_graph_launch(g));
     L8_CK(l8_ctx_synchronize(ctx));
     float *z = download(f.z);
     ck_assert_float_eq(z[0], 6.0f);               /* y = 1, 2, 3; z = 1 + 2 + 3 */
@@ -421,7 +435,7 @@ START_TEST(test_gpu_graph_streams_and_update)
     L8_CK(l8_tensor_narrow(f.x, 0, 0, n / 2, &h.x));
     L8_CK(l8_tensor_narrow(f.y, 0, 0, n / 2, &h.y));
     L8_CK(l8_tensor_narrow(f.z, 0, 0, n / 2, &h.z));
-    L8_CK(l8_graph_update(g, fork_fn, &h, 0));
+    L8_CK(l8_graph_capture(g, fork_fn, &h));
     L8_CK(l8_graph_launch(g));
     L8_CK(l8_ctx_synchronize(ctx));
     z = download(f.z);
@@ -459,12 +473,13 @@ static l8_status huge_fn(void *arg, l8_stream *s)
 START_TEST(test_gpu_graph_capture_failures)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
-    l8_graph *g = (l8_graph *)1;
-    l8_status st = l8_graph_capture(ctx, NULL, sync_fn, NULL, 0, &g);
+    l8_graph *g = NULL;
+    L8_CK(l8_graph_create(ctx, NULL, &g));
+    l8_status st = l8_graph_capture(g, sync_fn, NULL);
     ck_assert_int_ne(st, L8_OK);
-    ck_assert_ptr_null(g);
+    L8_CK_ST(l8_graph_launch(g), L8_ERR_STATE);
     l8_alloc_stats s0 = ctx_astats(ctx);
-    L8_CK_ST(l8_graph_capture(ctx, NULL, huge_fn, ctx, 0, &g), L8_ERR_STATE);
+    L8_CK_ST(l8_graph_capture(g, huge_fn, ctx), L8_ERR_STATE);
     l8_alloc_stats s1 = ctx_astats(ctx);
     ck_assert_uint_eq(s1.segment_allocs, s0.segment_allocs);
     ck_assert_uint_eq(s1.graph_reserved_bytes, 0);
@@ -475,8 +490,8 @@ START_TEST(test_gpu_graph_capture_failures)
     L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &n, &a.x));
     L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &n, &a.y));
     fill(a.x, 2.0f, 0.0f); fill(a.y, 1.0f, 0.0f);
-    L8_CK(step_fn(&a, NULL));
-    L8_CK(l8_graph_capture(ctx, NULL, step_fn, &a, 0, &g));
+    L8_CK(l8_graph_warmup(g, step_fn, &a));       /* y = 3 */
+    L8_CK(l8_graph_capture(g, step_fn, &a));
     L8_CK(l8_graph_launch(g));
     L8_CK(l8_ctx_synchronize(ctx));
     float *y = download(a.y);
