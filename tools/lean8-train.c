@@ -6,7 +6,7 @@
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
  *               [--wd 0.01] [--fp8|--bf16] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
- *               [--limit N] [--quiet]
+ *               [--limit N] [--quiet] [--no-graph]
  *
  * Model: 784 -> hidden... -> 10 (the head is padded to 16 outputs, as FP8
  * GEMMs need multiples of 16; the padding logits are ignored by the loss and
@@ -19,6 +19,20 @@
  * its batch with l8_gather_rows. Losses and hits stay on the device until
  * the epoch ends, so a step never waits for the GPU: the host enqueues
  * ahead while the GPU runs.
+ *
+ * CUDA graphs (on a GPU, unless --no-graph): a training step - gather,
+ * forward, backward, optimizer, recipe update - is captured into a CUDA
+ * graph (runtime/graph.h) and launched, which replaces its ~50 kernel
+ * launches by one. The step's first run and any step of another batch size
+ * (the last, partial batch of an epoch) run eagerly as the graph's warm-up,
+ * which reserves its memory; the following steps are captured and launched.
+ * The step is captured again before every launch and the executable
+ * updated in place (cuGraphExecUpdate): the optimizer takes the learning
+ * rate - cosine-decayed every step - by value, so a replay of one capture
+ * would reuse a stale rate. Capturing records the launches without running
+ * them, which costs the host much less than launching, and the results are
+ * those of eager execution bit for bit (the same kernels with the same
+ * arguments); --no-graph runs every step eagerly.
  *
  * Determinism: the data order of epoch e is a permutation drawn from
  * (seed, e), weights are initialized from the seed, and every op is
@@ -52,7 +66,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after;
+    int batch, epochs, fp8, quiet, limit, stop_after, no_graph;
     float lr, wd;
     uint64_t seed;
     const char *device, *save, *resume, *data;
@@ -91,7 +105,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
-            "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n");
+            "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
+            "                   [--no-graph]\n");
 }
 
 static int parse_hidden(const char *s, opts *o)
@@ -118,6 +133,7 @@ static int parse(int argc, char **argv, opts *o)
         if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { o->batch = (int)strtol(v, &end, 10); i++; }
@@ -308,6 +324,37 @@ out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
     views_free(&v);
     return st;
+}
+
+/* One training step as a graph callback: run_batch enqueues on m->s, which
+ * is the graph's stream. */
+typedef struct train_step {
+    model *m;
+    int64_t at, rows;
+} train_step;
+
+static l8_status train_step_fn(void *arg, l8_stream *s)
+{
+    const train_step *t = arg;
+    (void)s;
+    return run_batch(t->m, 0, t->at, t->rows, 1);
+}
+
+/* The training step of rows [at, at + rows): eagerly without a graph; with
+ * one, a warm-up (eager, into the graph's memory pool) for the first step
+ * and whenever the batch size changes, else captured and launched (see the
+ * banner). *graph_rows: the batch size the graph's pool was warmed for. */
+static l8_status train_batch(model *m, l8_graph *g, int64_t *graph_rows, int64_t at, int64_t rows)
+{
+    train_step t = { m, at, rows };
+    if (!g) return run_batch(m, 0, at, rows, 1);
+    if (rows != *graph_rows) {
+        L8_CHECK(l8_graph_warmup(g, train_step_fn, &t));
+        *graph_rows = rows;
+        return L8_OK;
+    }
+    L8_CHECK(l8_graph_capture(g, train_step_fn, &t));
+    return l8_graph_launch(g);
 }
 
 /* After a pass: wait for it, add up the loss and hits of its first n images
@@ -528,8 +575,9 @@ int main(int argc, char **argv)
     opts o;
     model m = {0};
     l8_fmnist train = {0}, test = {0};
-    int64_t *perm = NULL;
+    int64_t *perm = NULL, graph_rows = 0;
     int32_t *order = NULL, *hh = NULL;
+    l8_graph *graph = NULL;
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
@@ -539,6 +587,9 @@ int main(int argc, char **argv)
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
+    /* the host backend runs the graph API eagerly: the same code path, tested in CI */
+    if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST))
+        CK(l8_graph_create(m.ctx, m.s, &graph));
     if (o.resume) {
         CK(load_ckpt(&m, &o, o.resume, &start_epoch));
         printf("resumed from %s after epoch %d\n", o.resume, start_epoch);
@@ -570,6 +621,8 @@ int main(int argc, char **argv)
            (long long)ntrain, (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
                     l8_tensor_nbytes(m.y[1])) / 1048576.0, o.seed);
+    if (graph && l8_graph_native(m.ctx))
+        printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
@@ -585,7 +638,7 @@ int main(int argc, char **argv)
             /* cosine decay from lr to 0 over the whole run, by global step */
             double prog = ((double)e * (double)ntrain + (double)b) / ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
-            CK(run_batch(&m, 0, b, rows, 1));
+            CK(train_batch(&m, graph, &graph_rows, b, rows));
             seen += rows;
             if (bar && (b / o.batch) % 16 == 0) progress(e + 1, seen, ntrain, t0);
         }
@@ -617,6 +670,7 @@ fail:
     free(order);
     free(lh);
     free(hh);
+    l8_graph_destroy(graph);
     model_free(&m);
     l8_fmnist_free(&train);
     l8_fmnist_free(&test);
