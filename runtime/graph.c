@@ -9,7 +9,8 @@
  *      may still use memory the capture is about to take over;
  *   2. l8_alloc_capture_begin on the context's three streams, BEFORE the
  *      driver's capture begins (PyTorch's order: a free on another thread
- *      must never record an event into a running capture);
+ *      must never record an event into a running capture); the pinned pool
+ *      refuses service until the capture ends (alloc/pinned.h);
  *   3. cuStreamBeginCapture(s, THREAD_LOCAL);
  *   4. fork: an event recorded on s inside the capture, waited on by the
  *      comm and copy streams, which thereby join the capture;
@@ -34,6 +35,7 @@
 #include "runtime/graph.h"
 #include "runtime/internal.h"
 #include "alloc/alloc.h"
+#include "alloc/pinned.h"
 
 struct l8_graph {
     l8_ctx *ctx;
@@ -86,6 +88,7 @@ static l8_status warmup(l8_graph *g, l8_graph_fn fn, void *arg)
     L8_CHECK(l8_alloc_capture_begin(a, ids, n, &gid, 0));
     g->gid = gid;
     l8_status st = fn(arg, g->s);
+    l8_pinned_set_capturing(l8_ctx_pinned(g->ctx), 0);
     l8_status e = l8_alloc_capture_end(a, gid);
     if (st == L8_OK) st = e;
     if (st == L8_OK) st = l8_ctx_synchronize(g->ctx);
@@ -103,6 +106,7 @@ static l8_status capture(l8_graph *g, l8_graph_fn fn, void *arg, CUgraph *out)
     uint32_t gid = g->gid;
     *out = NULL;
     L8_CHECK(l8_alloc_capture_begin(a, ids, nids, &gid, 1));
+    l8_pinned_set_capturing(l8_ctx_pinned(g->ctx), 1);
     l8_status st = L8_CU(cuStreamBeginCapture, cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     int begun = st == L8_OK;
     if (st == L8_OK) st = L8_CU(cuEventRecord, g->fork, cs);
@@ -125,6 +129,7 @@ static l8_status capture(l8_graph *g, l8_graph_fn fn, void *arg, CUgraph *out)
                               " CUDA graph capture forbids (a synchronization, an event query, a "
                               "host copy, work on a stream outside the capture)", (int)r);
     }
+    l8_pinned_set_capturing(l8_ctx_pinned(g->ctx), 0);
     l8_status e = l8_alloc_capture_end(a, gid);
     if (st == L8_OK) st = e;
     g->gid = gid;                 /* the pool is g's from now on, even after a failure */

@@ -14,6 +14,7 @@
 #include "runtime/lean8.h"
 #include "runtime/graph.h"
 #include "alloc/alloc.h"
+#include "alloc/pinned.h"
 #include "ops/elementwise.h"
 
 /* ---- the allocator under capture (host provider, fault injection) ---- */
@@ -239,6 +240,32 @@ START_TEST(test_host_alloc_capture_again)
     }
     ck_assert_uint_gt(astats(a).graph_reserved_bytes, 0);
     l8_alloc_destroy(a);                          /* a live graph pool: freed with the rest */
+}
+END_TEST
+
+/* The pinned pool refuses service during a capture and changes nothing. */
+START_TEST(test_host_pinned_capture_refusal)
+{
+    l8_segment_provider host;
+    l8_host_provider(&host);
+    l8_pinned *pp = NULL;
+    L8_CK(l8_pinned_create(&host, 0, NULL, &pp));
+    void *b = NULL, *c = (void *)1;
+    L8_CK(l8_pinned_alloc(pp, 10000, &b));
+    l8_pinned_set_capturing(pp, 1);
+    L8_CK_ST(l8_pinned_alloc(pp, 4096, &c), L8_ERR_STATE);
+    ck_assert_ptr_null(c);
+    L8_CK_ST(l8_pinned_record_stream(pp, b, S2), L8_ERR_STATE);
+    L8_CK_ST(l8_pinned_free(pp, b), L8_ERR_STATE);
+    L8_CK_ST(l8_pinned_empty_cache(pp), L8_ERR_STATE);
+    L8_CK(l8_pinned_free(pp, NULL));
+    l8_pinned_stats ps = { .size = sizeof ps };
+    L8_CK(l8_pinned_get_stats(pp, &ps));
+    ck_assert_uint_eq(ps.allocations, 1);
+    ck_assert_uint_eq(ps.frees, 0);
+    l8_pinned_set_capturing(pp, 0);
+    L8_CK(l8_pinned_free(pp, b));                 /* the block was still live */
+    l8_pinned_destroy(pp);
 }
 END_TEST
 
@@ -510,6 +537,7 @@ Suite *l8_graph_suite(void)
     tcase_set_tags(tc, "host");
     tcase_add_test(tc, test_host_alloc_capture_pool);
     tcase_add_test(tc, test_host_alloc_capture_again);
+    tcase_add_test(tc, test_host_pinned_capture_refusal);
     tcase_add_test(tc, test_host_graph_eager);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("graph-gpu");
