@@ -88,7 +88,6 @@ static l8_status warmup(l8_graph *g, l8_graph_fn fn, void *arg)
     L8_CHECK(l8_alloc_capture_begin(a, ids, n, &gid, 0));
     g->gid = gid;
     l8_status st = fn(arg, g->s);
-    l8_pinned_set_capturing(l8_ctx_pinned(g->ctx), 0);
     l8_status e = l8_alloc_capture_end(a, gid);
     if (st == L8_OK) st = e;
     if (st == L8_OK) st = l8_ctx_synchronize(g->ctx);
