@@ -83,7 +83,7 @@ $(BUILD)/tests/%.o: tests/%.c $(BUILD)/.flags
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 # A template expands to plain, readable PTX (ptx/ptxgen.awk says the syntax).
-$(BUILD)/ptx/%.ptx: ptx/%.ptx.in ptx/ptxgen.awk
+$(BUILD)/ptx/%.ptx: ptx/%.ptx.in ptx/ptxgen.awk $(wildcard ptx/*.ptx.inc)
 	@mkdir -p $(@D)
 	$(call say,PTXGEN,$<)
 	$(Q)awk -f ptx/ptxgen.awk $< > $@

@@ -14,6 +14,9 @@
 #   @def NAME ... @end        a named block, emitted only where it is called
 #   @call NAME                emit block NAME here, with the variables of now
 #   @// text                  a comment of the template, not emitted
+#   @include FILE             the lines of FILE (a path relative to the including
+#                             file's directory; nested includes allowed, depth <= 8),
+#                             read before anything is expanded
 # Any other line is emitted with every ${EXPR} replaced by its value.
 # EXPR: integers, "strings", variable names, ( ), unary - !, * / % (integer),
 # + -, == != < <= > >=, && ||. == and != compare as numbers when both sides
@@ -25,9 +28,40 @@
 # deletes the partial output, .DELETE_ON_ERROR).
 
 function fail(msg, ln) {
-    printf "%s:%d: %s\n", FILENAME_, ln, msg > "/dev/stderr"
+    if (ln in SRC) printf "%s: %s\n", SRC[ln], msg > "/dev/stderr"
+    else printf "%s:%d: %s\n", FILENAME_, ln, msg > "/dev/stderr"
     failed = 1
     exit 1
+}
+
+# Append one template line and where it came from.
+function add_line(text, where) {
+    L[++nl] = text
+    SRC[nl] = where
+}
+
+# @include: the file's lines in place of the directive (recursively).
+function include_file(spec, from, depth,    path, dir, line, n, r, t) {
+    path = spec
+    sub(/^[ \t]+/, "", path)
+    sub(/[ \t]+$/, "", path)
+    if (path == "") { FILENAME_ = from; fail("@include needs a file name", 0) }
+    if (path !~ /^\//) {
+        dir = from
+        sub(/:[0-9]+$/, "", dir)
+        if (dir ~ /\//) { sub(/\/[^\/]*$/, "", dir); path = dir "/" path }
+    }
+    if (depth > 8) { FILENAME_ = from; fail("@include nested too deeply at " path, 0) }
+    n = 0
+    while ((r = (getline line < path)) > 0) {
+        n++
+        t = line
+        sub(/^[ \t]+/, "", t)
+        if (t ~ /^@include([ \t]|$)/) include_file(substr(t, 9), path ":" n, depth + 1)
+        else add_line(line, path ":" n)
+    }
+    if (r < 0) { FILENAME_ = from; fail("cannot read @include file " path, 0) }
+    close(path)
 }
 
 # ---- expressions -----------------------------------------------------------
@@ -246,7 +280,13 @@ function run(lo, hi,    i, k, w, nw, j, a, b, name, had, old, m, e) {
     }
 }
 
-{ FILENAME_ = FILENAME; L[++nl] = $0 }
+{
+    FILENAME_ = FILENAME
+    t = $0
+    sub(/^[ \t]+/, "", t)
+    if (t ~ /^@include([ \t]|$)/) include_file(substr(t, 9), FILENAME ":" FNR, 1)
+    else add_line($0, FILENAME ":" FNR)
+}
 END {
     if (failed) exit 1
     scan()
