@@ -343,18 +343,25 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
 /* The training step of rows [at, at + rows): eagerly without a graph; with
  * one, a warm-up (eager, into the graph's memory pool) for the first step
  * and whenever the batch size changes, else captured and launched (see the
- * banner). *graph_rows: the batch size the graph's pool was warmed for. */
-static l8_status train_batch(model *m, l8_graph *g, int64_t *graph_rows, int64_t at, int64_t rows)
+ * banner). *graph_rows: the batch size the graph's pool was warmed for. A
+ * capture that fails (nothing of the step ran) drops the graph: this step
+ * and the rest run eagerly, with the same results. */
+static l8_status train_batch(model *m, l8_graph **g, int64_t *graph_rows, int64_t at, int64_t rows)
 {
     train_step t = { m, at, rows };
-    if (!g) return run_batch(m, 0, at, rows, 1);
+    if (!*g) return run_batch(m, 0, at, rows, 1);
     if (rows != *graph_rows) {
-        L8_CHECK(l8_graph_warmup(g, train_step_fn, &t));
+        L8_CHECK(l8_graph_warmup(*g, train_step_fn, &t));
         *graph_rows = rows;
         return L8_OK;
     }
-    L8_CHECK(l8_graph_capture(g, train_step_fn, &t));
-    return l8_graph_launch(g);
+    if (l8_graph_capture(*g, train_step_fn, &t) == L8_OK) return l8_graph_launch(*g);
+    fprintf(stderr, "lean8-train: capturing the step failed (%s); running the remaining steps "
+            "eagerly\n", l8_last_error_string());
+    l8_error_clear();
+    l8_graph_destroy(*g);
+    *g = NULL;
+    return run_batch(m, 0, at, rows, 1);
 }
 
 /* After a pass: wait for it, add up the loss and hits of its first n images
@@ -638,7 +645,7 @@ int main(int argc, char **argv)
             /* cosine decay from lr to 0 over the whole run, by global step */
             double prog = ((double)e * (double)ntrain + (double)b) / ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
-            CK(train_batch(&m, graph, &graph_rows, b, rows));
+            CK(train_batch(&m, &graph, &graph_rows, b, rows));
             seen += rows;
             if (bar && (b / o.batch) % 16 == 0) progress(e + 1, seen, ntrain, t0);
         }
