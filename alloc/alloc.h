@@ -202,7 +202,9 @@ L8_NODISCARD l8_status l8_alloc_visit(l8_alloc *a, void (*fn)(void *arg, const l
  * when *gid is 0 (its id, > 0, is written back), else the existing pool
  * *gid (capturing its graph again, e.g. for a graph update). strict = 1:
  * the driver's capture is about to begin - every rule above holds; call
- * before cuStreamBeginCapture. strict = 0: an eager warm-up of the work
+ * before cuStreamBeginCapture (pending frees whose events are complete are
+ * processed here, the last moment that may query events). strict = 0: an
+ * eager warm-up of the work
  * about to be captured - allocations on the streams still go to the graph
  * pool, which may then grow through the provider, and frees behave as
  * outside a capture; this pre-reserves what the strict capture will need.

@@ -1083,6 +1083,9 @@ l8_status l8_alloc_capture_begin(l8_alloc *a, const l8_stream_id *streams, int n
         if (!g) g = ++a->next_gid;            /* after 2^32 graphs: skip 0 */
         a->gids[a->ngids++] = g;
     }
+    /* the driver's capture has not begun yet: the last chance to query
+     * events, so that blocks a warm-up freed across streams are back */
+    if (strict && a->pend_head) (void)pending_process(a, 0);
     memcpy(a->cap_streams, streams, (size_t)n * sizeof *streams);
     a->ncap = n;
     a->cap_gid = g;
