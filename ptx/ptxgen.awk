@@ -34,6 +34,13 @@ function fail(msg, ln) {
     exit 1
 }
 
+# An error at a place given as FILE:LINE.
+function fail_at(where, msg) {
+    printf "%s: %s\n", where, msg > "/dev/stderr"
+    failed = 1
+    exit 1
+}
+
 # Append one template line and where it came from.
 function add_line(text, where) {
     L[++nl] = text
@@ -45,13 +52,13 @@ function include_file(spec, from, depth,    path, dir, line, n, r, t) {
     path = spec
     sub(/^[ \t]+/, "", path)
     sub(/[ \t]+$/, "", path)
-    if (path == "") { FILENAME_ = from; fail("@include needs a file name", 0) }
+    if (path == "") fail_at(from, "@include needs a file name")
     if (path !~ /^\//) {
         dir = from
         sub(/:[0-9]+$/, "", dir)
         if (dir ~ /\//) { sub(/\/[^\/]*$/, "", dir); path = dir "/" path }
     }
-    if (depth > 8) { FILENAME_ = from; fail("@include nested too deeply at " path, 0) }
+    if (depth > 8) fail_at(from, "@include nested too deeply at " path)
     n = 0
     while ((r = (getline line < path)) > 0) {
         n++
@@ -60,7 +67,7 @@ function include_file(spec, from, depth,    path, dir, line, n, r, t) {
         if (t ~ /^@include([ \t]|$)/) include_file(substr(t, 9), path ":" n, depth + 1)
         else add_line(line, path ":" n)
     }
-    if (r < 0) { FILENAME_ = from; fail("cannot read @include file " path, 0) }
+    if (r < 0) fail_at(from, "cannot read @include file " path)
     close(path)
 }
 
