@@ -15,6 +15,7 @@
 #      (the row-parallel layer adds per-rank partial sums); --tp without the
 #      ranks is a clear error. On a one-GPU device this part is skipped (NCCL
 #      refuses two ranks on one GPU).
+#   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -34,6 +35,17 @@ l1=$(core "$tmp/full.txt" | sed -n 1p | awk '{print $4}')
 l3=$(core "$tmp/full.txt" | sed -n 3p | awk '{print $4}')
 if [ -n "$l1" ] && [ -n "$l3" ] && awk "BEGIN{exit !($l3 < $l1)}"; then ok "loss falls ($l1 -> $l3)"
 else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
+
+# CUDA graphs (the default on a GPU; the host backend runs the same calls
+# eagerly): every epoch line equals --no-graph's, with a partial last batch
+# (2000 = 31 x 64 + 16: warm-up, captures, a warm-up for the new shape)
+for mode in fp8 bf16; do
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 --no-graph > "$tmp/ng.txt" 2>&1 || bad "$mode: --no-graph run exited non-zero"
+    if [ -n "$(core "$tmp/g.txt")" ] && [ "$(core "$tmp/g.txt")" = "$(core "$tmp/ng.txt")" ]; then
+        ok "$mode: graph steps equal eager steps bitwise ($(grep -c 'CUDA graph' "$tmp/g.txt") graph banner)"
+    else bad "$mode: graph and --no-graph differ"; diff <(core "$tmp/g.txt") <(core "$tmp/ng.txt"); cat "$tmp/g.txt"; fi
+done
 
 for mode in fp8 bf16; do
     [ $mode = bf16 ] && L8_DEVICE=$dev "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1

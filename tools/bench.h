@@ -31,6 +31,7 @@ typedef struct bench_opts {
     const char *json;             /* --json PATH */
     const char *device;           /* --device cuda:0|host (default: best) */
     const char *dump_trace;       /* --dump-trace PATH (alloc) */
+    const char *cache;            /* --cache FILE (gemm): persistent GEMM plan cache */
     int quick;                    /* --quick: fewer repetitions */
 } bench_opts;
 int bench_parse(int argc, char **argv, bench_opts *o);

@@ -75,6 +75,7 @@ int bench_parse(int argc, char **argv, bench_opts *o)
         if (!strcmp(a, "--json") && i + 1 < argc) o->json = argv[++i];
         else if (!strcmp(a, "--device") && i + 1 < argc) o->device = argv[++i];
         else if (!strcmp(a, "--dump-trace") && i + 1 < argc) o->dump_trace = argv[++i];
+        else if (!strcmp(a, "--cache") && i + 1 < argc) o->cache = argv[++i];
         else if (!strcmp(a, "--quick")) o->quick = 1;
         else { fprintf(stderr, "lean8-bench: unknown option %s\n", a); return -1; }
     }

@@ -1,7 +1,7 @@
 /* lean8-bench - benchmarks, each measured side by side in one run.
  *
  *   lean8-bench alloc [--device D] [--json PATH] [--dump-trace PATH] [--quick]
- *   lean8-bench gemm  [--device D] [--json PATH] [--quick]
+ *   lean8-bench gemm  [--device D] [--json PATH] [--quick] [--cache FILE]
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
  *   lean8-bench comm  [--device D] [--json PATH] [--quick]
@@ -22,7 +22,8 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lean8-bench <benchmark> [--device D] [--json PATH] [--quick]\n");
+    fprintf(stderr, "usage: lean8-bench <benchmark> [--device D] [--json PATH] [--quick]"
+                    " [--cache FILE (gemm)]\n");
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         fprintf(stderr, "  %-8s %s\n", k_cmds[i].name, k_cmds[i].what);
     return 2;

@@ -6,7 +6,7 @@
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
  *               [--wd 0.01] [--fp8|--bf16] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
- *               [--limit N] [--quiet]
+ *               [--limit N] [--quiet] [--no-graph]
  *
  * Model: 784 -> hidden... -> 10 (the head is padded to 16 outputs, as FP8
  * GEMMs need multiples of 16; the padding logits are ignored by the loss and
@@ -19,6 +19,20 @@
  * its batch with l8_gather_rows. Losses and hits stay on the device until
  * the epoch ends, so a step never waits for the GPU: the host enqueues
  * ahead while the GPU runs.
+ *
+ * CUDA graphs (on a GPU, unless --no-graph): a training step - gather,
+ * forward, backward, optimizer, recipe update - is captured once into a
+ * CUDA graph (runtime/graph.h) and replayed for every later step of the
+ * same batch size, one launch instead of ~50. The step reads its rows of
+ * the epoch's order from a static buffer and writes its losses and hits to
+ * static buffers: each step copies its slice of the order in and its
+ * results out around the launch. The learning rate (cosine-decayed every
+ * step) reaches the optimizer through device memory (l8_optim_push_lr,
+ * enqueued before each launch). The first step and the first of another
+ * batch size (the partial last batch) run eagerly as the graph's warm-up,
+ * which reserves its memory, and are then captured. The results are those
+ * of eager execution bit for bit: --no-graph runs every step eagerly, and
+ * tests/train.sh compares the two.
  *
  * Determinism: the data order of epoch e is a permutation drawn from
  * (seed, e), weights are initialized from the seed, and every op is
@@ -55,7 +69,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after, tp;
+    int batch, epochs, fp8, quiet, limit, stop_after, tp, no_graph;
     float lr, wd;
     uint64_t seed;
     const char *device, *save, *resume, *data;
@@ -81,6 +95,7 @@ typedef struct model {
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
+    l8_tensor *step_order, *step_loss, *step_hit;  /* (B): a graph step's static rows */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *act[MAX_LAYERS + 1];           /* act[0] (B,784) bf16 input; act[i] GELU out */
@@ -98,7 +113,7 @@ static void usage(FILE *f)
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--tp N] [--help] [--version]\n"
+            "                   [--tp N] [--no-graph] [--help] [--version]\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n");
 }
@@ -158,6 +173,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
@@ -215,7 +231,7 @@ static void model_free(model *m)
 {
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
     l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
-                        m->bad };
+                        m->bad, m->step_order, m->step_loss, m->step_hit };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
         l8_tensor_destroy(m->act[i]);
@@ -388,13 +404,16 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-/* Views for the batch at rows [at, at + rows) of a pass. */
-static l8_status views_make(model *m, int64_t at, int64_t rows, batch_views *v)
+/* Views for the batch at rows [at, at + rows) of a pass; with stat, the
+ * order, loss and hit rows are those of the static step buffers instead
+ * (at is then ignored: a graph step's addresses never change). */
+static l8_status views_make(model *m, int64_t at, int64_t rows, int stat, batch_views *v)
 {
     l8_status st = L8_OK;
-    st = l8_tensor_narrow(m->order, 0, at, rows, &v->order);
-    if (st == L8_OK) st = l8_tensor_narrow(m->loss, 0, at, rows, &v->loss);
-    if (st == L8_OK) st = l8_tensor_narrow(m->hit, 0, at, rows, &v->hit);
+    if (stat) at = 0;
+    st = l8_tensor_narrow(stat ? m->step_order : m->order, 0, at, rows, &v->order);
+    if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_loss : m->loss, 0, at, rows, &v->loss);
+    if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_hit : m->hit, 0, at, rows, &v->hit);
     v->labels = rows_of(m->labels, rows, &st);
     for (int i = 0; i <= m->nl; i++) {
         if (i < m->nl) v->act[i] = rows_of(m->act[i], rows, &st);
@@ -408,12 +427,12 @@ static l8_status views_make(model *m, int64_t at, int64_t rows, batch_views *v)
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
  * loss[at + r], hit[at + r]. Enqueued on m->s; nothing waits. */
-static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train)
+static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train, int stat)
 {
     batch_views v = {0};
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
-    L8_TRY(st, views_make(m, at, rows, &v), out);
+    L8_TRY(st, views_make(m, at, rows, stat, &v), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     if (train)
@@ -442,6 +461,77 @@ out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
     views_free(&v);
     return st;
+}
+
+/* One training step as a graph callback: run_batch on the static step
+ * buffers, enqueued on m->s, which is the graph's stream. It lives in the
+ * model: the host backend calls it again at each launch. */
+typedef struct train_step {
+    model *m;
+    int64_t rows;
+} train_step;
+
+static l8_status train_step_fn(void *arg, l8_stream *s)
+{
+    const train_step *t = arg;
+    (void)s;
+    return run_batch(t->m, 0, 0, t->rows, 1, 1);
+}
+
+/* dst[dat, dat + rows) = src[sat, sat + rows), 1-D, enqueued on s. */
+static l8_status copy_rows(l8_tensor *dst, int64_t dat, l8_tensor *src, int64_t sat, int64_t rows,
+                           l8_stream *s)
+{
+    l8_tensor *d = NULL, *v = NULL;
+    l8_status st = l8_tensor_narrow(dst, 0, dat, rows, &d);
+    if (st == L8_OK) st = l8_tensor_narrow(src, 0, sat, rows, &v);
+    if (st == L8_OK) st = l8_tensor_copy(d, v, s);
+    l8_tensor_destroy(d);
+    l8_tensor_destroy(v);
+    return st;
+}
+
+/* The graph state of a run: the graph, the batch size it was captured for
+ * (0: none yet), and the step it runs. */
+typedef struct graph_run {
+    l8_graph *g;
+    int64_t rows;
+    train_step step;
+} graph_run;
+
+/* Drop the graph: the remaining steps run eagerly (same results). */
+static void graph_drop(model *m, graph_run *gr, const char *why)
+{
+    fprintf(stderr, "lean8-train: %s (%s); running the remaining steps eagerly\n", why,
+            l8_last_error_string());
+    l8_error_clear();
+    l8_graph_destroy(gr->g);
+    gr->g = NULL;
+    if (l8_optim_set_lr_external(m->optim, 0) != L8_OK) l8_error_clear();
+}
+
+/* The training step of rows [at, at + rows), with the rate set by
+ * l8_optim_set_lr: eagerly without a graph; with one, the batch's order
+ * into the static buffer, the rate into the optimizer's device scalars,
+ * then a launch - or, for the first step and whenever the batch size
+ * changes, an eager warm-up of the step followed by its capture - and the
+ * losses and hits out to their places in the pass. */
+static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows)
+{
+    if (!gr->g) return run_batch(m, 0, at, rows, 1, 0);
+    L8_CHECK(copy_rows(m->step_order, 0, m->order, at, rows, m->s));
+    L8_CHECK(l8_optim_push_lr(m->optim, m->s));
+    if (rows == gr->rows) {
+        L8_CHECK(l8_graph_launch(gr->g));
+    } else {
+        gr->step.m = m;
+        gr->step.rows = rows;
+        L8_CHECK(l8_graph_warmup(gr->g, train_step_fn, &gr->step));   /* this step runs */
+        if (l8_graph_capture(gr->g, train_step_fn, &gr->step) == L8_OK) gr->rows = rows;
+        else graph_drop(m, gr, "capturing the step failed");
+    }
+    L8_CHECK(copy_rows(m->loss, at, m->step_loss, 0, rows, m->s));
+    return copy_rows(m->hit, at, m->step_hit, 0, rows, m->s);
 }
 
 /* After a pass: wait for it, add up the loss and hits of its first n images
@@ -760,6 +850,7 @@ int main(int argc, char **argv)
     fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
+    graph_run gr = { NULL, 0, { NULL, 0 } };
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
@@ -774,6 +865,17 @@ int main(int argc, char **argv)
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
+    /* the host backend runs the graph API eagerly: the same code path, tested in CI;
+     * NCCL collectives inside a captured step are not verified yet: --tp runs eagerly on GPUs */
+    if (m.tp > 1 && l8_graph_native(m.ctx)) o.no_graph = 1;
+    if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST)) {
+        CK(l8_graph_create(m.ctx, m.s, &gr.g));
+        CK(l8_optim_set_lr_external(m.optim, 1));
+        m.step_order = new2(m.ctx, L8_I32, o.batch, 0, &st);
+        m.step_loss = new2(m.ctx, L8_F32, o.batch, 0, &st);
+        m.step_hit = new2(m.ctx, L8_I32, o.batch, 0, &st);
+        CK(st);
+    }
     if (o.resume) {
         CK(load_ckpt(&m, &o, o.resume, &start_epoch));
         printf("resumed from %s after epoch %d\n", o.resume, start_epoch);
@@ -811,6 +913,8 @@ int main(int argc, char **argv)
            (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
                     l8_tensor_nbytes(m.y[1])) / 1048576.0);
+    if (gr.g && l8_graph_native(m.ctx))
+        printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
@@ -826,7 +930,7 @@ int main(int argc, char **argv)
             /* cosine decay from lr to 0 over the whole run, by global step */
             double prog = ((double)e * (double)ntrain + (double)b) / ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
-            CK(run_batch(&m, 0, b, rows, 1));
+            CK(train_batch(&m, &gr, b, rows));
             seen += rows;
             if (bar && (b / o.batch) % 16 == 0) progress(e + 1, seen, ntrain, t0);
         }
@@ -839,7 +943,7 @@ int main(int argc, char **argv)
         CK(upload_order(&m, order, m.R));
         for (int64_t b = 0; b < ntest; b += o.batch) {
             int64_t rows = ntest - b < o.batch ? ntest - b : o.batch;
-            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0));    /* FP8 GEMMs: pad */
+            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0, 0));    /* FP8 GEMMs: pad */
         }
         CK(pass_results(&m, ntest, lh, hh, &tl, &th));
         test_acc = (double)th / (double)ntest;
@@ -859,6 +963,7 @@ fail:
     free(order);
     free(lh);
     free(hh);
+    l8_graph_destroy(gr.g);
     model_free(&m);
     fmnist_free(&train);
     fmnist_free(&test);
