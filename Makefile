@@ -63,7 +63,7 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(patsubst %.ptx,$(BUILD)/ptx/%.ptx.o,
              $(BUILD)/gen/ptx_registry.o
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
-HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h runtime/fp8.h runtime/comm.h \
+HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h runtime/fp8.h runtime/comm.h runtime/ddp.h \
              runtime/graph.h \
              alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
 

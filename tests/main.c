@@ -78,6 +78,7 @@ int main(int argc, char **argv)
     srunner_add_suite(sr, l8_gather_suite());
     srunner_add_suite(sr, l8_comm_suite());
     srunner_add_suite(sr, l8_tp_suite());
+    srunner_add_suite(sr, l8_ddp_suite());
     srunner_add_suite(sr, l8_interleave_suite());
     srunner_add_suite(sr, l8_abi_suite());
     srunner_add_suite(sr, l8_gemm_cache_suite());
