@@ -865,9 +865,14 @@ START_TEST(test_bad_input)
     broken.event_query = NULL;
     L8_CK_ST(l8_alloc_create(NULL, &broken, &a), L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(a);
-    l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
-    cfg.size = sizeof cfg + 8;
-    L8_CK_ST(l8_alloc_create(&cfg, &t.base, &a), L8_ERR_INVALID_ARG);
+    /* a longer struct (newer headers) whose unknown tail is not zero; the
+     * tail is real memory of the caller's, as it would be */
+    struct { l8_alloc_config c; unsigned char tail[8]; } longer;
+    memset(&longer, 0, sizeof longer);
+    longer.c = (l8_alloc_config)L8_ALLOC_CONFIG_INIT;
+    longer.c.size = sizeof longer;
+    longer.tail[3] = 1;
+    L8_CK_ST(l8_alloc_create(&longer.c, &t.base, &a), L8_ERR_INVALID_ARG);
     L8_CK(l8_alloc_create(NULL, &t.base, &a));
 
     void *x = NULL, *p = (void *)1;
