@@ -11,6 +11,8 @@
 #   V=1             print full command lines
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
+# keep intermediates (the embedded-PTX .S files, tool objects): no "rm build/..." after a build
+.SECONDARY:
 .SUFFIXES:
 
 BUILD     ?= build
