@@ -32,7 +32,7 @@
  *    and the optimizers (whose update of zero weight, zero grad, zero state
  *    is zero).
  *
- * Views never go missing (DESIGN.md "Grad buffers", seeds/000): finalize
+ * Views never go missing: finalize
  * creates a master view and a main_grad view for every parameter, and the
  * accessors hand out those views (borrowed) for the group's whole life. A
  * parameter that receives no gradient in a step still has its main_grad
