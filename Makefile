@@ -58,7 +58,7 @@ include runtime/module.mk alloc/module.mk ops/module.mk ptx/module.mk tools/modu
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(PTX_SRCS:%.ptx=$(BUILD)/%.ptx.o) $(BUILD)/gen/ptx_registry.o
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
-HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h \
+HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h runtime/fp8.h runtime/comm.h \
              alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
 
 all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests
@@ -149,6 +149,8 @@ deps:
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host test-fortran
+	$(Q)$(MAKE) --no-print-directory test-launcher
+	$(Q)$(MAKE) --no-print-directory test-comm
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
@@ -201,6 +203,21 @@ api-docs:
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
+
+# Communicators across processes: lean8-run, the TCP rendezvous, a dead rank
+# (tests/comm.sh with the rank program tests/comm_prog.c).
+.PHONY: test-comm
+test-comm: $(BUILD)/bin/lean8-run $(BUILD)/tests/comm_prog
+	$(Q)timeout -k 10 300 tests/comm.sh $(BUILD)
+
+$(BUILD)/tests/comm_prog: $(BUILD)/tests/comm_prog.o $(BUILD)/liblean8.a
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+
+# lean8-run: environment, output, failures, signals, usage (tests/launcher.sh).
+.PHONY: test-launcher
+test-launcher: $(BUILD)/bin/lean8-run
+	$(Q)timeout -k 10 300 tests/launcher.sh $(BUILD)
 
 # lean8-train end to end on the host: loss falls, bitwise resume, bad checkpoints.
 test-train: $(BUILD)/bin/lean8-train dataset

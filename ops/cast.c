@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/cast.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 

@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/gemm.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/cublaslt.h"
 #include "ops/gemm_internal.h"
 #include "ops/internal.h"

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/recipe.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 
 #define INIT_CAP 16

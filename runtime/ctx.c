@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/internal.h"
+#include "runtime/comm.h"   /* l8_dist_env_read: the local rank picks the GPU */
 #include "alloc/trace.h"
 
 #define L8_MAX_MODULES 32
@@ -173,8 +174,16 @@ static l8_status choose_device(const l8_ctx_config *cfg, l8_backend *backend, in
 {
     const char *dev = cfg && cfg->device ? cfg->device : getenv("L8_DEVICE");
     if (dev && *dev) return parse_device(dev, backend, ordinal);
-    if (l8_cuda_device_count() > 0) { *backend = L8_BACKEND_CUDA; *ordinal = 0; }
-    else { *backend = L8_BACKEND_HOST; *ordinal = -1; }
+    if (l8_cuda_device_count() > 0) {
+        /* one GPU per local rank (torchrun's LOCAL_RANK, Slurm, Open MPI) */
+        l8_dist_env e = { .size = sizeof e };
+        L8_CHECK(l8_dist_env_read(&e));
+        *backend = L8_BACKEND_CUDA;
+        *ordinal = e.local_rank;
+    } else {
+        *backend = L8_BACKEND_HOST;
+        *ordinal = -1;
+    }
     l8_error_clear();
     return L8_OK;
 }
@@ -184,8 +193,8 @@ static l8_status cuda_open(l8_ctx *ctx)
     L8_CHECK(l8i_cuda_load());
     int n = l8_cuda_device_count();
     if (ctx->device >= n)
-        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for, but only %d CUDA device(s) found",
-                       ctx->device, n);
+        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for (L8_DEVICE, or the local rank), but "
+                       "only %d CUDA device(s) found", ctx->device, n);
     L8_CHECK(L8_CU(cuDeviceGet, &ctx->cu_dev, ctx->device));
     L8_CHECK(L8_CU(cuDeviceGetName, ctx->name, (int)sizeof ctx->name, ctx->cu_dev));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
@@ -491,6 +500,31 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
 {
     L8_CHECK(l8i_ctx_bind(s->ctx));
     return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
+}
+
+#define MAX_DEVICES 64
+static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
+{
+    int dev = l8_ctx_device(ctx);
+    if (dev >= 0 && dev < MAX_DEVICES) {
+        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        if (v > 0) {
+            *out = (unsigned)v;
+            return L8_OK;
+        }
+    }
+    CUdevice d;
+    int n = 0;
+    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    if (n <= 0)
+        n = 1;
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+    *out = (unsigned)n;
+    return L8_OK;
 }
 
 /* ---- strided copy ---- */

@@ -39,7 +39,8 @@ typedef enum l8_stream_kind {
 typedef struct l8_ctx_config {
     size_t size;                  /* sizeof(l8_ctx_config) */
     const char *device;           /* "cuda:N", "cuda" (= cuda:0), "host"; NULL: L8_DEVICE, else
-                                     the first CUDA device when one is usable, else host */
+                                     cuda:LOCAL_RANK when CUDA is usable (the launcher's local
+                                     rank, comm.h; 0 without a launcher), else host */
     size_t memory_limit;          /* device allocator cap in bytes; 0: none */
     size_t pinned_limit;          /* pinned pool cap; 0: none */
     const l8_segment_provider *provider;  /* NULL: the backend's own (tests inject faults here) */

@@ -74,6 +74,18 @@ l8_status l8i_cu_check(CUresult r, const char *call, const char *file, int line)
 /* Call a driver function through the table: L8_CU(cuMemAlloc, &p, n) -> l8_status. */
 #define L8_CU(fn, ...) l8i_cu_check(l8i_cu.fn(__VA_ARGS__), #fn, __FILE__, __LINE__)
 
+/* One loader for the three libraries' function tables: for each entry,
+ * lookup(ctx, name) gives the address, stored at table + off. A missing
+ * required entry stops the load (L8_ERR_NO_DEVICE, "<lib> has no <name>" in
+ * why); a missing optional one stays NULL. The driver looks names up through
+ * cuGetProcAddress, cuBLASLt and NCCL through dlsym (l8i_dlsym_lookup). */
+typedef struct l8i_sym { const char *name; size_t off; int optional; } l8i_sym;
+#define L8I_SYM(type, fn, opt) { #fn, offsetof(type, fn), (opt) }
+typedef void *(*l8i_lookup_fn)(void *ctx, const char *name);
+l8_status l8i_sym_table_load(const char *lib, l8i_lookup_fn lookup, void *ctx, const l8i_sym *e,
+                             size_t n, void *table, char *why, size_t why_n);
+void *l8i_dlsym_lookup(void *handle, const char *name);
+
 /* cuBLASLt and NCCL, dlopen'ed on first use. L8_OK with the handle for
  * dlsym, or L8_ERR_NO_DEVICE saying what was tried. */
 l8_status l8i_cublaslt_open(void **handle);

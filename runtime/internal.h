@@ -9,10 +9,17 @@
 #include <cuda.h>                 /* types and enums only: nothing links libcuda */
 #include "runtime/status.h"
 #include "runtime/ctx.h"
+#include "runtime/tensor.h"
 #include "runtime/cuda_internal.h"   /* the driver layer: l8i_cu, L8_CU */
 #include "runtime/config_internal.h" /* L8I_CONFIG_COPY */
 
 /* ---- versioned config structs: L8I_CONFIG_COPY is in config_internal.h ---- */
+
+/* ---- tensor.c ---- */
+/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
+ * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
+ * not contiguous". */
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 
 /* ---- ctx.c: contexts and kernels ---- */
 /* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.
@@ -31,6 +38,9 @@ l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunc
 /* Launch on s with cuLaunchKernel argument pointers. */
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args);
+/* Multiprocessors of ctx's device (a CUDA context), asked once per device;
+ * what capped grids are sized from. Errors: L8_ERR_CUDA. */
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
 
 /* dst[i] = src[i] over an ndim (<= 4) index space of `shape`, with element
  * strides for each side, elements of elem_size bytes (1, 2, 4 or 8), on s.
@@ -39,5 +49,28 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
 l8_status l8i_copy_strided(l8_stream *s, void *dst, const int64_t *dst_strides, const void *src,
                            const int64_t *src_strides, const int64_t *shape, int ndim,
                            size_t elem_size);
+
+/* ---- interleave.c ----
+ * Move `world` blocks of `rows` x `chunk` bytes between the two layouts a
+ * last-dimension collective needs, on stream s (NULL not allowed here):
+ *   L8I_INTERLEAVE  (after an all-gather):   src [world][rows][chunk] -> dst [rows][world][chunk]
+ *   L8I_DEINTERLEAVE (before a reduce-scatter): src [rows][world][chunk] -> dst [world][rows][chunk]
+ * dst and src must not overlap. Any sizes (chunk >= 1 byte, rows >= 0, world >= 1); any
+ * alignment (16-byte vectors when chunk, src and dst allow it, else 8/4/2/1).
+ * dst and src are memory of s's context (device pointers; host memory on the host
+ * backend); the call enqueues on s and does not block. The caller owns both buffers.
+ * Host backend: memcpy per row chunk, done on return. CUDA: ptx/interleave.ptx, one pass
+ * (one launch up to 2^30 words; chunks of more than 2^30 words go through the driver's copy).
+ * Errors: L8_ERR_INVALID_ARG (NULL s/dst/src even when rows is 0, overlap, world < 1,
+ * rows < 0, chunk 0, an unknown dir, world x rows x chunk beyond size_t), L8_ERR_CUDA. */
+typedef enum { L8I_INTERLEAVE = 0, L8I_DEINTERLEAVE = 1 } l8i_interleave_dir;
+l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world, int64_t rows,
+                         size_t chunk, l8i_interleave_dir dir);
+/* For tests only: the most words one kernel launch moves (default 2^30, the
+ * kernel's 32-bit index bound); a smaller value makes l8i_interleave split
+ * even small problems into several launches (and chunks of more words into
+ * driver copies), so tests reach those paths. 0 restores the default. Not
+ * thread-safe against concurrent l8i_interleave calls. */
+void l8i_interleave_set_launch_words(uint32_t words);
 
 #endif

@@ -21,9 +21,10 @@
 #include "runtime/tensor.h"
 #include "runtime/params.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm.h"
 /* ops/: the umbrella is the one runtime header that names them (for users;
  * runtime code itself never includes ops/) */
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/cast.h"
 #include "ops/gemm.h"
 #include "ops/elementwise.h"

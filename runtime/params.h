@@ -32,8 +32,8 @@
  *    and the optimizers (whose update of zero weight, zero grad, zero state
  *    is zero).
  *
- * Views never go missing: finalize
- * creates a master view and a main_grad view for every parameter, and the
+ * Views never go missing (gradient buffers are always materialized):
+ * finalize creates a master view and a main_grad view for every parameter, and the
  * accessors hand out those views (borrowed) for the group's whole life. A
  * parameter that receives no gradient in a step still has its main_grad
  * view: it holds zeros after l8_params_zero_grad, and the optimizer steps it

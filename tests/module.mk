@@ -7,5 +7,7 @@ TEST_SRCS += tests/test_checkpoint.c
 TEST_SRCS += tests/test_params.c tests/test_optim.c
 TEST_SRCS += tests/test_fmnist.c tools/fmnist.c
 TEST_SRCS += tests/test_recipe.c tests/test_linear.c tests/test_gather.c
+TEST_SRCS += tests/test_comm.c tests/world.c tests/test_tp.c
+TEST_SRCS += tests/test_interleave.c
 TEST_SRCS += tests/test_abi.c
 TEST_SRCS += tools/replay.c

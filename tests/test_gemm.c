@@ -22,7 +22,7 @@
 #include "runtime/lean8.h"
 #include "ops/gemm.h"
 #include "ops/gemm_internal.h"        /* the configuration search's pure part */
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 
 /* ---- an independent decoder (not ops/fp8.c) ---- */
 

@@ -39,7 +39,7 @@
 #include "ops/recipe.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "alloc/trace.h"
 
 #define U24 (1.0 / 16777216.0)

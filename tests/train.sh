@@ -9,7 +9,12 @@
 #      save killed mid-write (SIGXFSZ) leaves the previous checkpoint intact
 #      and the next save removes its temporary file;
 #   4. bad flags and a missing dataset are clear errors naming the flag, not
-#      crashes; --help and --version exit 0.
+#      crashes; --help and --version exit 0;
+#   5. --tp 2 through lean8-run (host ranks over TCP) trains the same model as
+#      --tp 1: every epoch's loss and test accuracy within FP8 / bf16 rounding
+#      (the row-parallel layer adds per-rank partial sums); --tp without the
+#      ranks is a clear error. On a one-GPU device this part is skipped (NCCL
+#      refuses two ranks on one GPU).
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -82,6 +87,26 @@ cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "--save target untouched by runs w
 same=1
 for c in trunc corrupt bf16; do cmp -s "$tmp/$c.ckpt" "$tmp/keep/$c.ckpt" || same=0; done
 [ $same = 1 ] && ok "refused checkpoints are left as they were" || bad "a refused checkpoint was modified"
+
+run=$(dirname "$bin")/lean8-run
+if [ "$dev" = host ]; then
+    for mode in fp8 bf16; do
+        tpa=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 2 --$mode)
+        "$bin" "${tpa[@]}" > "$tmp/tp1.txt" 2>&1
+        L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${tpa[@]}" --tp 2 > "$tmp/tp2.txt" 2>&1; rc=$?
+        close=$(paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt") | awk -v n=0 '
+            { n++; d = $4 - $13; if (d < 0) d = -d; a = $9 - $18; if (a < 0) a = -a;
+              if (d > 0.02 * $4 || a > 0.01) bad = 1 }
+            END { print (n == 2 && !bad) ? "yes" : "no" }')
+        if [ $rc = 0 ] && [ "$close" = yes ]; then ok "$mode: --tp 2 (lean8-run -n 2) trains as --tp 1: $(core "$tmp/tp2.txt" | tail -1 | awk '{print "loss", $4, "acc", $9}') vs $(core "$tmp/tp1.txt" | tail -1 | awk '{print $4, $9}')"
+        else bad "$mode: --tp 2 differs from --tp 1 (rc $rc)"; paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt"); tail -5 "$tmp/tp2.txt"; fi
+    done
+    "$bin" --device host --data "$data" --tp 2 --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?
+    if [ $rc != 0 ] && grep -q "lean8-run -n 2" "$tmp/o.txt"; then ok "--tp 2 without two ranks: a clear error"
+    else bad "--tp 2 alone: rc $rc"; cat "$tmp/o.txt"; fi
+else
+    echo "  skip  --tp 2: one GPU cannot hold two NCCL ranks (run it on the host backend)"
+fi
 
 if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing dataset accepted"
 elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: clear error"

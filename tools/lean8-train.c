@@ -55,7 +55,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after;
+    int batch, epochs, fp8, quiet, limit, stop_after, tp;
     float lr, wd;
     uint64_t seed;
     const char *device, *save, *resume, *data;
@@ -72,6 +72,9 @@ typedef struct model {
     l8_gemm_handle *gemm;
     int nl;                                   /* layers */
     int64_t dims[MAX_LAYERS + 1];             /* features: dims[0] = 784 ... dims[nl] = 16 */
+    int64_t ld[MAX_LAYERS + 1];               /* this rank's: dims[1] / tp with --tp, else dims */
+    l8_comm *world, *tpc;                     /* --tp: the job and its tensor-parallel group */
+    int tp, rank;
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_tensor *labels;                        /* (B) i32 */
@@ -95,7 +98,9 @@ static void usage(FILE *f)
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--help] [--version]\n");
+            "                   [--tp N] [--help] [--version]\n"
+            "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
+            "          fc2 row-parallel, the rest replicated\n");
 }
 
 /* An integer flag's value: all of v, lo <= value <= hi, no overflow. */
@@ -144,7 +149,7 @@ static int parse_hidden(const char *s, opts *o)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
-                 .lr = 1e-3f, .wd = 0.01f, .seed = 1 };
+                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -156,6 +161,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
+        else if (!strcmp(a, "--tp")) { if (parse_int(a, v, 1, 64, &o->tp)) return -1; i++; }
         else if (!strcmp(a, "--epochs")) { if (parse_int(a, v, 0, 1000000, &o->epochs)) return -1; i++; }
         else if (!strcmp(a, "--limit")) { if (parse_int(a, v, 0, INT32_MAX, &o->limit)) return -1; i++; }
         else if (!strcmp(a, "--stop-after")) { if (parse_int(a, v, 0, 1000000, &o->stop_after)) return -1; i++; }
@@ -177,6 +183,16 @@ static int parse(int argc, char **argv, opts *o)
     }
     if (o->batch < 16 || o->batch % 16 || o->batch > 65536) {
         fprintf(stderr, "lean8-train: --batch must be a multiple of 16 (FP8 GEMMs need it), 16..65536\n");
+        return -1;
+    }
+    if (o->tp > 1 && (o->hidden[0] % (16 * o->tp))) {
+        fprintf(stderr, "lean8-train: --tp %d splits the first hidden layer (%d) into %d parts that "
+                "must be multiples of 16\n", o->tp, o->hidden[0], o->tp);
+        return -1;
+    }
+    if (o->tp > 1 && (o->save || o->resume)) {
+        fprintf(stderr, "lean8-train: --save and --resume are not supported with --tp yet (each rank "
+                "holds a shard of fc1 and fc2)\n");
         return -1;
     }
     if (o->limit && o->limit < o->batch) {
@@ -210,8 +226,86 @@ static void model_free(model *m)
     l8_recipe_destroy(m->recipe);
     l8_gemm_handle_destroy(m->gemm);
     l8_params_destroy(m->params);
+    l8_comm_destroy(m->tpc);
+    l8_comm_destroy(m->world);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
+}
+
+/* Register fc1..fc<nl> with out x in features dims_out[i] x dims_in[i]. */
+static l8_status add_layers(l8_params *g, int nl, const int64_t *dims, int *wid, int *bid)
+{
+    for (int i = 0; i < nl; i++) {
+        char name[32];
+        int64_t w[2] = { dims[i + 1], dims[i] }, b[1] = { dims[i + 1] };
+        snprintf(name, sizeof name, "fc%d.weight", i + 1);
+        L8_CHECK(l8_params_add(g, name, 2, w, &wid[i]));
+        snprintf(name, sizeof name, "fc%d.bias", i + 1);
+        L8_CHECK(l8_params_add(g, name, 1, b, &bid[i]));
+    }
+    return l8_params_finalize(g);
+}
+
+/* nn.Linear's initialization of the whole model, from the seed. */
+static l8_status init_layers(l8_params *g, int nl, const int64_t *dims, const int *wid,
+                             const int *bid, uint64_t seed)
+{
+    for (int i = 0; i < nl; i++) {
+        float bound = 1.0f / sqrtf((float)dims[i]);
+        L8_CHECK(l8_params_init_kaiming_uniform(g, wid[i], sqrtf(5.0f), seed * 131 + (uint64_t)i));
+        L8_CHECK(l8_params_init_uniform(g, bid[i], -bound, bound, seed * 137 + (uint64_t)i));
+    }
+    return L8_OK;
+}
+
+/* --tp: initialize the whole model as one rank would (a group of the full
+ * shapes on this context), then keep this rank's shard of fc1 (rows: its
+ * outputs) and fc2 (columns: its inputs), so every --tp trains the same
+ * model. */
+static l8_status init_shards(model *m, uint64_t seed)
+{
+    l8_params *full = NULL;
+    int fw[MAX_LAYERS], fb[MAX_LAYERS];
+    float *buf = NULL, *part = NULL;
+    l8_status st = l8_params_create(m->ctx, NULL, &full);
+    if (st == L8_OK) st = add_layers(full, m->nl, m->dims, fw, fb);
+    if (st == L8_OK) st = init_layers(full, m->nl, m->dims, fw, fb, seed);
+    size_t most = (size_t)m->dims[1] * (size_t)(m->dims[0] > m->dims[2] ? m->dims[0] : m->dims[2]);
+    for (int i = 2; i < m->nl; i++)
+        if ((size_t)(m->dims[i] * m->dims[i + 1]) > most) most = (size_t)(m->dims[i] * m->dims[i + 1]);
+    buf = malloc(sizeof *buf * most);
+    part = malloc(sizeof *part * most);
+    if (st == L8_OK && (!buf || !part)) st = L8_FAIL(L8_ERR_OOM, "lean8-train: out of host memory");
+    for (int i = 0; i < m->nl && st == L8_OK; i++) {
+        size_t n = (size_t)m->dims[i + 1], k = (size_t)m->dims[i], ln = (size_t)m->ld[i + 1],
+               lk = (size_t)m->ld[i];
+        st = l8_params_get_host(full, fw[i], buf, n * k);
+        for (size_t r = 0; r < ln && st == L8_OK; r++)       /* rows [rank*ln, ..), cols [rank*lk, ..) */
+            memcpy(part + r * lk, buf + ((size_t)m->rank * (ln < n ? ln : 0) + r) * k +
+                   (size_t)m->rank * (lk < k ? lk : 0), sizeof *part * lk);
+        if (st == L8_OK) st = l8_params_set_host(m->params, m->wid[i], part, ln * lk);
+        if (st == L8_OK) st = l8_params_get_host(full, fb[i], buf, n);
+        if (st == L8_OK)
+            st = l8_params_set_host(m->params, m->bid[i], buf + (size_t)m->rank * (ln < n ? ln : 0), ln);
+    }
+    free(buf);
+    free(part);
+    l8_params_destroy(full);
+    return st;
+}
+
+/* --tp: join the job (lean8-run -n N) and make its tensor-parallel group. */
+static l8_status join_tp(model *m, const opts *o)
+{
+    m->tp = o->tp;
+    if (o->tp == 1) return L8_OK;
+    L8_CHECK(l8_comm_init_env(m->ctx, NULL, &m->world));
+    if (l8_comm_size(m->world) != o->tp)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "lean8-train: --tp %d needs %d ranks (lean8-run -n %d); "
+                       "this job has %d", o->tp, o->tp, o->tp, l8_comm_size(m->world));
+    L8_CHECK(l8_comm_grid(m->world, o->tp, &m->tpc, NULL));
+    m->rank = l8_comm_rank(m->tpc);
+    return L8_OK;
 }
 
 static l8_status model_build(model *m, const opts *o)
@@ -221,32 +315,23 @@ static l8_status model_build(model *m, const opts *o)
     cc.device = o->device;
     L8_CHECK(l8_ctx_create(&cc, &m->ctx));
     m->s = l8_ctx_stream(m->ctx, L8_STREAM_COMPUTE);
+    L8_CHECK(join_tp(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
     for (int i = 0; i < o->nhidden; i++) m->dims[i + 1] = o->hidden[i];
     m->dims[m->nl] = HEAD;
+    for (int i = 0; i <= m->nl; i++) m->ld[i] = i == 1 ? m->dims[1] / m->tp : m->dims[i];
     L8_CHECK(l8_params_create(m->ctx, NULL, &m->params));
-    for (int i = 0; i < m->nl; i++) {
-        char name[32];
-        int64_t w[2] = { m->dims[i + 1], m->dims[i] }, b[1] = { m->dims[i + 1] };
-        snprintf(name, sizeof name, "fc%d.weight", i + 1);
-        L8_CHECK(l8_params_add(m->params, name, 2, w, &m->wid[i]));
-        snprintf(name, sizeof name, "fc%d.bias", i + 1);
-        L8_CHECK(l8_params_add(m->params, name, 1, b, &m->bid[i]));
-    }
-    L8_CHECK(l8_params_finalize(m->params));
-    /* nn.Linear's initialization, from the seed */
-    for (int i = 0; i < m->nl; i++) {
-        float bound = 1.0f / sqrtf((float)m->dims[i]);
-        L8_CHECK(l8_params_init_kaiming_uniform(m->params, m->wid[i], sqrtf(5.0f), o->seed * 131 + (uint64_t)i));
-        L8_CHECK(l8_params_init_uniform(m->params, m->bid[i], -bound, bound, o->seed * 137 + (uint64_t)i));
-    }
+    L8_CHECK(add_layers(m->params, m->nl, m->ld, m->wid, m->bid));
+    if (m->tp > 1) L8_CHECK(init_shards(m, o->seed));
+    else L8_CHECK(init_layers(m->params, m->nl, m->dims, m->wid, m->bid, o->seed));
     l8_adamw_config ac = L8_ADAMW_CONFIG_INIT;
     ac.lr = o->lr;
     ac.weight_decay = o->wd;
     L8_CHECK(l8_optim_create_adamw(m->params, &ac, &m->optim));
     L8_CHECK(l8_gemm_handle_create(m->ctx, NULL, &m->gemm));
     if (o->fp8) L8_CHECK(l8_recipe_create(m->ctx, NULL, &m->recipe));
+    if (o->fp8 && m->tpc) L8_CHECK(l8_recipe_set_reduce(m->recipe, l8_comm_reduce_amax, m->tpc));
     for (int i = 0; i < m->nl; i++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", i + 1);
@@ -261,14 +346,18 @@ static l8_status model_build(model *m, const opts *o)
         lc.bias_grad = l8_params_main_grad(m->params, m->bid[i]);
         lc.weight_id = m->wid[i];
         lc.bias_id = m->bid[i];
+        if (m->tpc && i < 2) {    /* fc1 column-, fc2 row-parallel (Megatron's MLP) */
+            lc.tp_comm = m->tpc;
+            lc.parallel = i == 0 ? L8_PARALLEL_COLUMN : L8_PARALLEL_ROW;
+        }
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
     int64_t B = o->batch;
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
     for (int i = 0; i <= m->nl; i++) {
-        if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
-        m->grad[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
-        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->dims[i + 1], &st);
+        if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
+        m->grad[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
+        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->ld[i + 1], &st);
     }
     return st;
 }
@@ -704,11 +793,17 @@ int main(int argc, char **argv)
     lh = malloc(sizeof *lh * (size_t)m.R);
     hh = malloc(sizeof *hh * (size_t)m.R);
     if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
+    if (m.rank) {                 /* --tp: rank 0 speaks for the group */
+        o.quiet = 1;
+        if (!freopen("/dev/null", "w", stdout)) { /* nothing to do: keep printing */ }
+    }
     printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
-    printf("-%d, batch %d\n  AdamW lr %g wd %g, seed %" PRIu64 ", %lld+%lld images (%.1f MiB on"
-           " the device)\n", CLASSES, o.batch, (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
+    printf("-%d, batch %d", CLASSES, o.batch);
+    if (m.tp > 1) printf(", tensor parallel over %d ranks", m.tp);
+    printf("\n  AdamW lr %g wd %g, seed %" PRIu64 ", %lld+%lld images (%.1f MiB on"
+           " the device)\n", (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
            (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
                     l8_tensor_nbytes(m.y[1])) / 1048576.0);

@@ -5,5 +5,7 @@ BENCH_SRCS += tools/bench_gemm.c tools/bench_cast.c tools/bench_linear.c
 # Fashion-MNIST loader: linked into lean8-train (the Makefile's rule uses
 # TRAIN_SRCS) and into the test binary (tests/module.mk)
 TRAIN_SRCS += tools/fmnist.c
+# lean8-run: the local launcher (plain POSIX; links nothing of the library)
+TOOLS += lean8-run
 # tools/replay.c: the training-like allocation workload (tests and lean8-bench alloc; not library code)
 BENCH_SRCS += tools/replay.c
