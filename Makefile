@@ -196,10 +196,6 @@ endif
 # and documented in docs/api/ (tests/abi.sh names any that is not).
 test-abi: $(BUILD)/liblean8.so
 	$(Q)tests/abi.sh $(BUILD)/liblean8.so $(HEADERS)
-# docs/api/<header>.md from the headers' contract comments
-.PHONY: api-docs
-api-docs:
-	$(Q)python3 tools/api_docs.py $(HEADERS)
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
