@@ -73,8 +73,12 @@ module lean8
         type(c_ptr) :: p = c_null_ptr
     end type
 
-    ! ---- config struct mirrors (private; size set by the C init function,
-    ! checked against c_sizeof by l8_fortran_check_layouts) ----
+    ! ---- config struct mirrors (private) ----
+    ! Each is a prefix of the C struct: the fields this module sets. Their
+    ! size field says how long the mirror is, and the library's struct-size
+    ! rule gives every C field past it its default, so the C structs may grow
+    ! without this module changing. Defaults come from the C init functions
+    ! (init_mirror), never written here twice.
     type, bind(c) :: ctx_config
         integer(c_size_t) :: size
         type(c_ptr) :: device
@@ -150,8 +154,8 @@ module lean8
             type(c_ptr) :: c_version
         end function
         subroutine c_ctx_config_init(cfg) bind(c, name='l8_ctx_config_init')
-            import :: ctx_config
-            type(ctx_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_ctx_create(cfg, out) bind(c, name='l8_ctx_create')
             import :: c_int, ctx_config, c_ptr
@@ -297,8 +301,8 @@ module lean8
             integer(c_int) :: c_recipe_update
         end function
         subroutine c_linear_config_init(cfg) bind(c, name='l8_linear_config_init')
-            import :: linear_config
-            type(linear_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_linear_create(ctx, cfg, out) bind(c, name='l8_linear_create')
             import :: c_ptr, c_int, linear_config
@@ -332,8 +336,8 @@ module lean8
             type(c_ptr), value :: c
         end subroutine
         subroutine c_adamw_config_init(cfg) bind(c, name='l8_adamw_config_init')
-            import :: adamw_config
-            type(adamw_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_optim_create_adamw(g, cfg, out) bind(c, name='l8_optim_create_adamw')
             import :: c_ptr, c_int, adamw_config
@@ -442,7 +446,36 @@ module lean8
     ! gets it, MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, comm), every rank
     ! inits) goes here once runtime/comm.h defines the C API.
 
+    ! Room for the C init functions to write a whole (grown) struct into.
+    integer, parameter :: SCRATCH_WORDS = 512             ! 4 KiB
+
 contains
+
+    ! ---- config mirrors: the C defaults, cut to the mirror's length ----
+    subroutine init_ctx_config(cfg)
+        type(ctx_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_ctx_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_adamw_config(cfg)
+        type(adamw_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_adamw_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_linear_config(cfg)
+        type(linear_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_linear_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
 
     ! ---- strings ----
 
@@ -500,7 +533,7 @@ contains
         character(len=*), intent(in), optional :: device
         type(ctx_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: dev
-        call c_ctx_config_init(cfg)
+        call init_ctx_config(cfg)
         if (present(device)) then
             dev = cstr(device)
             cfg%device = c_loc(dev)
@@ -782,7 +815,7 @@ contains
         type(l8_tensor), intent(in), optional :: bias, bias_grad
         type(linear_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: cname
-        call c_linear_config_init(cfg)
+        call init_linear_config(cfg)
         cname = cstr(name)
         cfg%name = c_loc(cname)
         cfg%gemm = gemm%p
@@ -853,7 +886,7 @@ contains
         type(l8_optim), intent(out) :: opt
         real(c_float), intent(in), optional :: lr, weight_decay, beta1, beta2, eps, max_grad_norm
         type(adamw_config) :: cfg
-        call c_adamw_config_init(cfg)
+        call init_adamw_config(cfg)
         if (present(lr)) cfg%lr = lr
         if (present(weight_decay)) cfg%weight_decay = weight_decay
         if (present(beta1)) cfg%beta1 = beta1
@@ -977,18 +1010,31 @@ contains
 
     ! ---- self-check ----
 
-    ! 0 when this module's struct mirrors have the C library's sizes (the C
-    ! init functions write sizeof into size); else the number that differ.
+    ! 0 when every struct mirror of this module fits the C library's struct
+    ! (is no longer than it, and the C init function fits the scratch) and
+    ! reads the C defaults in the right places; else the number of problems.
     integer function l8_fortran_check_layouts() result(bad)
         type(ctx_config) :: cc
         type(adamw_config) :: ac
         type(linear_config) :: lc
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
         bad = 0
-        call c_ctx_config_init(cc)
-        call c_adamw_config_init(ac)
-        call c_linear_config_init(lc)
-        if (cc%size /= c_sizeof(cc)) bad = bad + 1
-        if (ac%size /= c_sizeof(ac)) bad = bad + 1
-        if (lc%size /= c_sizeof(lc)) bad = bad + 1
+        scratch = 0
+        call c_ctx_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(cc)) bad = bad + 1
+        scratch = 0
+        call c_adamw_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(ac)) bad = bad + 1
+        scratch = 0
+        call c_linear_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(lc)) bad = bad + 1
+        call init_ctx_config(cc)
+        call init_adamw_config(ac)
+        call init_linear_config(lc)
+        if (c_associated(cc%device) .or. cc%memory_limit /= 0 .or. c_associated(cc%provider)) &
+            bad = bad + 1
+        if (abs(ac%lr - 1e-3) > 1e-9 .or. abs(ac%beta2 - 0.999) > 1e-7) bad = bad + 1
+        if (lc%mode /= L8_LINEAR_FP8 .or. lc%weight_id /= 0 .or. lc%bias_id /= 1 .or. &
+            c_associated(lc%save_hooks)) bad = bad + 1
     end function
 end module lean8

@@ -29,7 +29,7 @@ program test_fortran
     character(len=256) :: path
     fails = 0
 
-    call check(l8_fortran_check_layouts() == 0, 'struct mirrors have the C sizes')
+    call check(l8_fortran_check_layouts() == 0, 'struct mirrors are prefixes of the C structs')
     call ok(l8_ctx_create(ctx), 'l8_ctx_create')
     print '(a, a, a, a)', 'lean8 ', l8_version(), ' Fortran test on ', l8_ctx_device_name(ctx)
 
