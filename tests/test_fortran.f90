@@ -138,6 +138,7 @@ program test_fortran
     call l8_ctx_destroy(ctx)
     call check(.not. c_associated(ctx%p), 'destroy nulls the handle')
     call l8_ctx_destroy(ctx)                                   ! a null handle: no-op
+    deallocate(before, after, restored)
 
     if (fails > 0) then
         print '(i0, a)', fails, ' Fortran check(s) FAILED'
