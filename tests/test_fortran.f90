@@ -128,8 +128,9 @@ program test_fortran
     open(newunit=i, file=trim(path), status='old')
     close(i, status='delete')
 
-    ! -- 6. a communicator of one rank (threads transport: no sockets)
-    call ok(l8_comm_id_create(ctx, id, L8_COMM_THREADS), 'l8_comm_id_create')
+    ! -- 6. a communicator of one rank, on the context's default transport
+    !    (TCP on the host, NCCL on a GPU)
+    call ok(l8_comm_id_create(ctx, id), 'l8_comm_id_create')
     call check(any(id%bytes /= 0), 'the id has content')
     call check(l8_comm_init_rank(ctx, id, 1, 1, nocomm) == L8_ERR_INVALID_ARG, &
                'rank 1 of a world of 1 is refused')
