@@ -12,6 +12,8 @@
 #   V=1             print full command lines
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
+# keep intermediates (the embedded-PTX .S files, tool objects): no "rm build/..." after a build
+.SECONDARY:
 .SUFFIXES:
 
 BUILD     ?= build
@@ -372,5 +374,8 @@ $(FMNIST_RAW)/%-ubyte: | dataset
 test-fortran: fortran $(if $(HAVE_FC),$(FMNIST_FILES:%=$(FMNIST_RAW)/%))
 ifneq ($(HAVE_FC),)
 	$(Q)L8_DEVICE=host $(BUILD)/bin/lean8-fortran-test
+	$(Q)if [ -n "$(VALGRIND)" ]; then L8_DEVICE=host $(VALGRIND) -q --error-exitcode=99 --leak-check=full \
+	    --errors-for-leak-kinds=definite,indirect $(BUILD)/bin/lean8-fortran-test > /dev/null && \
+	    echo "  VALGRIND lean8-fortran-test: clean"; fi
 	$(Q)L8_DEVICE=host timeout 900 $(BUILD)/bin/fmnist_mlp $(FMNIST_RAW) 1 60000 0.84 $(BUILD)/fmnist_mlp.ckpt
 endif

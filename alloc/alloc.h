@@ -6,7 +6,7 @@
  * everything device-specific arrives through l8_segment_provider, so this
  * module includes nothing of runtime/ but status.h.
  *
- * Policy (DESIGN.md "Memory"):
+ * Policy:
  *  - requests are rounded up to 512 B; requests <= 1 MiB come from the small
  *    pool (2 MiB segments), larger ones from the large pool;
  *  - best fit with splitting and coalescing inside a segment;

@@ -18,7 +18,7 @@
  * beta != 0 accumulates in place (C is D: same pointer, same layout). There is
  * no separate C matrix.
  *
- * The Linear GEMMs in this form (tokens T, in K, out N; see DESIGN.md):
+ * The Linear GEMMs in this form (tokens T, in K, out N):
  *     fprop  Y[T,N]  = X[T,K] . W[N,K]^T      a = X,  b = W,  trans_b = 1, bias
  *     dgrad  dX[T,K] = dY[T,N] . (W^T)[K,N]^T  a = dY, b = W^T (the [K,N] copy), trans_b = 1
  *     wgrad  dW[N,K] = (dY^T)[N,T] . (X^T)[K,T]^T   a = dY^T, b = X^T, trans_b = 1,

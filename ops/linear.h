@@ -13,7 +13,7 @@
  * X, Y, dY, dX and gW must start 16-byte aligned (cuBLASLt's FP8 rule; new
  * tensors and parameter-group views are).
  *
- * FP8 mode (L8_LINEAR_FP8, the DESIGN.md table; all GEMMs TN):
+ * FP8 mode (L8_LINEAR_FP8; all GEMMs TN):
  *   once per step  W --cast+transpose--> W8 [N,K] e4m3, W8t [K,N] e4m3     (weight meta)
  *                  b --convert--> b16 [N] bf16                              (fprop epilogue)
  *   forward        X --cast+transpose--> X8 [T,K] e4m3 (freed after fprop),

@@ -251,7 +251,7 @@ int bench_gemm(const bench_opts *o)
     gc.autotune = env && env[0] == '2' ? 2 : 1;
     if (l8_gemm_handle_create(ctx, &gc, &h[1]) != L8_OK) goto out;
     mode = l8_gemm_autotune_enabled(h[1]);
-    if (bench_json_open(&j, o->json ? o->json : "bench-gemm.json", "gemm", l8_ctx_device_name(ctx)))
+    if (bench_json_open(&j, o->json, "gemm", l8_ctx_device_name(ctx)))
         goto out;
     if (l8_library_info(L8_LIB_CUBLASLT, &ver, &where) == L8_OK) bench_json_num(&j, "cublaslt_version", ver);
     bench_json_num(&j, "autotune_mode", mode);

@@ -24,10 +24,13 @@ double bench_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* path NULL (no --json): no file; the bench_json_* calls do nothing. */
 int bench_json_open(bench_json *j, const char *path, const char *bench, const char *device)
 {
-    j->f = fopen(path, "w");
     j->first = 1;
+    j->f = NULL;
+    if (!path) return 0;
+    j->f = fopen(path, "w");
     if (!j->f) { perror(path); return -1; }
     time_t now = time(NULL);
     char date[32];
