@@ -11,9 +11,10 @@ import re
 import sys
 
 PROTO = re.compile(
-    r'((?:/\*(?:(?!\*/).)*\*/\n)*)'                       # comment blocks right above
-    r'((?:L8_NODISCARD )?[A-Za-z_][\w ]*?[\w\*] ?\*?(l8_\w+)\((?:[^;{])*\);)',
-    re.S)
+    r'((?:^[ \t]*/\*(?:(?!\*/).)*\*/\n)*)'               # comment blocks on their own lines above
+    r'^((?:L8_NODISCARD )?[A-Za-z_][\w ]*?[\w\*] ?\*?(l8_\w+)\((?:[^;{])*\);'
+    r'(?:[ \t]*/\*[^\n]*\*/)?)',                          # and a comment on the same line
+    re.S | re.M)
 
 
 def clean_comment(block):
