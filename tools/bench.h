@@ -49,5 +49,7 @@ int bench_comm_interleave(const bench_opts *o, bench_json *j);
  * launched (WORLD_SIZE > 1) over l8_comm_init_env, else the host transports. */
 int bench_comm_collectives(const bench_opts *o, bench_json *j);
 int bench_trace(const bench_opts *o);
+/* Data parallel: step time without a reducer, reducing after backward, overlapped. */
+int bench_ddp(const bench_opts *o);
 
 #endif

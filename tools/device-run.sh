@@ -13,6 +13,8 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear    lean8-bench NAME and its PyTorch script
+#   ddp       lean8-bench ddp (the data-parallel step: no reducer, after backward,
+#             overlapped; at world size 1 the reducer's own overhead)
 #   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
 #             the NCCL watchdog at world size 1 (tests/comm_prog watchdog: an
 #             all-reduce stuck behind a second of GEMMs must be aborted)
@@ -43,7 +45,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear comm train}
+stages=${*:-gpu memcheck info alloc cast gemm linear comm ddp train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -89,6 +91,9 @@ fi
 if want linear; then
     step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
     step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
+fi
+if want ddp; then
+    step "bench ddp" bench-ddp.log build/bin/lean8-bench ddp --json "$OUT/bench-ddp.json"
 fi
 if want comm; then
     step "bench comm" bench-comm.log build/bin/lean8-bench comm --json "$OUT/bench-comm.json"
@@ -148,7 +153,7 @@ done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
 for f in gemm-cache2 gemm-cache-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-gemm-warm.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-gemm-warm.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0

@@ -17,6 +17,7 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
+    { "ddp", bench_ddp, "data parallel: an 8-layer FP8 MLP step, none / after backward / overlapped" },
     { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
 };
 
