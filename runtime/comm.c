@@ -370,8 +370,10 @@ l8_status l8_comm_all_gather(l8_comm *c, const l8_tensor *send, l8_tensor *recv,
     void *sp, *rp;
     L8_CHECK(pointers(fn, send, &sp, recv, &rp));
     size_t bytes = l8_tensor_nbytes(send), esz = l8_dtype_size(l8_tensor_dtype(send));
-    if (bytes && (char *)rp < (char *)sp + bytes && (char *)sp < (char *)rp + bytes * c->size)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: recv overlaps send", fn);
+    int in_place = dim == 0 && (char *)sp == (char *)rp + (size_t)c->rank * bytes;
+    if (bytes && !in_place && (char *)rp < (char *)sp + bytes && (char *)sp < (char *)rp + bytes * c->size)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: recv overlaps send (in place is send = this "
+                       "rank's slice of recv, dim 0)", fn);
     L8_CHECK(l8i_comm_fail(c, same_scales(c, fn, send)));
     l8_dtype dt = l8_tensor_dtype(send);
     int last = dim != 0 && c->size > 1 && rows > 1;
@@ -402,8 +404,10 @@ l8_status l8_comm_reduce_scatter(l8_comm *c, const l8_tensor *send, l8_tensor *r
     void *sp, *rp;
     L8_CHECK(pointers(fn, send, &sp, recv, &rp));
     size_t bytes = l8_tensor_nbytes(recv), esz = l8_dtype_size(l8_tensor_dtype(recv));
-    if (bytes && (char *)sp < (char *)rp + bytes && (char *)rp < (char *)sp + bytes * c->size)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: recv overlaps send", fn);
+    int in_place = dim == 0 && (char *)rp == (char *)sp + (size_t)c->rank * bytes;
+    if (bytes && !in_place && (char *)sp < (char *)rp + bytes && (char *)rp < (char *)sp + bytes * c->size)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: recv overlaps send (in place is recv = this "
+                       "rank's slice of send, dim 0)", fn);
     l8_dtype dt = l8_tensor_dtype(recv);
     size_t n = (size_t)l8_tensor_numel(recv);
     int last = dim != 0 && c->size > 1 && rows > 1;
@@ -428,4 +432,9 @@ l8_status l8_comm_barrier(l8_comm *c)
 l8_status l8_comm_reduce_amax(void *comm, l8_tensor *amax, l8_stream *s)
 {
     return l8_comm_all_reduce((l8_comm *)comm, amax, amax, L8_REDUCE_MAX, s);
+}
+
+l8_status l8_comm_reduce_sum(void *comm, l8_tensor *t, l8_stream *s)
+{
+    return l8_comm_all_reduce((l8_comm *)comm, t, t, L8_REDUCE_SUM, s);
 }

@@ -238,7 +238,9 @@ L8_NODISCARD l8_status l8_comm_all_gather(l8_comm *comm, const l8_tensor *send, 
 /* The reverse: reduce over ranks, keep this rank's slice along dim:
  *   dim 0:  send [world * rows, cols] -> recv [rows, cols]
  *   dim -1: send [rows, world * cols] -> recv [rows, cols]
- * recv must not overlap send. */
+ * recv must not overlap send, except in place along dim 0: recv is exactly
+ * this rank's slice of send (as NCCL's in-place reduce-scatter; the rest of
+ * send then holds partial sums). */
 L8_NODISCARD l8_status l8_comm_reduce_scatter(l8_comm *comm, const l8_tensor *send,
                                               l8_tensor *recv, l8_reduce_op op, int dim,
                                               l8_stream *s);
@@ -252,6 +254,10 @@ L8_NODISCARD l8_status l8_comm_barrier(l8_comm *comm);
  * over comm (the tensor-parallel group), so every rank casts with the same
  * scales. arg is the l8_comm. */
 L8_NODISCARD l8_status l8_comm_reduce_amax(void *comm, l8_tensor *amax, l8_stream *s);
+
+/* The same shape for a sum: t all-reduced with SUM over comm, in place (an
+ * optimizer's squared-norm partial over the shards of a ZeRO-1 group). */
+L8_NODISCARD l8_status l8_comm_reduce_sum(void *comm, l8_tensor *t, l8_stream *s);
 
 #ifdef __cplusplus
 }

@@ -273,6 +273,47 @@ START_TEST(test_comm_seed004_last_dim_gather)
 }
 END_TEST
 
+/* In place along dim 0 (NCCL's rule): gather into recv from this rank's
+ * slice of it; reduce-scatter into this rank's slice of send. */
+static l8_status in_place_fn(l8t_job *j, l8_comm *c, l8_ctx *ctx)
+{
+    int w = j->world, r = j->rank;
+    l8_tensor *big = NULL, *mine = NULL;
+    float *p;
+    l8_status st = tensor(ctx, L8_F32, 4 * w, 8, &big, (void **)&p);
+    if (st == L8_OK) st = l8_tensor_narrow(big, 0, 4 * r, 4, &mine);
+    for (int i = 0; st == L8_OK && i < 4 * 8; i++) p[4 * 8 * r + i] = (float)(r * 100 + i);
+    if (st == L8_OK) st = l8_comm_all_gather(c, mine, big, 0, NULL);
+    for (int q = 0; st == L8_OK && q < w; q++)
+        for (int i = 0; i < 4 * 8; i++)
+            if (p[4 * 8 * q + i] != (float)(q * 100 + i))
+                st = L8_FAIL(L8_ERR_INTERNAL, "in-place gather: [%d][%d] = %g", q, i, (double)p[4 * 8 * q + i]);
+    for (int i = 0; st == L8_OK && i < 4 * 8 * w; i++) p[i] = (float)(i + r);   /* every rank's send */
+    if (st == L8_OK) st = l8_comm_reduce_scatter(c, big, mine, L8_REDUCE_SUM, 0, NULL);
+    for (int i = 0; st == L8_OK && i < 4 * 8; i++) {
+        float want = 0;
+        for (int q = 0; q < w; q++) want += (float)(4 * 8 * r + i + q);
+        if (p[4 * 8 * r + i] != want)
+            st = L8_FAIL(L8_ERR_INTERNAL, "in-place reduce-scatter: element %d = %g, want %g", i,
+                         (double)p[4 * 8 * r + i], (double)want);
+    }
+    l8_tensor_destroy(mine);
+    l8_tensor_destroy(big);
+    return st;
+}
+
+START_TEST(test_comm_in_place)
+{
+    for (int t = L8_COMM_TCP; t <= L8_COMM_THREADS; t++)
+        for (int w = 2; w <= 3; w++) {
+            l8t_job jobs[3];
+            l8t_world_run(w, t, in_place_fn, NULL, jobs, 0);
+            l8t_world_ok(jobs, w);
+            l8t_world_free(jobs, w);
+        }
+}
+END_TEST
+
 /* ---- split and grid ---- */
 
 static l8_status grid_fn(l8t_job *j, l8_comm *c, l8_ctx *ctx)
@@ -467,7 +508,16 @@ START_TEST(test_comm_errors)
     L8_CK_ST(l8_comm_all_reduce(c, a, a, (l8_reduce_op)7, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_comm_all_gather(c, a, b, 0, NULL), L8_ERR_INVALID_ARG);     /* dim 0 wants [4, 4] */
     L8_CK_ST(l8_comm_all_gather(c, a, a, 2, NULL), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_comm_all_gather(c, a, a, 0, NULL), L8_ERR_INVALID_ARG);     /* overlap */
+    {   /* overlapping but not in place: rows 1..4 and rows 0..3 of one tensor */
+        int64_t s5[2] = { 5, 4 };
+        l8_tensor *five, *lo, *hi;
+        L8_CK(l8_tensor_empty(ctx, L8_F32, 2, s5, &five));
+        L8_CK(l8_tensor_narrow(five, 0, 0, 4, &lo));
+        L8_CK(l8_tensor_narrow(five, 0, 1, 4, &hi));
+        L8_CK_ST(l8_comm_all_gather(c, hi, lo, 0, NULL), L8_ERR_INVALID_ARG);
+        L8_CK_ST(l8_comm_reduce_scatter(c, hi, lo, L8_REDUCE_SUM, 0, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(lo), l8_tensor_destroy(hi), l8_tensor_destroy(five);
+    }
     L8_CK_ST(l8_comm_broadcast(c, a, 1, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_comm_grid(c, 3, NULL, NULL), L8_ERR_INVALID_ARG);
     /* world 1: everything is the identity */
@@ -661,6 +711,7 @@ Suite *l8_comm_suite(void)
     tcase_add_test(tc, test_comm_transports_agree);
     tcase_add_test(tc, test_comm_seed004_last_dim_gather);
     tcase_add_test(tc, test_comm_grid);
+    tcase_add_test(tc, test_comm_in_place);
     tcase_add_test(tc, test_comm_faults);
     tcase_add_test(tc, test_comm_join_mismatch);
     tcase_add_test(tc, test_comm_fp8_scales);
