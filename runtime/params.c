@@ -41,6 +41,8 @@ struct l8_params {
     int *index;                   /* hash table of id + 1 */
     size_t icap;
     int64_t numel_total, padded;
+    int64_t pad_to;               /* the buffer length's multiple */
+    int64_t total;                /* buffer elements after finalize: padded rounded up to pad_to */
     int finalized;
     l8_storage *mst, *gst;        /* master f32, main_grad gdt */
     l8_tensor *mflat, *gflat;
@@ -125,11 +127,15 @@ l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg, l8_params *
     if (c.grad_dtype != L8_F32 && c.grad_dtype != L8_BF16)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_params_create: grad dtype %s is not supported "
                        "(f32 or bf16)", l8_dtype_name(c.grad_dtype));
+    if (c.pad_to < 0 || c.pad_to % ALIGN || c.pad_to > ((int64_t)1 << 30))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_params_create: pad_to %lld is not a multiple of %lld "
+                       "(0 for the default)", (long long)c.pad_to, (long long)ALIGN);
     l8_params *g = calloc(1, sizeof *g);
     if (!g)
         return L8_FAIL(L8_ERR_OOM, "l8_params_create: out of host memory");
     g->ctx = ctx;
     g->gdt = c.grad_dtype;
+    g->pad_to = c.pad_to ? c.pad_to : ALIGN;
     *out = g;
     return L8_OK;
 }
@@ -251,7 +257,7 @@ l8_status l8_params_finalize(l8_params *g)
     if (g->finalized)
         return L8_FAIL(L8_ERR_STATE, "l8_params_finalize: the group is already finalized");
     l8_status st = L8_OK;
-    int64_t total = g->padded;
+    int64_t total = (g->padded + g->pad_to - 1) / g->pad_to * g->pad_to;
     size_t gsz = l8_dtype_size(g->gdt);
 
     /* reverse registration order: the last parameter starts at element 0 */
@@ -283,6 +289,7 @@ l8_status l8_params_finalize(l8_params *g)
     L8_TRY(st, l8_tensor_from_storage(g->mst, 0, L8_F32, 1, &total, NULL, &g->mflat), fail);
     L8_TRY(st, l8_tensor_from_storage(g->gst, 0, g->gdt, 1, &total, NULL, &g->gflat), fail);
     g->finalized = 1;
+    g->total = total;
     return L8_OK;
 fail:
     unfinalize(g);
@@ -331,7 +338,7 @@ int64_t l8_params_numel_total(const l8_params *g) { return g ? g->numel_total : 
 
 int64_t l8_params_buffer_numel(const l8_params *g)
 {
-    return (g && g->finalized) ? g->padded : -1;
+    return (g && g->finalized) ? g->total : -1;
 }
 
 l8_status l8_params_find(const l8_params *g, const char *name, int *id)

@@ -81,8 +81,12 @@ typedef struct l8_params l8_params;
 typedef struct l8_params_config {
     size_t size;                  /* sizeof(l8_params_config) */
     l8_dtype grad_dtype;          /* L8_F32 (default) or L8_BF16 */
+    int64_t pad_to;               /* the buffers' length is a multiple of this many elements:
+                                     0 (default) = L8_PARAMS_ALIGN_ELEMS; else a multiple of it
+                                     (ZeRO-1 over p ranks: 128 x p, so every bucket splits
+                                     evenly, runtime/ddp.h) */
 } l8_params_config;
-#define L8_PARAMS_CONFIG_INIT { sizeof(l8_params_config), L8_F32 }
+#define L8_PARAMS_CONFIG_INIT { sizeof(l8_params_config), L8_F32, 0 }
 /* Fill *cfg with the defaults of L8_PARAMS_CONFIG_INIT (size included), for callers
  * that cannot use the macro: bindings. NULL: nothing. */
 void l8_params_config_init(l8_params_config *cfg);
