@@ -253,6 +253,31 @@ static void check_layout(l8_dtype gdt)
     ctx_finish(ctx);
 }
 
+/* pad_to: the buffers' length rounds up to it (ZeRO-1 splits buckets evenly). */
+START_TEST(test_pad_to)
+{
+    l8_ctx *ctx = ctx_make(NULL, 0);
+    l8_params_config c = L8_PARAMS_CONFIG_INIT;
+    l8_params *g = NULL;
+    c.pad_to = 100;                                   /* not a multiple of 128 */
+    L8_CK_ST(l8_params_create(ctx, &c, &g), L8_ERR_INVALID_ARG);
+    c.pad_to = 5 * L8_PARAMS_ALIGN_ELEMS;
+    L8_CK(l8_params_create(ctx, &c, &g));
+    int64_t sh[1] = { 300 };                          /* 384 elements each, padded to 128 */
+    int id;
+    L8_CK(l8_params_add(g, "a", 1, sh, &id));
+    L8_CK(l8_params_add(g, "b", 1, sh, &id));         /* 768: rounds up to 1280 = 2 x 640 */
+    L8_CK(l8_params_finalize(g));
+    ck_assert_int_eq(l8_params_buffer_numel(g), 1280);
+    ck_assert_int_eq(l8_tensor_numel(l8_params_grad_flat(g)), 1280);
+    float z[1280];
+    L8_CK(l8_tensor_copy_to_host(l8_params_grad_flat(g), z, sizeof z, NULL));
+    for (int i = 0; i < 1280; i++) ck_assert(z[i] == 0.0f);   /* the tail too */
+    l8_params_destroy(g);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 START_TEST(test_layout_f32) { check_layout(L8_F32); }
 END_TEST
 
@@ -836,6 +861,7 @@ Suite *l8_params_suite(void)
 {
     Suite *s = suite_create("params");
     TCase *layout = tcase_create("layout");
+    tcase_add_test(layout, test_pad_to);
     tcase_add_test(layout, test_layout_f32);
     tcase_add_test(layout, test_layout_bf16);
     tcase_add_test(layout, test_bf16_grad_rounding);
