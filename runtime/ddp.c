@@ -3,9 +3,10 @@
  * comm stream in bucket order.
  *
  * Invariants:
- *  - buckets partition [0, buffer_numel) in order; param_bucket[id] is the
- *    bucket of parameter id; pending[b] counts the parameters of bucket b
- *    that have not reported in this step's last micro-batch;
+ *  - buckets partition [0, buffer_numel) in order; parameter id lies in
+ *    buckets pb_first[id]..pb_last[id] (one, or in zero1 two when a cut on a
+ *    multiple of 128 x p falls inside it); pending[b] counts the parameters
+ *    in bucket b that have not reported in this step's last micro-batch;
  *  - next_launch is the first bucket not launched this step; buckets launch
  *    only in index order (a completed bucket waits for the ones before it),
  *    so every rank issues the same collectives in the same order;
@@ -25,12 +26,14 @@ struct l8_ddp {
     l8_comm *dp;
     l8_ctx *ctx;
     l8_stream *cs;                /* the comm stream */
-    int overlap, strict;
+    int overlap, strict, zero1;
+    int world, rank;              /* of dp */
     int np, nb;                   /* parameters, buckets */
     int64_t *b_first, *b_n;       /* [nb] */
     l8_tensor **b_view;           /* [nb] views of the grad buffer */
+    l8_tensor **g_shard, **m_bucket, **m_shard;   /* [nb] zero1: this rank's grad slice, master views */
     int *pending;                 /* [nb] */
-    int *param_bucket;            /* [np] */
+    int *pb_first, *pb_last;      /* [np] the buckets a parameter lies in (two at most in zero1) */
     uint64_t *reported;           /* [np] micro-batch serial of the last report */
     unsigned char *done;          /* [np] */
     int next_launch;
@@ -49,9 +52,19 @@ void l8_ddp_config_init(l8_ddp_config *cfg)
 
 static l8_status on_report(void *arg, int id, l8_event *ev);
 
-/* Buckets in buffer order: parameters sorted by offset, a bucket closed when
- * it holds >= target elements; each ends where the next parameter starts
- * (the layout's padding goes with the parameter before it). */
+/* pending[b] = the parameters in bucket b (a parameter spanning two counts in both). */
+static void reset_pending(l8_ddp *d)
+{
+    for (int b = 0; b < d->nb; b++) d->pending[b] = 0;
+    for (int i = 0; i < d->np; i++)
+        for (int b = d->pb_first[i]; b <= d->pb_last[i]; b++) d->pending[b]++;
+}
+
+/* Buckets in buffer order: parameters sorted by offset; a bucket closes
+ * once it holds >= target elements, at the end of a parameter (the layout's
+ * padding goes with the parameter before it) - in zero1 at the next multiple
+ * of 128 x p, so every bucket splits into p equal, aligned slices. Then
+ * each parameter is assigned the buckets its elements fall in. */
 static l8_status make_buckets(l8_ddp *d, int64_t target)
 {
     int np = d->np > 0 ? d->np : 0;
@@ -65,7 +78,7 @@ static l8_status make_buckets(l8_ddp *d, int64_t target)
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    int64_t total = l8_params_buffer_numel(d->g);
+    int64_t total = l8_params_buffer_numel(d->g), unit = (int64_t)L8_PARAMS_ALIGN_ELEMS * d->world;
     d->b_first = calloc(cap, sizeof *d->b_first);
     d->b_n = calloc(cap, sizeof *d->b_n);
     if (!d->b_first || !d->b_n) {
@@ -74,19 +87,29 @@ static l8_status make_buckets(l8_ddp *d, int64_t target)
     }
     int nb = 0;
     int64_t start = 0;
-    for (int k = 0; k < np; k++) {
-        int id = order[k];
-        d->param_bucket[id] = nb;
+    for (int k = 0; k < np && start < total; k++) {
         int64_t end = k + 1 < np ? l8_params_offset(d->g, order[k + 1]) : total;
+        if (end <= start) continue;           /* wholly inside the previous bucket */
         if (end - start >= target || k + 1 == np) {
+            int64_t cut = d->zero1 ? (end + unit - 1) / unit * unit : end;
+            if (cut > total || k + 1 == np) cut = total;
             d->b_first[nb] = start;
-            d->b_n[nb] = end - start;
+            d->b_n[nb] = cut - start;
             nb++;
-            start = end;
+            start = cut;
         }
     }
-    free(order);
     d->nb = nb;
+    for (int k = 0; k < np; k++) {            /* each parameter's buckets */
+        int id = order[k];
+        int64_t lo = l8_params_offset(d->g, id), hi = k + 1 < np ? l8_params_offset(d->g, order[k + 1]) : total;
+        int b = 0;
+        while (b + 1 < nb && d->b_first[b] + d->b_n[b] <= lo) b++;
+        d->pb_first[id] = b;
+        while (b + 1 < nb && d->b_first[b] + d->b_n[b] < hi) b++;
+        d->pb_last[id] = b;
+    }
+    free(order);
     return L8_OK;
 }
 
@@ -102,9 +125,18 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
     if (l8_comm_ctx(dp) != l8_params_ctx(g))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: the communicator and the group belong "
                        "to different contexts");
-    if (c.bucket_elems < 0 || (c.overlap != 0 && c.overlap != 1) || (c.strict != 0 && c.strict != 1))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: bucket_elems %lld, overlap %d, strict %d "
-                       "(want >= 0, 0 or 1, 0 or 1)", (long long)c.bucket_elems, c.overlap, c.strict);
+    if (c.bucket_elems < 0 || (c.overlap != 0 && c.overlap != 1) || (c.strict != 0 && c.strict != 1) ||
+        (c.zero1 != 0 && c.zero1 != 1))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: bucket_elems %lld, overlap %d, strict %d, "
+                       "zero1 %d (want >= 0, 0 or 1, 0 or 1, 0 or 1)", (long long)c.bucket_elems,
+                       c.overlap, c.strict, c.zero1);
+    if (c.zero1 && l8_params_buffer_numel(g) % ((int64_t)L8_PARAMS_ALIGN_ELEMS * l8_comm_size(dp)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: ZeRO-1 over %d ranks needs the group's "
+                       "buffers padded to a multiple of %lld elements (l8_params_config.pad_to = "
+                       "%lld); they have %lld", l8_comm_size(dp),
+                       (long long)L8_PARAMS_ALIGN_ELEMS * l8_comm_size(dp),
+                       (long long)L8_PARAMS_ALIGN_ELEMS * l8_comm_size(dp),
+                       (long long)l8_params_buffer_numel(g));
     l8_ddp *d = calloc(1, sizeof *d);
     if (!d) return L8_FAIL(L8_ERR_OOM, "l8_ddp_create: out of host memory");
     d->g = g;
@@ -113,27 +145,43 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
     d->cs = l8_ctx_stream(d->ctx, L8_STREAM_COMM);
     d->overlap = c.overlap;
     d->strict = c.strict;
+    d->zero1 = c.zero1;
+    d->world = l8_comm_size(dp);
+    d->rank = l8_comm_rank(dp);
     d->np = l8_params_count(g);
     d->last = 1;
     d->mb = d->step_mb0 = 1;
     size_t np = (size_t)(d->np ? d->np : 1);
-    d->param_bucket = calloc(np, sizeof *d->param_bucket);
+    d->pb_first = calloc(np, sizeof *d->pb_first);
+    d->pb_last = calloc(np, sizeof *d->pb_last);
     d->reported = calloc(np, sizeof *d->reported);
     d->done = calloc(np, 1);
-    l8_status st = d->param_bucket && d->reported && d->done
+    l8_status st = d->pb_first && d->pb_last && d->reported && d->done
                        ? make_buckets(d, c.bucket_elems ? c.bucket_elems : L8_DDP_BUCKET_DEFAULT)
                        : L8_FAIL(L8_ERR_OOM, "l8_ddp_create: out of host memory");
     if (st == L8_OK) {
-        d->b_view = calloc((size_t)(d->nb ? d->nb : 1), sizeof *d->b_view);
-        d->pending = calloc((size_t)(d->nb ? d->nb : 1), sizeof *d->pending);
-        if (!d->b_view || !d->pending) st = L8_FAIL(L8_ERR_OOM, "l8_ddp_create: out of host memory");
+        size_t nb = (size_t)(d->nb ? d->nb : 1);
+        d->b_view = calloc(nb, sizeof *d->b_view);
+        d->g_shard = calloc(nb, sizeof *d->g_shard);
+        d->m_bucket = calloc(nb, sizeof *d->m_bucket);
+        d->m_shard = calloc(nb, sizeof *d->m_shard);
+        d->pending = calloc(nb, sizeof *d->pending);
+        if (!d->b_view || !d->g_shard || !d->m_bucket || !d->m_shard || !d->pending)
+            st = L8_FAIL(L8_ERR_OOM, "l8_ddp_create: out of host memory");
     }
     for (int b = 0; b < d->nb && st == L8_OK; b++) {
+        int64_t part = d->b_n[b] / d->world, at = d->b_first[b] + (int64_t)d->rank * part;
         st = l8_tensor_narrow(l8_params_grad_flat(g), 0, d->b_first[b], d->b_n[b], &d->b_view[b]);
+        if (st == L8_OK && d->zero1)
+            st = l8_tensor_narrow(l8_params_grad_flat(g), 0, at, part, &d->g_shard[b]);
+        if (st == L8_OK && d->zero1)
+            st = l8_tensor_narrow(l8_params_master_flat(g), 0, d->b_first[b], d->b_n[b], &d->m_bucket[b]);
+        if (st == L8_OK && d->zero1)
+            st = l8_tensor_narrow(l8_params_master_flat(g), 0, at, part, &d->m_shard[b]);
         if (d->b_n[b] > d->st.largest_bucket) d->st.largest_bucket = d->b_n[b];
     }
     if (st == L8_OK) st = l8_event_create(d->ctx, 0, &d->ev);
-    for (int i = 0; i < d->np && st == L8_OK; i++) d->pending[d->param_bucket[i]]++;
+    if (st == L8_OK) reset_pending(d);
     if (st == L8_OK) st = l8_params_set_grad_ready_cb(g, on_report, d);
     if (st != L8_OK) {
         l8_ddp_destroy(d);
@@ -152,10 +200,16 @@ void l8_ddp_destroy(l8_ddp *d)
         l8_status ignored = l8_params_set_grad_ready_cb(d->g, NULL, NULL);   /* g is valid: never fails */
         (void)ignored;
     }
-    for (int b = 0; d->b_view && b < d->nb; b++) l8_tensor_destroy(d->b_view[b]);
+    for (int b = 0; d->b_view && b < d->nb; b++) {
+        l8_tensor_destroy(d->b_view[b]);
+        l8_tensor_destroy(d->g_shard[b]);
+        l8_tensor_destroy(d->m_bucket[b]);
+        l8_tensor_destroy(d->m_shard[b]);
+    }
     l8_event_destroy(d->ev);
-    free(d->b_view), free(d->b_first), free(d->b_n), free(d->pending);
-    free(d->param_bucket), free(d->reported), free(d->done);
+    free(d->b_view), free(d->g_shard), free(d->m_bucket), free(d->m_shard);
+    free(d->b_first), free(d->b_n), free(d->pending);
+    free(d->pb_first), free(d->pb_last), free(d->reported), free(d->done);
     free(d);
 }
 
@@ -166,16 +220,24 @@ static l8_status launch_ready(l8_ddp *d, int *counter)
 {
     while (d->next_launch < d->nb && d->pending[d->next_launch] == 0) {
         int b = d->next_launch++;
-        L8_CHECK(l8_comm_all_reduce(d->dp, d->b_view[b], d->b_view[b], L8_REDUCE_AVG, d->cs));
+        if (d->zero1)               /* in place: this rank's slice of the bucket, averaged */
+            L8_CHECK(l8_comm_reduce_scatter(d->dp, d->b_view[b], d->g_shard[b], L8_REDUCE_AVG, 0, d->cs));
+        else
+            L8_CHECK(l8_comm_all_reduce(d->dp, d->b_view[b], d->b_view[b], L8_REDUCE_AVG, d->cs));
         (*counter)++;
     }
     return L8_OK;
 }
 
-static l8_status count_done(l8_ddp *d, int id)
+static void mark_done(l8_ddp *d, int id)
 {
     d->done[id] = 1;
-    d->pending[d->param_bucket[id]]--;
+    for (int b = d->pb_first[id]; b <= d->pb_last[id]; b++) d->pending[b]--;
+}
+
+static l8_status count_done(l8_ddp *d, int id)
+{
+    mark_done(d, id);
     return d->overlap ? launch_ready(d, &d->in_bw) : L8_OK;
 }
 
@@ -241,8 +303,7 @@ l8_status l8_ddp_mark_unused(l8_ddp *d, int id)
 static void reset_step(l8_ddp *d)
 {
     memset(d->done, 0, (size_t)d->np);
-    for (int b = 0; b < d->nb; b++) d->pending[b] = 0;
-    for (int i = 0; i < d->np; i++) d->pending[d->param_bucket[i]]++;
+    reset_pending(d);
     d->next_launch = 0;
     d->last = 1;
     d->mb++;
@@ -281,8 +342,7 @@ l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s)
                 st = zero_param(d, i);
                 d->zeroed++;
             }
-            d->done[i] = 1;
-            d->pending[d->param_bucket[i]]--;
+            mark_done(d, i);
         }
     if (st == L8_OK) st = launch_ready(d, &d->at_finish);
     if (st == L8_OK && d->next_launch != d->nb)
@@ -314,4 +374,34 @@ l8_status l8_ddp_bucket(const l8_ddp *d, int b, int64_t *first, int64_t *n)
     *first = d->b_first[b];
     *n = d->b_n[b];
     return L8_OK;
+}
+
+l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int64_t *offset, int64_t *numel)
+{
+    L8_ARG(d != NULL && n != NULL);
+    if (!d->zero1)
+        return L8_FAIL(L8_ERR_STATE, "l8_ddp_shard_ranges: the reducer was not made with zero1 = 1");
+    *n = d->nb;
+    if (max < d->nb || (d->nb && (!offset || !numel)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_shard_ranges: room for %d ranges, there are %d",
+                       max, d->nb);
+    for (int b = 0; b < d->nb; b++) {
+        numel[b] = d->b_n[b] / d->world;
+        offset[b] = d->b_first[b] + (int64_t)d->rank * numel[b];
+    }
+    return L8_OK;
+}
+
+l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s)
+{
+    L8_ARG(d != NULL);
+    if (!d->zero1)
+        return L8_FAIL(L8_ERR_STATE, "l8_ddp_gather_params: the reducer was not made with zero1 = 1");
+    L8_CHECK(l8i_resolve_stream("l8_ddp_gather_params", d->ctx, &s));
+    L8_CHECK(comm_after(d, s));              /* after the optimizer's update */
+    for (int b = d->nb - 1; b >= 0; b--)     /* the first layers' buckets (the buffer's end) first */
+        L8_CHECK(l8_comm_all_gather(d->dp, d->m_shard[b], d->m_bucket[b], 0, d->cs));
+    if (s == d->cs) return L8_OK;
+    L8_CHECK(l8_event_record(d->ev, d->cs));
+    return l8_stream_wait_event(s, d->ev);
 }

@@ -40,6 +40,17 @@
  * collectives run inside the report (the host transports are synchronous),
  * so ranks are threads or processes that run the same steps.
  *
+ * ZeRO-1 (zero1 = 1). Each bucket is reduce-scattered instead of
+ * all-reduced: rank r of p keeps the averaged gradient of the bucket's r-th
+ * p-th (the rest of main_grad then holds partial sums: do not read it).
+ * Buckets are cut on multiples of 128 x p elements (a parameter may span
+ * two buckets), so the group must be created with pad_to = 128 x p
+ * (l8_params_config). The caller gives the optimizer this rank's ranges
+ * (l8_ddp_shard_ranges -> l8_optim_set_shard), sums the squared-norm partial
+ * over the group (l8_optim_set_norm_reduce with l8_comm_reduce_sum), steps,
+ * then l8_ddp_gather_params all-gathers the updated master ranges so every
+ * rank is whole again. The optimizer's state exists for the shard only.
+ *
  * Thread safety: one thread drives a reducer (the one running backward).
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_STATE (a report out of place, a
  * double report, strict and a parameter missing), and the communicator's.
@@ -70,8 +81,9 @@ typedef struct l8_ddp_config {
     int64_t bucket_elems;         /* target elements per bucket; 0: L8_DDP_BUCKET_DEFAULT */
     int overlap;                  /* 1: launch buckets during backward; 0: all at finish */
     int strict;                   /* 1: a parameter that never reports fails finish */
+    int zero1;                    /* 1: ZeRO-1 (see "ZeRO-1" below) */
 } l8_ddp_config;
-#define L8_DDP_CONFIG_INIT { sizeof(l8_ddp_config), 0, 1, 0 }
+#define L8_DDP_CONFIG_INIT { sizeof(l8_ddp_config), 0, 1, 0, 0 }
 void l8_ddp_config_init(l8_ddp_config *cfg);
 
 /* A reducer for finalized group g over dp (of g's context); it becomes g's
@@ -102,6 +114,20 @@ L8_NODISCARD l8_status l8_ddp_mark_unused(l8_ddp *d, int id);
  * Errors: L8_ERR_STATE (strict and a parameter missing: nothing launched
  * for its bucket or later ones; the step is reset), the collectives'. */
 L8_NODISCARD l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s);
+
+/* ZeRO-1: this rank's part of every bucket, one range per bucket, sorted:
+ * elements [offset[i], offset[i] + numel[i]) of the group's buffers. *n is
+ * the bucket count; at most max entries are written. Errors:
+ * L8_ERR_INVALID_ARG (NULL, max < the bucket count), L8_ERR_STATE (not a
+ * zero1 reducer). */
+L8_NODISCARD l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int64_t *offset,
+                                           int64_t *numel);
+
+/* ZeRO-1, after the optimizer step on stream s (NULL: compute): every
+ * bucket's master weights all-gathered in place from their owners' ranges,
+ * on the comm stream after s; s waits for them (the host does not).
+ * Errors: L8_ERR_STATE (not a zero1 reducer), the collectives'. */
+L8_NODISCARD l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s);
 
 /* Buckets and what happened in the last finished step. */
 typedef struct l8_ddp_stats {
