@@ -52,7 +52,8 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(PTX_SRCS:%.ptx=$(BUILD)/%.ptx.o) $(B
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
 HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h \
-             alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
+             alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS) \
+             runtime/offload.h
 
 all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests
 

@@ -919,3 +919,5 @@ void l8_alloc_reset_peaks(l8_alloc *a)
     s->inactive_split_peak = s->inactive_split_bytes;
     pthread_mutex_unlock(&a->mu);
 }
+
+l8_trace *l8_alloc_get_trace(l8_alloc *a) { return a ? a->trace : NULL; }

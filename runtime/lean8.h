@@ -19,6 +19,7 @@
 #include "runtime/tensor.h"
 #include "runtime/params.h"
 #include "runtime/checkpoint.h"
+#include "runtime/offload.h"
 /* ops/: the umbrella is the one runtime header that names them (for users;
  * runtime code itself never includes ops/) */
 #include "ops/fp8.h"
