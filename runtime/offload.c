@@ -224,12 +224,12 @@ static l8_status copy_out(l8_offload *off, entry *e, l8_stream *s, const char *n
     l8_pinned *pool = l8_ctx_pinned(off->ctx);
     void *host = NULL;
     l8_status ret = l8_pinned_alloc(pool, e->bytes, &host);
-    if (ret != L8_OK)
-        return l8_error_set(ret, l8_last_error()->foreign_code, l8_last_error()->foreign_name,
-                            l8_last_error()->call, __FILE__, __LINE__,
-                            "l8_offload_save(%s): no pinned host memory for %zu bytes; the"
-                            " storage stays on the device, unchanged: %s", name, e->bytes,
-                            l8_last_error()->message);
+    if (ret != L8_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", l8_last_error_string());
+        return L8_FAIL(ret, "l8_offload_save(%s): no pinned host memory for %zu bytes; the"
+                       " storage stays on the device, unchanged (%s)", name, e->bytes, why);
+    }
     L8_TRY(ret, l8_pinned_record_stream(pool, host, handle(off->copy)), fail);
     L8_TRY(ret, record_block(off, e->st, e->dev), fail);
     L8_TRY(ret, event_get(off, &e->ev_out), fail);
@@ -260,12 +260,13 @@ static l8_status copy_in(l8_offload *off, entry *e)
     l8_stream *as = l8i_storage_stream(e->st);
     void *dev = NULL;
     l8_status ret = l8_ctx_malloc(off->ctx, e->bytes, as, &dev);
-    if (ret != L8_OK)
-        return l8_error_set(ret, l8_last_error()->foreign_code, l8_last_error()->foreign_name,
-                            l8_last_error()->call, __FILE__, __LINE__,
-                            "l8_offload: no device memory to bring back %zu bytes of \"%s\"; the"
-                            " data stays in pinned host memory (free some and restore again): %s",
-                            e->bytes, e->nsaves ? e->saves[0].name : "?", l8_last_error()->message);
+    if (ret != L8_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", l8_last_error_string());
+        return L8_FAIL(ret, "l8_offload: no device memory to bring back %zu bytes of \"%s\"; the"
+                       " data stays in pinned host memory (free some and restore again) (%s)",
+                       e->bytes, e->nsaves ? e->saves[0].name : "?", why);
+    }
     L8_TRY(ret, record_block(off, e->st, dev), fail);
     L8_TRY(ret, event_get(off, &e->ev_in), fail);
     /* the block may have served earlier work on its stream: copy after it */

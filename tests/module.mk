@@ -7,3 +7,4 @@ TEST_SRCS += tests/test_checkpoint.c
 TEST_SRCS += tests/test_params.c tests/test_optim.c
 TEST_SRCS += tests/test_fmnist.c tools/fmnist.c
 TEST_SRCS += tests/test_recipe.c tests/test_linear.c tests/test_gather.c
+TEST_SRCS += tests/test_offload.c

@@ -39,6 +39,7 @@ Suite *l8_fmnist_suite(void);
 Suite *l8_params_suite(void);
 Suite *l8_optim_suite(void);
 Suite *l8_gather_suite(void);
+Suite *l8_offload_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
 uint64_t l8_test_seed(void);
