@@ -117,6 +117,19 @@ static l8_tensor *view(l8_storage *st, size_t off, size_t len)
     return t;
 }
 
+/* Take the block an offload just gave back and overwrite it, so that a
+ * restore that did not copy the bytes back cannot pass by luck. */
+static void scribble(l8_ctx *ctx, size_t bytes)
+{
+    l8_storage *st = NULL;
+    void *p = NULL;
+    L8_CK(l8_storage_create(ctx, bytes, NULL, &st));
+    L8_CK(l8_storage_data(st, &p));
+    L8_CK(l8_memset_d8(ST(ctx), p, 0xA5, bytes));
+    L8_CK(l8_stream_synchronize(ST(ctx)));
+    l8_storage_release(st);
+}
+
 /* ---- the seed: one storage saved under two names ---- */
 
 static void seed_alias(int gpu)
@@ -169,6 +182,7 @@ static void seed_alias(int gpu)
     ck_assert_int_eq(l8_storage_state_of(st), L8_STORAGE_HOST);
     void *p = NULL;
     L8_CK_ST(l8_tensor_data(saved, &p), L8_ERR_STATE);
+    scribble(ctx, B);
     L8_CK(l8_offload_restore(off, saved, "fc1.weightmat", NULL));
     L8_CK(l8_offload_restore(off, saved, "fc1.weight", NULL));
     s = stats(off);
@@ -239,6 +253,7 @@ static void views_case(int gpu, int nested)
     ck_assert_uint_eq(s.bytes_out, B);          /* the whole storage, once */
     ck_assert_uint_eq(s.released, 1);
     ck_assert_int_eq(l8_storage_state_of(st), L8_STORAGE_HOST);
+    scribble(ctx, B);
     /* restoring through the narrower view brings the whole storage back */
     L8_CK(l8_offload_restore(off, b, "x.b", NULL));
     check_view(b, ref, "second view");
@@ -494,6 +509,7 @@ static void readers_case(int gpu)
     for (int i = 0; i < rounds; i++) {
         L8_CK(l8_offload_save(off, r.t, "x", NULL));
         L8_CK(l8_offload_wait(off));
+        if (i % 4 == 0) scribble(ctx, B);
         L8_CK(l8_offload_backward_layer(off, 0));
         L8_CK(l8_offload_restore(off, r.t, "x", NULL));
         l8_offload_release(off, r.t, "x");
