@@ -6,7 +6,7 @@
 #                   present, and ptxas over ptx/*.ptx
 #   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
 #   make info       lean8-info: devices, libraries, allocator self-check
-#   make bench      lean8-bench alloc, cast, gemm
+#   make bench      lean8-bench alloc, cast, gemm, offload
 #   make install    PREFIX=/usr/local DESTDIR=
 #   V=1             print full command lines
 .DEFAULT_GOAL := all
@@ -208,6 +208,7 @@ info: $(BUILD)/bin/lean8-info
 
 bench: $(BUILD)/bin/lean8-bench
 	$(BUILD)/bin/lean8-bench alloc && $(BUILD)/bin/lean8-bench cast && $(BUILD)/bin/lean8-bench gemm
+	$(BUILD)/bin/lean8-bench offload
 
 clean:
 	rm -rf $(BUILD)

@@ -40,5 +40,6 @@ int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);
 int bench_linear(const bench_opts *o);
 int bench_gemm(const bench_opts *o);
+int bench_offload(const bench_opts *o);
 
 #endif

@@ -4,6 +4,7 @@
  *   lean8-bench gemm  [--device D] [--json PATH] [--quick]
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
+ *   lean8-bench offload [--device D] [--json PATH] [--quick]
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "linear", bench_linear, "FP8 and bf16 Linear forward + backward on GPU-sized shapes" },
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
+    { "offload", bench_offload, "activation offload on 8 x (Linear + GELU) vs pinned bandwidth" },
 };
 
 static int usage(void)

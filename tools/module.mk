@@ -5,3 +5,4 @@ BENCH_SRCS += tools/bench_gemm.c tools/bench_cast.c tools/bench_linear.c
 # Fashion-MNIST loader: linked into lean8-train (the Makefile's rule uses
 # TRAIN_SRCS) and into the test binary (tests/module.mk)
 TRAIN_SRCS += tools/fmnist.c
+BENCH_SRCS += tools/bench_offload.c
