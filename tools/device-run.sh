@@ -12,7 +12,7 @@
 #   memcheck  the GPU suites in quick mode under compute-sanitizer (runs last)
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
-#   alloc cast gemm linear    lean8-bench NAME and its PyTorch script
+#   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
 #   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints),
 #             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
 #             the Fashion-MNIST files carried along: the machine has no
@@ -31,7 +31,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear train}
+stages=${*:-gpu memcheck info alloc cast gemm linear offload train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -78,6 +78,10 @@ if want linear; then
     step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
     step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
 fi
+if want offload; then
+    step "bench offload" bench-offload.log build/bin/lean8-bench offload --json "$OUT/bench-offload.json"
+    step "torch offload" torch-offload.log python3 tools/bench_torch_offload.py "$OUT/bench-offload.json"
+fi
 if want train && [ -d .data ]; then
     step "train.sh on cuda:0" train-sh.log env TRAIN_DEVICE=cuda:0 tests/train.sh build .data
     step "train fp8" train-fp8.log build/bin/lean8-train --data .data --quiet
@@ -103,12 +107,13 @@ done
 [ -f "$OUT/bench-alloc.log" ] && grep -A40 '^== alloc' "$OUT/bench-alloc.log" | head -n 30
 [ -f "$OUT/torch-alloc.log" ] && tail -n 5 "$OUT/torch-alloc.log"
 for f in bench-cast torch-cast gemm-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
+for f in bench-offload torch-offload; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
 for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|img' "$OUT/$f.log" | tail -n 3; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0
