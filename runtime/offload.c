@@ -13,7 +13,9 @@
  * Invariants (under off->mu):
  *   COPYING_OUT  host != NULL, dev = the storage's block, ev_out recorded
  *   KEPT         host != NULL, dev = the block, copy complete
- *   ON_HOST      host != NULL, dev == NULL, storage HOST
+ *   ON_HOST      host != NULL, dev == NULL, storage HOST (the copy out may
+ *                still run: a copy back is enqueued behind it on the same
+ *                stream)
  *   COPYING_IN   host != NULL, dev = new block, ev_in recorded, storage
  *                IN_FLIGHT not readable
  *   RESTORED     host == NULL, dev = the block, storage DEVICE
@@ -303,7 +305,12 @@ static void settle_on_device(l8_offload *off, entry *e)
     e->wanted = 0;
 }
 
-/* Copy out complete, no other holder: give the device block back. */
+/* No holder but the saves: give the device block back now, even with the
+ * copy out still running. It was recorded on the copy stream, so the
+ * allocator hands it out again only once the copy's event has completed;
+ * the host never waits for that (it runs far ahead of the GPU, and a
+ * release that waited for a host-side poll to see the event would come
+ * too late to lower the forward's peak). */
 static l8_status release_device(l8_offload *off, entry *e)
 {
     void *dev = e->dev;
@@ -321,20 +328,24 @@ static l8_status release_device(l8_offload *off, entry *e)
     return L8_OK;
 }
 
+static int releasable(const entry *e)
+{
+    return !e->wanted && e->nsaves > 0 && other_holders(e) <= 0;
+}
+
 static l8_status poll_entry(l8_offload *off, entry *e)
 {
     int done = 0;
     switch (e->state) {
     case L8_OFFLOAD_COPYING_OUT:
+        if (releasable(e)) return release_device(off, e);
         L8_CHECK(l8_event_query(e->ev_out, &done));
         if (!done) return L8_OK;
-        e->state = L8_OFFLOAD_KEPT;
+        e->state = L8_OFFLOAD_KEPT;     /* copied; someone else still holds it */
         l8i_storage_set(e->st, L8_STORAGE_DEVICE, e->dev, 1);
-        /* fall through */
-    case L8_OFFLOAD_KEPT:
-        if (!e->wanted && e->nsaves > 0 && other_holders(e) <= 0)
-            return release_device(off, e);
         return L8_OK;
+    case L8_OFFLOAD_KEPT:
+        return releasable(e) ? release_device(off, e) : L8_OK;
     case L8_OFFLOAD_COPYING_IN:
         L8_CHECK(l8_event_query(e->ev_in, &done));
         if (done) settle_on_device(off, e);
@@ -520,6 +531,7 @@ l8_status l8_offload_save(void *arg, l8_tensor *t, const char *name, l8_stream *
                 off->st.aliased--;
             }
         }
+        if (ret == L8_OK) ret = poll_entry(off, e);
         goto out;
     }
     size_t bytes = l8_storage_bytes(st);
@@ -551,6 +563,7 @@ l8_status l8_offload_save(void *arg, l8_tensor *t, const char *name, l8_stream *
         goto fail;
     }
     off->st.saves++;
+    ret = poll_entry(off, e);           /* no other holder: the device block goes now */
     goto out;
 fail:
     event_put(off, &e->ev_out);
@@ -633,11 +646,7 @@ l8_status l8_offload_wait(l8_offload *off)
 {
     L8_ARG(off != NULL);
     pthread_mutex_lock(&off->mu);
-    l8_status ret = L8_OK;
-    for (entry *e = off->head; e && ret == L8_OK; e = e->next) {
-        if (e->state == L8_OFFLOAD_COPYING_OUT) ret = l8_event_synchronize(e->ev_out);
-        else if (e->state == L8_OFFLOAD_COPYING_IN) ret = l8_event_synchronize(e->ev_in);
-    }
+    l8_status ret = l8_stream_synchronize(off->copy);     /* every copy runs there */
     if (ret == L8_OK) ret = poll_locked(off);
     pthread_mutex_unlock(&off->mu);
     return ret;

@@ -14,12 +14,15 @@
  *   save       -> COPYING_OUT [IN_FLIGHT, readable]: the copy stream waits on
  *                 the producer stream, copies the whole storage into a block
  *                 of the context's pinned pool and records an event.
- *   copy done  -> ON_HOST [HOST]: the device block goes back to the caching
- *                 allocator, but only once the copy's event has completed and
- *                 no one but the saves holds the storage (its refcount is the
- *                 registry's reference plus the saved tensors'). While any
- *                 other holder remains (the caller still has the tensor), it
- *                 is KEPT [DEVICE] and released at a later call once they let go.
+ *   released   -> ON_HOST [HOST]: as soon as no one but the saves holds the
+ *                 storage (its refcount is the registry's reference plus the
+ *                 saved tensors'), at the save or at any later offloader
+ *                 call, the device block is handed back to the caching
+ *                 allocator, recorded on the copy stream: the allocator gives
+ *                 it out again only after the copy's event has completed, and
+ *                 the host never waits for that. While another holder remains
+ *                 (the caller still has the tensor) the bytes stay; once the
+ *                 copy is done the entry is KEPT [DEVICE] until they let go.
  *   prefetch   -> COPYING_IN [IN_FLIGHT, not readable]: a new device block on
  *                 the storage's allocation stream, the copy stream waits on
  *                 that stream, copies back, records an event.
