@@ -477,12 +477,16 @@ l8_status l8_offload_backward_layer(l8_offload *off, int layer)
     if (layer < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_offload_backward_layer: layer %d is negative", layer);
     pthread_mutex_lock(&off->mu);
+    const int lo = layer - off->cfg.prefetch_layers;
+    /* about to be read: bytes still on the device stay there (before the poll) */
+    for (entry *e = off->head; e; e = e->next)
+        if (e->layer <= layer && e->layer >= lo &&
+            (e->state == L8_OFFLOAD_COPYING_OUT || e->state == L8_OFFLOAD_KEPT))
+            e->wanted = 1;
     l8_status ret = poll_locked(off);
     for (entry *e = off->head; e && ret == L8_OK; e = e->next) {
-        if (e->layer > layer || e->layer < layer - off->cfg.prefetch_layers) continue;
-        if (e->state == L8_OFFLOAD_COPYING_OUT || e->state == L8_OFFLOAD_KEPT) {
-            e->wanted = 1;              /* about to be read: keep the device bytes */
-        } else if (e->state == L8_OFFLOAD_ON_HOST) {
+        if (e->layer > layer || e->layer < lo) continue;
+        if (e->state == L8_OFFLOAD_ON_HOST) {
             ret = copy_in(off, e);
             if (ret == L8_OK) {
                 if (e->layer < layer) off->st.prefetches++;
@@ -523,6 +527,8 @@ l8_status l8_offload_save(void *arg, l8_tensor *t, const char *name, l8_stream *
         L8_TRY(ret, add_save(e, t, nm), out);
         off->st.saves++;
         off->st.aliased++;
+        /* saved again by a later layer: that layer's backward comes first */
+        if (off->enabled && off->layer > e->layer) e->layer = off->layer;
         if (e->state == L8_OFFLOAD_RESTORED && off->enabled) {   /* a new round trip */
             e->layer = off->layer;
             if ((ret = copy_out(off, e, s, nm)) != L8_OK) {

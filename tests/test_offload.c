@@ -461,6 +461,28 @@ static void layers_case(int gpu)
     ck_assert_uint_eq(outs, 3);
     ck_assert_uint_eq(ins, 3);
     free(ev);
+    /* bytes still on the device when their backward nears stay there, even
+     * once the other holder lets go */
+    uint8_t *r5 = NULL;
+    l8_storage *s5 = pattern_storage(ctx, B, 0x1b0, &r5);
+    l8_tensor *t5 = view(s5, 0, B), *h5 = view(s5, 0, B);
+    l8_storage_release(s5);
+    L8_CK(l8_offload_forward_layer(off, 0, 1));
+    L8_CK(l8_offload_save(off, t5, "x", NULL));
+    L8_CK(l8_offload_wait(off));
+    ck_assert_int_eq(l8_offload_state_of(off, s5), L8_OFFLOAD_KEPT);
+    L8_CK(l8_offload_backward_layer(off, 1));
+    l8_tensor_destroy(h5);
+    L8_CK(l8_offload_poll(off));
+    ck_assert_int_eq(l8_offload_state_of(off, s5), L8_OFFLOAD_KEPT);
+    uint64_t kept = stats(off).kept_in_place;
+    L8_CK(l8_offload_restore(off, t5, "x", NULL));
+    ck_assert_int_eq(l8_offload_state_of(off, s5), L8_OFFLOAD_RESTORED);
+    ck_assert_uint_eq(stats(off).kept_in_place, kept + 1);
+    check_view(t5, r5, "kept for its backward");
+    l8_offload_release(off, t5, "x");
+    l8_tensor_destroy(t5);
+    free(r5);
     for (int i = 0; i < 4; i++) { l8_tensor_destroy(t[i]); free(ref[i]); }
     l8_offload_destroy(off);
     l8_trace_destroy(tr);
@@ -689,6 +711,7 @@ static void mlp_case(int gpu, int bf16)
     l8_offload_stats s = stats(off);
     ck_assert_uint_eq(s.copies_out, (uint64_t)(steps * MLP_L));
     ck_assert_uint_ge(s.released, 1);           /* device memory really went */
+    ck_assert_uint_ge(s.prefetches, (uint64_t)steps);   /* layer 1 ahead of its backward */
     ck_assert_uint_eq(s.entries, 0);
     ck_assert_uint_eq(s.host_bytes, 0);
     mlp_free(&a);
