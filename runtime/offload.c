@@ -43,6 +43,7 @@ typedef struct entry {
     struct entry *hnext;          /* hash chain */
     struct entry *prev, *next;    /* all entries */
     int layer;
+    uint64_t mark;                /* off->marks when saved */
     l8_offload_state state;
     int wanted;                   /* a backward is near: keep the device bytes */
     int had_in;                   /* ev_in was recorded for the current device block */
@@ -60,6 +61,7 @@ struct l8_offload {
     l8_offload_config cfg;
     l8_trace *trace;
     int layer, enabled;
+    uint64_t marks;               /* l8_offload_forward_layer calls so far */
     entry **buckets;
     size_t nbuckets, count;
     entry *head, *tail;
@@ -328,9 +330,14 @@ static l8_status release_device(l8_offload *off, entry *e)
     return L8_OK;
 }
 
-static int releasable(const entry *e)
+/* Given back once the forward has moved on to another layer (callers that
+ * never number layers: at once), so the last layer's storages, which the
+ * backward reads first, make no round trip; and only while no one but the
+ * saves holds the storage. */
+static int releasable(const l8_offload *off, const entry *e)
 {
-    return !e->wanted && e->nsaves > 0 && other_holders(e) <= 0;
+    return !e->wanted && e->nsaves > 0 && (off->marks == 0 || off->marks > e->mark) &&
+           other_holders(e) <= 0;
 }
 
 static l8_status poll_entry(l8_offload *off, entry *e)
@@ -338,14 +345,14 @@ static l8_status poll_entry(l8_offload *off, entry *e)
     int done = 0;
     switch (e->state) {
     case L8_OFFLOAD_COPYING_OUT:
-        if (releasable(e)) return release_device(off, e);
+        if (releasable(off, e)) return release_device(off, e);
         L8_CHECK(l8_event_query(e->ev_out, &done));
         if (!done) return L8_OK;
         e->state = L8_OFFLOAD_KEPT;     /* copied; someone else still holds it */
         l8i_storage_set(e->st, L8_STORAGE_DEVICE, e->dev, 1);
         return L8_OK;
     case L8_OFFLOAD_KEPT:
-        return releasable(e) ? release_device(off, e) : L8_OK;
+        return releasable(off, e) ? release_device(off, e) : L8_OK;
     case L8_OFFLOAD_COPYING_IN:
         L8_CHECK(l8_event_query(e->ev_in, &done));
         if (done) settle_on_device(off, e);
@@ -466,6 +473,7 @@ l8_status l8_offload_forward_layer(l8_offload *off, int layer, int enable)
     pthread_mutex_lock(&off->mu);
     off->layer = layer;
     off->enabled = enable != 0;
+    off->marks++;
     l8_status ret = poll_locked(off);
     pthread_mutex_unlock(&off->mu);
     return ret;
@@ -528,9 +536,13 @@ l8_status l8_offload_save(void *arg, l8_tensor *t, const char *name, l8_stream *
         off->st.saves++;
         off->st.aliased++;
         /* saved again by a later layer: that layer's backward comes first */
-        if (off->enabled && off->layer > e->layer) e->layer = off->layer;
+        if (off->enabled && off->layer > e->layer) {
+            e->layer = off->layer;
+            e->mark = off->marks;
+        }
         if (e->state == L8_OFFLOAD_RESTORED && off->enabled) {   /* a new round trip */
             e->layer = off->layer;
+            e->mark = off->marks;
             if ((ret = copy_out(off, e, s, nm)) != L8_OK) {
                 e->nsaves--;
                 off->st.saves--;
@@ -554,6 +566,7 @@ l8_status l8_offload_save(void *arg, l8_tensor *t, const char *name, l8_stream *
     e->st = st;
     e->bytes = bytes;
     e->layer = off->layer;
+    e->mark = off->marks;
     e->dev = l8i_storage_block(st);
     L8_TRY(ret, add_save(e, t, nm), fail);
     L8_TRY(ret, copy_out(off, e, s, nm), fail);

@@ -14,10 +14,12 @@
  *   save       -> COPYING_OUT [IN_FLIGHT, readable]: the copy stream waits on
  *                 the producer stream, copies the whole storage into a block
  *                 of the context's pinned pool and records an event.
- *   released   -> ON_HOST [HOST]: as soon as no one but the saves holds the
- *                 storage (its refcount is the registry's reference plus the
- *                 saved tensors'), at the save or at any later offloader
- *                 call, the device block is handed back to the caching
+ *   released   -> ON_HOST [HOST]: once the forward has moved on to another
+ *                 layer (l8_offload_forward_layer; callers that never call it:
+ *                 at once) and no one but the saves holds the storage (its
+ *                 refcount is the registry's reference plus the saved
+ *                 tensors'), at that call or any later offloader call, the
+ *                 device block is handed back to the caching
  *                 allocator, recorded on the copy stream: the allocator gives
  *                 it out again only after the copy's event has completed, and
  *                 the host never waits for that. While another holder remains
@@ -46,7 +48,9 @@
  * l8_offload_forward_layer(i, enable) before layer i's forward (the caller
  * chooses which layers offload, e.g. all but the last K) and
  * l8_offload_backward_layer(i) before layer i's backward, which brings layer
- * i back if needed and prefetches layers i-1 .. i-prefetch_layers.
+ * i back if needed and prefetches layers i-1 .. i-prefetch_layers. The last
+ * layer's storages are still on the device when its backward starts, so
+ * they make no round trip (their copies out still run).
  *
  * Hooks: l8_offload_save/restore/release have the signatures of the Linear
  * layer's l8_save_hooks (ops/linear.h) with the offloader as `arg`:

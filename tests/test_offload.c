@@ -712,6 +712,8 @@ static void mlp_case(int gpu, int bf16)
     ck_assert_uint_eq(s.copies_out, (uint64_t)(steps * MLP_L));
     ck_assert_uint_ge(s.released, 1);           /* device memory really went */
     ck_assert_uint_ge(s.prefetches, (uint64_t)steps);   /* layer 1 ahead of its backward */
+    ck_assert_uint_eq(s.kept_in_place, (uint64_t)steps); /* the last layer: no round trip */
+    ck_assert_uint_eq(s.copies_in, (uint64_t)(steps * (MLP_L - 1)));
     ck_assert_uint_eq(s.entries, 0);
     ck_assert_uint_eq(s.host_bytes, 0);
     mlp_free(&a);
