@@ -90,6 +90,9 @@ typedef struct l8_alloc_config {
     l8_trace *trace;              /* NULL: no tracing */
 } l8_alloc_config;
 #define L8_ALLOC_CONFIG_INIT { sizeof(l8_alloc_config), 0, NULL }
+/* Fill *cfg with the defaults of L8_ALLOC_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_alloc_config_init(l8_alloc_config *cfg);
 
 /* Bytes; "peak" is the high-water mark since creation or l8_alloc_reset_peaks. */
 typedef struct l8_alloc_stats {
@@ -150,9 +153,6 @@ L8_NODISCARD l8_status l8_alloc_empty_cache(l8_alloc *a);
 /* Statistics; stats->size must be set by the caller. */
 L8_NODISCARD l8_status l8_alloc_get_stats(l8_alloc *a, l8_alloc_stats *stats);
 void l8_alloc_reset_peaks(l8_alloc *a);
-/* The trace the allocator records into (cfg->trace), so that layers above it
- * (offload) record into the same one; NULL when none or a is NULL. */
-l8_trace *l8_alloc_get_trace(l8_alloc *a);
 
 /* One line per segment and totals, for OOM messages and tools. Writes at most
  * n bytes including the NUL; returns the length it wanted (snprintf rules). */

@@ -41,7 +41,7 @@
  * contiguous stack; (3) at growth, wholly free segments too small for the
  * request are folded into the new one. (2) and (3) lower the segment count
  * and only growth raises it, so provider calls stay bounded by growths. On
- * the replay trace (alloc/replay.h) this gives reserved/allocated peaks of
+ * the replay trace (tools/replay.h) this gives reserved/allocated peaks of
  * 1.01-1.07 (1.05 for the default config).
  *
  * Errors: l8_alloc_free after a failed event create/record still takes the
@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc/cache_internal.h"
+#include "runtime/config_internal.h"
 
 static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -636,20 +637,24 @@ static l8_status oom_fail(l8_alloc *a, size_t bytes, l8_stream_id stream, const 
 
 /* ---- public API ---- */
 
+void l8_alloc_config_init(l8_alloc_config *cfg)
+{
+    if (cfg) *cfg = (l8_alloc_config)L8_ALLOC_CONFIG_INIT;
+}
+
 l8_status l8_alloc_create(const l8_alloc_config *cfg, const l8_segment_provider *prov,
                           l8_alloc **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(prov != NULL);
+    l8_segment_provider pv = { .size = sizeof pv };
+    L8I_CONFIG_COPY(pv, prov, "l8_alloc_create", "sizeof(l8_segment_provider)");
+    prov = &pv;
     L8_ARG(prov->segment_alloc && prov->segment_free && prov->event_create &&
            prov->event_record && prov->event_query && prov->event_sync && prov->event_destroy);
     l8_alloc_config c = L8_ALLOC_CONFIG_INIT;
-    if (cfg) {
-        /* Older, shorter versions of the struct are fine. */
-        L8_ARG(cfg->size >= sizeof(size_t) && cfg->size <= sizeof c);
-        memcpy(&c, cfg, cfg->size);
-    }
+    L8I_CONFIG_COPY(c, cfg, "l8_alloc_create", "L8_ALLOC_CONFIG_INIT");
     l8_status st = L8_OK;
     l8_alloc *a = calloc(1, sizeof *a);
     if (!a) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory");
@@ -919,5 +924,3 @@ void l8_alloc_reset_peaks(l8_alloc *a)
     s->inactive_split_peak = s->inactive_split_bytes;
     pthread_mutex_unlock(&a->mu);
 }
-
-l8_trace *l8_alloc_get_trace(l8_alloc *a) { return a ? a->trace : NULL; }

@@ -46,6 +46,7 @@
 #include <string.h>
 #include "alloc/pinned.h"
 #include "alloc/trace.h"
+#include "runtime/config_internal.h"
 
 #define MIN_SHIFT 12                       /* 4 KiB */
 #define MAX_SHIFT 62                       /* largest class: 2^62 bytes */
@@ -325,7 +326,10 @@ l8_status l8_pinned_create(const l8_segment_provider *prov, size_t memory_limit,
 {
     L8_ARG(out != NULL);
     *out = NULL;
-    L8_ARG(prov != NULL && prov->size >= sizeof(l8_segment_provider));
+    L8_ARG(prov != NULL);
+    l8_segment_provider pv = { .size = sizeof pv };
+    L8I_CONFIG_COPY(pv, prov, "l8_pinned_create", "sizeof(l8_segment_provider)");
+    prov = &pv;
     L8_ARG(prov->segment_alloc && prov->segment_free && prov->event_create &&
            prov->event_record && prov->event_query && prov->event_sync && prov->event_destroy);
     l8_pinned *p = calloc(1, sizeof *p);

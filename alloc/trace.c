@@ -1,12 +1,15 @@
-/* trace.c - the memory trace recorder: in-memory ring, streamed file, tags,
- * the process-wide trace, and the file reader.
+/* trace.c - the memory trace recorder: in-memory ring, write buffer, tags,
+ * stream roles, and the process-wide trace. The file's creation, naming and
+ * background flusher are in trace_file.c, the reader in trace_read.c.
  *
  * Recording. Every event goes into a ring of the most recent `capacity`
- * records and, when the trace has a path, into a 64 KiB write buffer that is
- * written to the file when it fills, when an event arrives more than 100 ms
- * after the last write (so a live reader sees events within about that long
- * of a busy writer), on l8_trace_flush and on destroy. The file format is in
- * docs/trace-format.md; records are the l8_trace_event bytes, little-endian.
+ * records and, when the trace has a path, into a 64 KiB write buffer. The
+ * flusher thread (trace_file.c) writes the buffer when it fills (the
+ * recorder hands it over and continues in a spare one, so the kernel's copy
+ * is off the recording thread) and every 50 ms (so a live reader sees even
+ * a quiet writer's events within about that long); l8_trace_flush and
+ * destroy write synchronously. The file format is in docs/trace-format.md;
+ * records are the l8_trace_event bytes, little-endian.
  *
  * Invariants (all under t->mu):
  *  - ring[head] is the next slot; when count >= cap the oldest held event is
@@ -26,9 +29,10 @@
  * serial number (unique per process, never reused), so the common record
  * path does no hashing.
  *
- * The file is written directly at its path rather than to a temporary name
- * renamed into place (DESIGN.md "Errors"): a streamed trace must be readable
- * while it grows. Readers cope with a partially written last record.
+ * The file is appended to at its final path rather than written to a
+ * temporary name and renamed into place when complete: a streamed trace
+ * must be readable while it grows. Readers cope with a partially written
+ * last record.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,34 +43,21 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "alloc/trace.h"
+#include "runtime/config_internal.h"
+#include "alloc/trace_internal.h"
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
-#define TRACE_VERSION 1u
-#define TRACE_RECORD 48u
-#define TRACE_HEADER 48u
-#define TRACE_KIND_STRING 0xFFFFu      /* string definition record */
-#define TRACE_KIND_FIRST_RESERVED 0x8000u
 #define TRACE_DEFAULT_CAPACITY ((size_t)1 << 20)
-#define WBUF_BYTES ((size_t)64 * 1024)
-#define LIVE_FLUSH_NS 100000000ull     /* 100 ms */
+/* With a file the ring is only the recent past: a smaller one stays in the
+ * caches (measured: ~20 ns less per event than 48 MiB of ring). */
+#define TRACE_DEFAULT_CAPACITY_FILE ((size_t)1 << 16)
 #define TAG_MAX_DEPTH 64
 #define TAG_MAX_LEN 127
-#define READER_BUF_BYTES ((size_t)256 * 1024)
-#define READER_STRING_MAX 4096u
 
-static const unsigned char k_magic[8] = { 'L', '8', 'T', 'R', 'A', 'C', 'E', 0 };
-
-/* The file header, written once at create (docs/trace-format.md). */
-typedef struct trace_header {
-    unsigned char magic[8];
-    uint32_t version;
-    uint32_t record_size;
-    uint32_t header_size;
-    uint32_t pid;
-    uint64_t start_realtime_ns;
-    uint64_t start_monotonic_ns;
-    uint64_t reserved;
-} trace_header;
+const unsigned char l8i_trace_magic[8] = { 'L', '8', 'T', 'R', 'A', 'C', 'E', 0 };
 
 /* The format is the in-memory layout; pin it down. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -75,47 +66,97 @@ _Static_assert(sizeof(l8_trace_event) == TRACE_RECORD, "l8_trace_event must be 4
 _Static_assert(offsetof(l8_trace_event, tag) == 40 && offsetof(l8_trace_event, kind) == 44 &&
                offsetof(l8_trace_event, device) == 46, "l8_trace_event layout");
 _Static_assert(sizeof(trace_header) == TRACE_HEADER, "trace header must be 48 bytes");
-
-struct l8_trace {
-    pthread_mutex_t mu;
-    uint64_t serial;              /* unique per trace in this process */
-    uint64_t t0;                  /* CLOCK_MONOTONIC ns at create */
-    uint64_t last_time;           /* latest time_ns recorded */
-    /* ring */
-    l8_trace_event *ring;
-    size_t cap, head;
-    uint64_t count;
-    /* file (fd < 0: memory only) */
-    int fd;
-    char *path;
-    unsigned char *wbuf;
-    size_t wlen;
-    uint64_t last_write;          /* time_ns of the last write to the file */
-    uint64_t written;             /* bytes written to the file */
-    int write_through;            /* set at exit: every record is written at once */
-    int werr;                     /* errno of the first write error, 0 if none */
-    uint64_t unwritten;           /* events not written because of werr */
-    uint64_t untagged;            /* events whose tag could not be interned (no memory) */
-    /* tag interning: names[id - 1]; slots is an open-addressing table of ids */
-    char **names;
-    uint32_t nnames, names_cap;
-    uint32_t *slots;
-    uint32_t slots_cap;           /* power of two, or 0 */
-};
+_Static_assert(offsetof(trace_header, rank) == TRACE_HDR_RANK_OFF, "trace header layout");
 
 static atomic_uint_fast64_t g_serial;
 
 /* ---- small helpers ---- */
 
-static uint64_t clock_ns(clockid_t id)
+uint64_t l8i_clock_ns(int id)
 {
     struct timespec ts;
-    clock_gettime(id, &ts);
+    clock_gettime((clockid_t)id, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static l8_status io_error(int e, const char *call, const char *file, int line, const char *what,
-                          const char *path)
+/* ---- the recorder's clock ----
+ *
+ * Event times are CLOCK_MONOTONIC nanoseconds. Reading that clock is half
+ * of an event's cost (25-60 ns on a VM), so on x86-64 with an invariant TSC
+ * that the kernel itself uses as its clocksource, the recorder reads the TSC
+ * (about 10 ns) and scales it by a ratio measured once per process against
+ * CLOCK_MONOTONIC over 20 ms (error a few ppm: milliseconds per hour, which
+ * a memory timeline does not notice). L8_TRACE_CLOCK=monotonic turns it off.
+ * A trace's t0 comes from the same clock, so its times never go below 0. */
+static struct {
+    int tsc;
+    uint64_t c0, m0;              /* a TSC reading and CLOCK_MONOTONIC at it */
+    uint64_t mult;                /* ns per tick, 32.32 fixed point */
+} g_clk;
+static pthread_once_t g_clk_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+/* A (tsc, monotonic) pair read as close together as this thread manages. */
+static void clk_sample(uint64_t *c, uint64_t *m)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 8; i++) {
+        uint64_t a = __rdtsc(), mono = l8i_clock_ns(CLOCK_MONOTONIC), b = __rdtsc();
+        if (b >= a && b - a < best) {
+            best = b - a;
+            *c = a + (b - a) / 2;
+            *m = mono;
+        }
+    }
+}
+
+static int kernel_uses_tsc(void)
+{
+    char buf[32] = "";
+    int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                  O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    return n >= 3 && !strncmp(buf, "tsc", 3) && (n == 3 || buf[3] == '\n');
+}
+#endif
+
+static void clk_init(void)
+{
+#if defined(__x86_64__)
+    const char *e = getenv("L8_TRACE_CLOCK");
+    if (e && !strcmp(e, "monotonic")) return;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return;   /* invariant */
+    if (!kernel_uses_tsc()) return;
+    uint64_t c0 = 0, m0 = 0, c1 = 0, m1 = 0;
+    clk_sample(&c0, &m0);
+    struct timespec ts = { 0, 20 * 1000000L };
+    while (nanosleep(&ts, &ts) != 0) {}
+    clk_sample(&c1, &m1);
+    if (c1 <= c0 || m1 <= m0 + 10000000ull) return;
+    g_clk.mult = (uint64_t)(((unsigned __int128)(m1 - m0) << 32) / (c1 - c0));
+    g_clk.c0 = c1;
+    g_clk.m0 = m1;
+    g_clk.tsc = g_clk.mult != 0;
+#endif
+}
+
+static inline uint64_t rec_clock_ns(void)
+{
+#if defined(__x86_64__)
+    if (g_clk.tsc) {
+        uint64_t c = __rdtsc();
+        if (c < g_clk.c0) c = g_clk.c0;
+        return g_clk.m0 + (uint64_t)(((unsigned __int128)(c - g_clk.c0) * g_clk.mult) >> 32);
+    }
+#endif
+    return l8i_clock_ns(CLOCK_MONOTONIC);
+}
+
+l8_status l8i_trace_io_error(int e, const char *call, const char *file, int line,
+                             const char *what, const char *path)
 {
     char buf[128];
     const char *msg = strerror_r(e, buf, sizeof buf);   /* GNU form: returns the string */
@@ -124,7 +165,7 @@ static l8_status io_error(int e, const char *call, const char *file, int line, c
 }
 
 /* Write all of p, retrying short writes and EINTR. Returns 0 or an errno. */
-static int write_all(int fd, const void *p, size_t n, uint64_t *written)
+int l8i_write_all(int fd, const void *p, size_t n, uint64_t *written)
 {
     const unsigned char *b = p;
     while (n > 0) {
@@ -145,18 +186,48 @@ static size_t round_up48(size_t n) { return (n + TRACE_RECORD - 1) / TRACE_RECOR
 
 /* ---- file writing (t->mu held) ---- */
 
-static void drain(l8_trace *t)
+/* Wait until the flusher has written the buffer it holds (the wait
+ * releases t->mu). */
+static void wait_pending(l8_trace *t)
 {
+    while (t->pend) pthread_cond_wait(&t->done, &t->mu);
+}
+
+void l8i_trace_drain(l8_trace *t)
+{
+    wait_pending(t);
     if (t->wlen == 0) return;
-    if (!t->werr) t->werr = write_all(t->fd, t->wbuf, t->wlen, &t->written);
+    if (!t->werr) t->werr = l8i_write_all(t->fd, t->wbuf, t->wlen, &t->written);
     t->wlen = 0;
-    t->last_write = t->last_time;
+}
+
+void l8i_trace_hand_off(l8_trace *t)
+{
+    t->pend = t->wbuf;
+    t->pend_len = t->wlen;
+    t->wbuf = t->spare;
+    t->spare = NULL;
+    t->wlen = 0;
+    pthread_cond_signal(&t->wake);
+}
+
+/* Room for `need` more bytes in the buffer, made before an event takes its
+ * time and place in the order (so waiting here cannot reorder events). With
+ * a flusher the full buffer is handed to it and the recorder goes on in the
+ * spare one; it waits only when the flusher still writes the previous one. */
+static void ensure_room(l8_trace *t, size_t need)
+{
+    while (t->wlen + need > WBUF_BYTES) {
+        if (!t->flusher_on) l8i_trace_drain(t);
+        else if (t->pend) wait_pending(t);
+        else l8i_trace_hand_off(t);
+    }
 }
 
 /* Append n bytes (n <= WBUF_BYTES) to the write buffer. */
 static void put_bytes(l8_trace *t, const void *p, size_t n)
 {
-    if (t->wlen + n > WBUF_BYTES) drain(t);
+    if (t->wlen + n > WBUF_BYTES) l8i_trace_drain(t);   /* not reached after ensure_room */
     memcpy(t->wbuf + t->wlen, p, n);
     t->wlen += n;
 }
@@ -172,6 +243,12 @@ static void put_string(l8_trace *t, uint32_t id, const char *s, size_t len, uint
     memcpy(rec, &h, TRACE_RECORD);
     memcpy(rec + TRACE_RECORD, s, len);
     put_bytes(t, rec, TRACE_RECORD + padded);
+}
+
+void l8i_trace_put_end(l8_trace *t)
+{
+    l8_trace_event e = { .time_ns = t->last_time, .kind = TRACE_KIND_END };
+    if (!t->werr) put_bytes(t, &e, TRACE_RECORD);
 }
 
 /* ---- tag interning (t->mu held) ---- */
@@ -295,26 +372,9 @@ static uint32_t current_tag(l8_trace *t, uint64_t now)
 
 /* ---- create / destroy ---- */
 
-static l8_status open_file(l8_trace *t, const char *path)
+void l8_trace_config_init(l8_trace_config *cfg)
 {
-    size_t len = strlen(path);
-    t->path = malloc(len + 1);
-    t->wbuf = malloc(WBUF_BYTES);
-    if (!t->path || !t->wbuf)
-        return L8_FAIL(L8_ERR_OOM, "no host memory for the trace write buffer");
-    memcpy(t->path, path, len + 1);
-    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (t->fd < 0)
-        return io_error(errno, "open", __FILE__, __LINE__, "cannot create trace file", path);
-    trace_header h = { .version = TRACE_VERSION, .record_size = TRACE_RECORD,
-                       .header_size = TRACE_HEADER, .pid = (uint32_t)getpid(),
-                       .start_realtime_ns = clock_ns(CLOCK_REALTIME), .start_monotonic_ns = t->t0 };
-    memcpy(h.magic, k_magic, sizeof k_magic);
-    /* Written at once, not buffered: a reader may open the file as soon as
-     * l8_trace_create returns. */
-    int e = write_all(t->fd, &h, sizeof h, &t->written);
-    if (e) return io_error(e, "write", __FILE__, __LINE__, "cannot write trace header to", path);
-    return L8_OK;
+    if (cfg) *cfg = (l8_trace_config)L8_TRACE_CONFIG_INIT;
 }
 
 l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
@@ -322,12 +382,12 @@ l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
     L8_ARG(out != NULL);
     *out = NULL;
     l8_trace_config c = L8_TRACE_CONFIG_INIT;
-    if (cfg) {
-        L8_ARG(cfg->size >= offsetof(l8_trace_config, capacity) + sizeof cfg->capacity);
-        c.path = cfg->path;
-        c.capacity = cfg->capacity;
-    }
-    if (c.capacity == 0) c.capacity = TRACE_DEFAULT_CAPACITY;
+    L8I_CONFIG_COPY(c, cfg, "l8_trace_create", "L8_TRACE_CONFIG_INIT");
+    if (c.rank < -1) return L8_FAIL(L8_ERR_INVALID_ARG, "trace rank %d (want >= 0, or -1)", c.rank);
+    if (c.device < L8_TRACE_DEVICE_ANY)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "trace device %d (want an ordinal, -1 for host, or "
+                       "L8_TRACE_DEVICE_ANY)", c.device);
+    if (c.capacity == 0) c.capacity = c.path ? TRACE_DEFAULT_CAPACITY_FILE : TRACE_DEFAULT_CAPACITY;
     if (c.capacity > SIZE_MAX / sizeof(l8_trace_event))
         return L8_FAIL(L8_ERR_INVALID_ARG, "trace capacity %zu events is too large", c.capacity);
     if (c.path && !c.path[0]) return L8_FAIL(L8_ERR_INVALID_ARG, "trace path is empty");
@@ -341,7 +401,8 @@ l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
         return L8_FAIL(L8_ERR_OOM, "pthread_mutex_init failed for a trace");
     }
     t->serial = atomic_fetch_add(&g_serial, 1) + 1;
-    t->t0 = clock_ns(CLOCK_MONOTONIC);
+    pthread_once(&g_clk_once, clk_init);
+    t->t0 = rec_clock_ns();
     t->cap = c.capacity;
     /* Not touched until used, so the default 48 MiB costs only what is recorded. */
     t->ring = malloc(t->cap * sizeof *t->ring);
@@ -349,7 +410,7 @@ l8_status l8_trace_create(const l8_trace_config *cfg, l8_trace **out)
         st = L8_FAIL(L8_ERR_OOM, "no host memory for a trace ring of %zu events", t->cap);
         goto fail;
     }
-    if (c.path) L8_TRY(st, open_file(t, c.path), fail);
+    if (c.path) L8_TRY(st, l8i_trace_open_file(t, &c), fail);
     *out = t;
     return L8_OK;
 fail:
@@ -360,18 +421,66 @@ fail:
 void l8_trace_destroy(l8_trace *t)
 {
     if (!t) return;
-    if (t->fd >= 0) {
-        drain(t);
-        close(t->fd);
-    }
+    l8i_trace_close_file(t);
     for (uint32_t i = 0; i < t->nnames; i++) free(t->names[i]);
     free(t->names);
     free(t->slots);
     free(t->wbuf);
+    free(t->spare);
     free(t->path);
     free(t->ring);
+    free(t->roles);
+    if (t->done_init) pthread_cond_destroy(&t->done);
     pthread_mutex_destroy(&t->mu);
     free(t);
+}
+
+/* ---- stream roles ---- */
+
+static stream_role *find_role(l8_trace *t, int device, uint64_t handle)
+{
+    for (size_t i = 0; i < t->nroles; i++)
+        if (t->roles[i].handle == handle && t->roles[i].device == device) return &t->roles[i];
+    return NULL;
+}
+
+/* t->mu held */
+static uint64_t stream_role_of(l8_trace *t, int device, uint64_t handle)
+{
+    stream_role *r = find_role(t, device, handle);
+    return r ? r->cls : L8_TRACE_STREAM_OTHER;
+}
+
+l8_status l8_trace_set_stream(l8_trace *t, int device, uint64_t handle, l8_trace_stream cls)
+{
+    if (!t) return L8_OK;
+    if ((unsigned)cls > L8_TRACE_STREAM_OTHER)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "trace stream role %d is not an l8_trace_stream",
+                       (int)cls);
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&t->mu);
+    stream_role *r = find_role(t, device, handle);
+    if (cls == L8_TRACE_STREAM_NONE) {
+        if (r && --r->holders == 0) *r = t->roles[--t->nroles];
+    } else if (r) {
+        r->cls = (uint16_t)cls;
+        r->holders++;
+    } else {
+        if (t->nroles == t->roles_cap) {
+            size_t ncap = t->roles_cap ? t->roles_cap * 2 : 8;
+            stream_role *nr = realloc(t->roles, ncap * sizeof *nr);
+            if (!nr) {
+                st = L8_FAIL(L8_ERR_OOM, "no host memory for the trace's stream table");
+                goto out;
+            }
+            t->roles = nr;
+            t->roles_cap = ncap;
+        }
+        t->roles[t->nroles++] = (stream_role){ device, handle, (uint16_t)cls, 1 };
+    }
+out:
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 /* ---- recording ---- */
@@ -386,16 +495,20 @@ void l8_trace_record(l8_trace *t, l8_trace_kind kind, int device, uint64_t strea
     /* The clock is read before the lock (it is the costliest step, and the
      * lock is what threads contend for); an event that lost the race for the
      * lock to a later reading takes that reading's time. */
-    uint64_t now = clock_ns(CLOCK_MONOTONIC) - t->t0;
+    uint64_t now = rec_clock_ns();
+    now = now > t->t0 ? now - t->t0 : 0;
     pthread_mutex_lock(&t->mu);
+    /* an event and the string record of its tag's first use */
+    if (t->fd >= 0 && !t->werr) ensure_room(t, 2 * TRACE_RECORD + TAG_MAX_LEN + TRACE_RECORD);
     if (now < t->last_time) now = t->last_time;
     t->last_time = now;
     uint32_t tag = current_tag(t, now);
+    uint64_t role = stream ? stream_role_of(t, device, stream) : L8_TRACE_STREAM_NONE;
     l8_trace_event *e = &t->ring[t->head];
     e->time_ns = now;
     e->addr = addr;
     e->size = size;
-    e->stream = stream;
+    e->stream = role;
     e->aux = aux;
     e->tag = tag;
     e->kind = (uint16_t)kind;
@@ -407,7 +520,7 @@ void l8_trace_record(l8_trace *t, l8_trace_kind kind, int device, uint64_t strea
             t->unwritten++;
         } else {
             put_bytes(t, e, TRACE_RECORD);
-            if (t->write_through || now - t->last_write >= LIVE_FLUSH_NS) drain(t);
+            if (t->write_through) l8i_trace_drain(t);
         }
     }
     pthread_mutex_unlock(&t->mu);
@@ -417,7 +530,7 @@ l8_status l8_trace_flush(l8_trace *t)
 {
     if (!t) return L8_OK;
     pthread_mutex_lock(&t->mu);
-    if (t->fd >= 0) drain(t);
+    if (t->fd >= 0) l8i_trace_drain(t);
     int e = t->werr;
     uint64_t written = t->written, unwritten = t->unwritten, untagged = t->untagged;
     pthread_mutex_unlock(&t->mu);
@@ -489,16 +602,21 @@ const char *l8_trace_tag_name(l8_trace *t, uint32_t id)
 static pthread_once_t g_global_once = PTHREAD_ONCE_INIT;
 static l8_trace *g_global;
 
-/* At exit: flush, then write every later event through at once. The trace
+/* At exit: write the end marker and flush, stop the flusher, then write
+ * every later event through at once (after the marker). The trace
  * is not freed: atexit handlers registered before this one run after it and
  * may still record (a context torn down at exit). */
 static void global_at_exit(void)
 {
     l8_trace *t = g_global;
     pthread_mutex_lock(&t->mu);
-    if (t->fd >= 0) drain(t);
+    if (t->fd >= 0) {
+        l8i_trace_put_end(t);
+        l8i_trace_drain(t);
+    }
     t->write_through = 1;
     pthread_mutex_unlock(&t->mu);
+    l8i_trace_stop_flusher(t);
 }
 
 static void global_init(void)
@@ -519,187 +637,3 @@ l8_trace *l8_trace_global(void)
     return g_global;
 }
 
-/* ---- the reader ---- */
-
-struct l8_trace_reader {
-    int fd;
-    char *path;
-    uint64_t off;                 /* file offset of the next record */
-    unsigned char *buf;           /* file bytes [buf_off, buf_off + buf_len) */
-    uint64_t buf_off;
-    size_t buf_len;
-    char **names;                 /* names[id - 1] */
-    uint32_t nnames, names_cap;
-};
-
-/* Make file bytes [off, off + need) available in the buffer. 1: there;
- * 0: the file does not have them (yet); -1: read error (recorded). */
-static int reader_fill(l8_trace_reader *r, size_t need)
-{
-    if (r->off >= r->buf_off && r->off + need <= r->buf_off + r->buf_len) return 1;
-    /* keep what we have from off on, then read after it */
-    size_t keep = 0;
-    if (r->off >= r->buf_off && r->off < r->buf_off + r->buf_len) {
-        keep = (size_t)(r->buf_off + r->buf_len - r->off);
-        memmove(r->buf, r->buf + (r->off - r->buf_off), keep);
-    }
-    r->buf_off = r->off;
-    r->buf_len = keep;
-    while (r->buf_len < READER_BUF_BYTES) {
-        ssize_t n = pread(r->fd, r->buf + r->buf_len, READER_BUF_BYTES - r->buf_len,
-                          (off_t)(r->buf_off + r->buf_len));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            io_error(errno, "pread", __FILE__, __LINE__, "cannot read trace file", r->path);
-            return -1;
-        }
-        if (n == 0) break;
-        r->buf_len += (size_t)n;
-    }
-    return r->buf_len >= need;
-}
-
-static l8_status corrupt(l8_trace_reader *r, const char *what, long long v)
-{
-    return L8_FAIL(L8_ERR_INVALID_ARG, "trace file '%s' is corrupt at offset %llu: %s (%lld)",
-                   r->path, (unsigned long long)r->off, what, v);
-}
-
-l8_status l8_trace_reader_open(const char *path, l8_trace_reader **out)
-{
-    L8_ARG(path != NULL && out != NULL);
-    *out = NULL;
-    l8_status st = L8_OK;
-    l8_trace_reader *r = calloc(1, sizeof *r);
-    if (!r) return L8_FAIL(L8_ERR_OOM, "no host memory for a trace reader");
-    r->fd = -1;
-    size_t len = strlen(path);
-    r->path = malloc(len + 1);
-    r->buf = malloc(READER_BUF_BYTES);
-    if (!r->path || !r->buf) {
-        st = L8_FAIL(L8_ERR_OOM, "no host memory for a trace reader");
-        goto fail;
-    }
-    memcpy(r->path, path, len + 1);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) {
-        st = io_error(errno, "open", __FILE__, __LINE__, "cannot open trace file", path);
-        goto fail;
-    }
-    int got = reader_fill(r, TRACE_HEADER);
-    if (got < 0) {
-        st = L8_ERR_IO;
-        goto fail;
-    }
-    trace_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(&h, r->buf, r->buf_len < sizeof h ? r->buf_len : sizeof h);
-    if (r->buf_len >= sizeof k_magic && memcmp(h.magic, k_magic, sizeof k_magic) != 0) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s' is not a lean8 trace: bad magic (first bytes "
-                     "%02x %02x %02x %02x, expected \"L8TRACE\\0\")", path, h.magic[0],
-                     h.magic[1], h.magic[2], h.magic[3]);
-        goto fail;
-    }
-    if (!got) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s': truncated trace header (%zu of %u bytes)", path,
-                     r->buf_len, TRACE_HEADER);
-        goto fail;
-    }
-    if (h.version != TRACE_VERSION) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s': trace format version %u; this reader "
-                     "understands version %u", path, h.version, TRACE_VERSION);
-        goto fail;
-    }
-    if (h.record_size != TRACE_RECORD || h.header_size < TRACE_HEADER ||
-        h.header_size > READER_BUF_BYTES) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s': bad trace header: record size %u (expected "
-                     "%u), header size %u (expected at least %u)", path, h.record_size,
-                     TRACE_RECORD, h.header_size, TRACE_HEADER);
-        goto fail;
-    }
-    r->off = h.header_size;
-    *out = r;
-    return L8_OK;
-fail:
-    l8_trace_reader_close(r);
-    return st;
-}
-
-void l8_trace_reader_close(l8_trace_reader *r)
-{
-    if (!r) return;
-    if (r->fd >= 0) close(r->fd);
-    for (uint32_t i = 0; i < r->nnames; i++) free(r->names[i]);
-    free(r->names);
-    free(r->buf);
-    free(r->path);
-    free(r);
-}
-
-/* A string record at r->off whose 48-byte head is h; *done = 0 when its
- * bytes are not all in the file yet. */
-static l8_status reader_string(l8_trace_reader *r, const l8_trace_event *h, int *done)
-{
-    *done = 0;
-    if (h->size == 0 || h->size > READER_STRING_MAX)
-        return corrupt(r, "string length", (long long)h->size);
-    if (h->tag != r->nnames + 1) return corrupt(r, "string record out of order, id", h->tag);
-    size_t total = TRACE_RECORD + round_up48((size_t)h->size);
-    int got = reader_fill(r, total);
-    if (got < 0) return L8_ERR_IO;
-    if (!got) return L8_OK;
-    const char *s = (const char *)r->buf + (r->off - r->buf_off) + TRACE_RECORD;
-    if (memchr(s, 0, (size_t)h->size)) return corrupt(r, "NUL inside a tag string, id", h->tag);
-    if (r->nnames == r->names_cap) {
-        uint32_t ncap = r->names_cap ? r->names_cap * 2 : 32;
-        char **nn = realloc(r->names, ncap * sizeof *nn);
-        if (!nn) return L8_FAIL(L8_ERR_OOM, "no host memory for trace tag names");
-        r->names = nn;
-        r->names_cap = ncap;
-    }
-    char *copy = malloc((size_t)h->size + 1);
-    if (!copy) return L8_FAIL(L8_ERR_OOM, "no host memory for trace tag names");
-    memcpy(copy, s, (size_t)h->size);
-    copy[h->size] = '\0';
-    r->names[r->nnames++] = copy;
-    r->off += total;
-    *done = 1;
-    return L8_OK;
-}
-
-l8_status l8_trace_reader_next(l8_trace_reader *r, l8_trace_event *ev, int *got)
-{
-    L8_ARG(r != NULL && ev != NULL && got != NULL);
-    *got = 0;
-    for (;;) {
-        /* A short tail is a record still being written: report "nothing yet"
-         * and start from the same offset next time. */
-        int have = reader_fill(r, TRACE_RECORD);
-        if (have < 0) return L8_ERR_IO;
-        if (!have) return L8_OK;
-        l8_trace_event e;
-        memcpy(&e, r->buf + (r->off - r->buf_off), sizeof e);
-        if (e.kind == TRACE_KIND_STRING) {
-            int done;
-            L8_CHECK(reader_string(r, &e, &done));
-            if (!done) return L8_OK;
-            continue;
-        }
-        if (e.kind == 0 || e.kind >= TRACE_KIND_FIRST_RESERVED)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "trace file '%s' is corrupt at offset %llu: "
-                           "record kind 0x%04x is not an event kind", r->path,
-                           (unsigned long long)r->off, e.kind);
-        if (e.tag > r->nnames) return corrupt(r, "tag id used before its string record", e.tag);
-        if (e.device < -1) return corrupt(r, "device", e.device);
-        r->off += TRACE_RECORD;
-        *ev = e;
-        *got = 1;
-        return L8_OK;
-    }
-}
-
-const char *l8_trace_reader_tag_name(l8_trace_reader *r, uint32_t id)
-{
-    if (!r || id == 0 || id > r->nnames) return NULL;
-    return r->names[id - 1];
-}

@@ -2,6 +2,7 @@
  * device, a tensor, a round trip through device memory.
  *
  *   cc hello.c $(pkg-config --cflags --libs lean8) -o hello && ./hello
+ *   (LD_LIBRARY_PATH=<prefix>/lib when the prefix is not a system one)
  */
 #include <stdio.h>
 #include <lean8.h>

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/cast.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 
@@ -489,6 +489,11 @@ static void scale_update_host(float *hist, int64_t H, float *amax, uint32_t as, 
         if (reset)
             amax[t * as] = 0.0f;
     }
+}
+
+void l8_fp8_scale_update_config_init(l8_fp8_scale_update_config *cfg)
+{
+    if (cfg) *cfg = (l8_fp8_scale_update_config)L8_FP8_SCALE_UPDATE_CONFIG_INIT;
 }
 
 l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tensor *scale,

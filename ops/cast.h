@@ -99,6 +99,9 @@ typedef struct l8_fp8_scale_update_config {
 } l8_fp8_scale_update_config;
 #define L8_FP8_SCALE_UPDATE_CONFIG_INIT \
     { sizeof(l8_fp8_scale_update_config), L8_AMAX_MAX_HISTORY, 0.0f, 0 }
+/* Fill *cfg with the defaults of L8_FP8_SCALE_UPDATE_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_fp8_scale_update_config_init(l8_fp8_scale_update_config *cfg);
 
 /* Update n tensors' scales in one launch (one CTA per tensor on the GPU).
  *   amax_history [n, H] f32, contiguous, row i = tensor i, newest first: a

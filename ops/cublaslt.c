@@ -25,8 +25,8 @@ l8_cublaslt_api l8i_lt;
 /* 12.0 is the first version that allows beta != 0 with FP8 inputs. */
 #define L8_LT_MIN_VERSION 120000
 
-static const struct { const char *name; size_t off; int optional; } k_entries[] = {
-#define E(fn, opt) { #fn, offsetof(l8_cublaslt_api, fn), opt }
+static const l8i_sym k_entries[] = {
+#define E(fn, opt) L8I_SYM(l8_cublaslt_api, fn, opt)
     E(cublasLtCreate, 0), E(cublasLtDestroy, 0), E(cublasLtGetVersion, 0),
     E(cublasLtGetStatusName, 1), E(cublasLtMatmulDescCreate, 0), E(cublasLtMatmulDescDestroy, 0),
     E(cublasLtMatmulDescSetAttribute, 0), E(cublasLtMatrixLayoutCreate, 0),
@@ -52,16 +52,10 @@ static void load_once(void)
         snprintf(g_reason, sizeof g_reason, "%s", l8_last_error()->message);
         return;
     }
-    for (size_t i = 0; i < sizeof k_entries / sizeof k_entries[0]; i++) {
-        void *fn = dlsym(h, k_entries[i].name);
-        if (!fn && !k_entries[i].optional) {
-            snprintf(g_reason, sizeof g_reason, "libcublasLt has no %s", k_entries[i].name);
-            return;
-        }
-        /* Object pointer -> function pointer through the table's bytes: the
-         * POSIX dlsym idiom, without a cast ISO C does not define. */
-        *(void **)((char *)&l8i_lt + k_entries[i].off) = fn;
-    }
+    if (l8i_sym_table_load("libcublasLt", l8i_dlsym_lookup, h, k_entries,
+                           sizeof k_entries / sizeof k_entries[0], &l8i_lt, g_reason,
+                           sizeof g_reason) != L8_OK)
+        return;
     g_version = (int)l8i_lt.cublasLtGetVersion();
     if (g_version < L8_LT_MIN_VERSION) {
         snprintf(g_reason, sizeof g_reason,

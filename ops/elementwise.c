@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "ops/elementwise.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 

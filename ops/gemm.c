@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/gemm.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/cublaslt.h"
 #include "ops/gemm_internal.h"
 #include "ops/internal.h"
@@ -94,14 +94,18 @@ static unsigned align_log2(const void *p)
 
 /* ---- handle ---- */
 
+void l8_gemm_config_init(l8_gemm_config *cfg)
+{
+    if (cfg) *cfg = (l8_gemm_config)L8_GEMM_CONFIG_INIT;
+}
+
 l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_handle **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(ctx != NULL);
-    L8_ARG(cfg == NULL || cfg->size >= sizeof(l8_gemm_config));
     l8_gemm_config c = L8_GEMM_CONFIG_INIT;
-    if (cfg) c = *cfg;
+    L8I_CONFIG_COPY(c, cfg, "l8_gemm_handle_create", "L8_GEMM_CONFIG_INIT");
     if (c.autotune < -1 || c.autotune > 2)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: autotune is %d, not -1, 0, 1"
                        " or 2", c.autotune);

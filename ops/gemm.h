@@ -123,6 +123,9 @@ typedef struct l8_gemm_config {
                                      sums stay f32 (or no split) */
 } l8_gemm_config;
 #define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0 }
+/* Fill *cfg with the defaults of L8_GEMM_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_gemm_config_init(l8_gemm_config *cfg);
 
 /* Create a handle for ctx (which must outlive it). cfg may be NULL. On a
  * CUDA context this opens cuBLASLt and creates its handle; the workspaces

@@ -39,7 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "ops/internal.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/gemm.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

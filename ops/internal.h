@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "runtime/status.h"
 #include "runtime/tensor.h"
+#include "runtime/internal.h"   /* l8i_need_tensor */
 
 /* ---- gemm_host.c: the host backend's GEMM ----
  *
@@ -49,17 +50,12 @@ int l8i_host_threads(double flops);
 
 /* ---- launch.c: launch geometry and argument checks ---- */
 
-/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
- * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
- * not contiguous". */
-l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 /* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */
 static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 
-/* Multiprocessors of ctx's device, asked once per device. Errors: L8_ERR_CUDA. */
-l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
 /* Grid for `work` CTAs' worth of work: min(work, SMs x occ), at least 1
- * (occ = resident CTAs per SM from ptxas -v). Grid sizes never change results. */
+ * (occ = resident CTAs per SM from ptxas -v; the SM count is runtime's
+ * l8i_sm_count). Grid sizes never change results. */
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif

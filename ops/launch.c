@@ -1,34 +1,9 @@
-/* launch.c - what the ops share before a launch: argument checks on tensors,
- * the device's SM count (asked once per device) and grid sizes capped at
- * what is resident.
+/* launch.c - what the ops share before a launch: argument checks on tensors
+ * and grid sizes capped at what is resident (the SM count comes from
+ * runtime/ctx.c's l8i_sm_count).
  */
 #include "ops/internal.h"
 #include "runtime/internal.h"
-
-#define MAX_DEVICES 64
-static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
-
-l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
-{
-    int dev = l8_ctx_device(ctx);
-    if (dev >= 0 && dev < MAX_DEVICES) {
-        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
-        if (v > 0) {
-            *out = (unsigned)v;
-            return L8_OK;
-        }
-    }
-    CUdevice d;
-    int n = 0;
-    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
-    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
-    if (n <= 0)
-        n = 1;
-    if (dev >= 0 && dev < MAX_DEVICES)
-        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
-    *out = (unsigned)n;
-    return L8_OK;
-}
 
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
 {
@@ -40,14 +15,3 @@ l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid)
     return L8_OK;
 }
 
-l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
-{
-    if (!t)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-    if (ctx && l8_tensor_ctx(t) != ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
-    if (!l8_tensor_is_contiguous(t))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
-                       op, name);
-    return L8_OK;
-}

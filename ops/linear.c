@@ -67,6 +67,11 @@ struct l8_linear {
     l8_tensor *w16;               /* (N, K) */
     l8_tensor *b16;               /* (N,), both modes when there is a bias */
     l8_event *ev;
+    /* tensor parallel */
+    l8_comm *tp;                  /* NULL: none */
+    l8_linear_parallel par;
+    int sp, tp_size, tp_rank;
+    l8_event *ev_tp[3];           /* s -> comm, the X re-gather done, the dX reduction done */
     /* state */
     int stale;                    /* weight copies must be rebuilt */
     uint64_t weight_version;
@@ -80,7 +85,7 @@ struct l8_linear_ctx {
     char name[NAME_MAX_LEN + 8];  /* "<layer>.x_t" / "<layer>.x" */
     int hooked;                   /* hooks.save accepted it: release it later */
     l8_save_hooks hooks;
-    int64_t T;
+    int64_t T;                    /* the GEMMs' token count (all ranks' with column SP) */
     uint64_t weight_version, x_epoch;
 };
 
@@ -175,9 +180,6 @@ static int overlap(const l8_tensor *a, const l8_tensor *b)
 static l8_status check_config(l8_ctx *ctx, const l8_linear_config *c)
 {
     static const char *op = "l8_linear_create";
-    if (c->size < sizeof(l8_linear_config))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size is %zu, expected %zu (use"
-                       " L8_LINEAR_CONFIG_INIT)", op, c->size, sizeof(l8_linear_config));
     if (c->mode != L8_LINEAR_FP8 && c->mode != L8_LINEAR_BF16)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown mode %d", op, (int)c->mode);
     if (c->name && (c->name[0] == '\0' || strlen(c->name) > NAME_MAX_LEN))
@@ -227,6 +229,16 @@ static l8_status check_config(l8_ctx *ctx, const l8_linear_config *c)
         L8_CHECK(fp8_dim(op, "in_features (K)", K));
         L8_CHECK(fp8_dim(op, "out_features (N)", N));
     }
+    if (c->parallel != L8_PARALLEL_NONE && c->parallel != L8_PARALLEL_COLUMN &&
+        c->parallel != L8_PARALLEL_ROW)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown parallel mode %d", op, (int)c->parallel);
+    if ((c->parallel != L8_PARALLEL_NONE) != (c->tp_comm != NULL))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tp_comm and a parallel mode (column or row) go "
+                       "together", op);
+    if (c->sequence_parallel && !c->tp_comm)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: sequence_parallel needs tp_comm", op);
+    if (c->tp_comm && l8_comm_ctx(c->tp_comm) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tp_comm belongs to another context", op);
     return L8_OK;
 }
 
@@ -261,11 +273,19 @@ static l8_status register_roles(l8_linear *l)
     return L8_OK;
 }
 
+void l8_linear_config_init(l8_linear_config *cfg)
+{
+    if (cfg) *cfg = (l8_linear_config)L8_LINEAR_CONFIG_INIT;
+}
+
 l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear **out)
 {
     L8_ARG(out != NULL);
     *out = NULL;
     L8_ARG(ctx != NULL && cfg != NULL);
+    l8_linear_config c = L8_LINEAR_CONFIG_INIT;
+    L8I_CONFIG_COPY(c, cfg, "l8_linear_create", "L8_LINEAR_CONFIG_INIT");
+    cfg = &c;
     L8_CHECK(check_config(ctx, cfg));
     l8_linear *l = calloc(1, sizeof *l);
     if (!l)
@@ -285,6 +305,11 @@ l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear *
     l->grad_ready = cfg->grad_ready;
     l->grad_ready_arg = cfg->grad_ready_arg;
     l->accumulate_grad = cfg->accumulate_grad;
+    l->tp = cfg->tp_comm;
+    l->par = cfg->parallel;
+    l->sp = l->tp && cfg->sequence_parallel;
+    l->tp_size = l->tp ? l8_comm_size(l->tp) : 1;
+    l->tp_rank = l->tp ? l8_comm_rank(l->tp) : 0;
     if (cfg->save_hooks) {
         l->has_hooks = 1;
         l->hooks = *cfg->save_hooks;
@@ -309,6 +334,8 @@ l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear *
     if (l->b)
         L8_TRY(ret, new_tensor(l, "b_bf16", L8_BF16, l->N, -1, NULL, cs, &l->b16), fail);
     L8_TRY(ret, l8_event_create(ctx, 0, &l->ev), fail);
+    for (int i = 0; l->tp && i < 3; i++)
+        L8_TRY(ret, l8_event_create(ctx, 0, &l->ev_tp[i]), fail);
     if (is_fp8_mode(l)) {
         L8_TRY(ret, register_roles(l), fail);
         L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8, l->meta_w), fail);
@@ -337,6 +364,8 @@ void l8_linear_destroy(l8_linear *l)
     l8_fp8_meta_release(l->meta_w);
     l8_fp8_meta_release(l->meta_g);
     l8_event_destroy(l->ev);
+    for (int i = 0; i < 3; i++)
+        l8_event_destroy(l->ev_tp[i]);
     free(l);
 }
 
@@ -402,6 +431,29 @@ static l8_status ensure_weights(l8_linear *l, l8_stream *s)
     return L8_OK;
 }
 
+/* The token counts of a call: rows of x (or dy), the GEMMs' T, rows of y
+ * (or dx); see linear.h's tensor-parallel table. */
+static l8_status tp_rows(const l8_linear *l, const char *op, int64_t x_rows, int64_t *T,
+                         int64_t *y_rows)
+{
+    int colsp = l->sp && l->par == L8_PARALLEL_COLUMN, rowsp = l->sp && l->par == L8_PARALLEL_ROW;
+    *T = colsp ? x_rows * l->tp_size : x_rows;
+    if (rowsp && *T % l->tp_size)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s: sequence parallel needs the token count (%lld)"
+                       " to divide by the tensor-parallel size %d (pad the batch)", op, l->name,
+                       (long long)*T, l->tp_size);
+    *y_rows = rowsp ? *T / l->tp_size : *T;
+    return L8_OK;
+}
+
+/* Make the comm stream wait for the work on s so far (ev_tp[0]). */
+static l8_status comm_after(l8_linear *l, l8_stream *s, l8_stream **cs)
+{
+    *cs = l8_ctx_stream(l->ctx, L8_STREAM_COMM);
+    L8_CHECK(l8_event_record(l->ev_tp[0], s));
+    return l8_stream_wait_event(*cs, l->ev_tp[0]);
+}
+
 l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
                             l8_linear_ctx **saved, l8_stream *s)
 {
@@ -411,15 +463,19 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
     L8_ARG(l != NULL);
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
-    l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL;
+    l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *xl8 = NULL, *xg = NULL,
+              *yp = NULL;
     l8_linear_ctx *c = NULL;
-    int64_t T = 0, Ty = 0;
+    int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     const int fp8 = is_fp8_mode(l);
-    L8_TRY(ret, act_view(l, op, "x", x, l->K, &T, &x2), out);
+    const int gather_x = l->sp && l->par == L8_PARALLEL_COLUMN;   /* x is this rank's rows */
+    const int reduce_y = l->par == L8_PARALLEL_ROW;
+    L8_TRY(ret, act_view(l, op, "x", x, l->K, &Tx, &x2), out);
     L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
-    if (Ty != T) {
-        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: x has %lld rows but y has %lld", op,
-                      (long long)T, (long long)Ty);
+    L8_TRY(ret, tp_rows(l, op, Tx, &T, &Ty_want), out);
+    if (Ty != Ty_want) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: x has %lld rows, so y needs %lld, but has %lld", op,
+                      (long long)Tx, (long long)Ty_want, (long long)Ty);
         goto out;
     }
     if (overlap(x, y)) {
@@ -427,7 +483,8 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         goto out;
     }
     if (fp8)
-        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x)", T), out);
+        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x, over all TP ranks with sequence"
+                            " parallelism)", T), out);
 
     /* everything allocated before anything is enqueued */
     if (saved) {
@@ -438,36 +495,51 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         }
     }
     if (fp8) {
+        if (gather_x)             /* this rank's rows, cast, then gathered as FP8 bytes */
+            L8_TRY(ret, new_tensor(l, "x_fp8_local", l->fmt_x, Tx, l->K, l->meta_x, s, &xl8), out);
         L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
         if (saved)
-            L8_TRY(ret, new_tensor(l, "x_t", l->fmt_x, l->K, T, l->meta_x, s, &x8t), out);
+            L8_TRY(ret, new_tensor(l, "x_t", l->fmt_x, l->K, Tx, l->meta_x, s, &x8t), out);
+    } else if (gather_x) {
+        L8_TRY(ret, new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xg), out);
     }
+    if (reduce_y && l->sp)        /* the partial sums of all T rows, scattered into y */
+        L8_TRY(ret, new_tensor(l, "y_partial", L8_BF16, T, l->N, NULL, s, &yp), out);
 
     L8_TRY(ret, ensure_weights(l, s), out);
     l8_gemm_desc g = L8_GEMM_DESC_INIT;
-    g.d = y2;
+    g.d = yp ? yp : y2;
     g.trans_b = 1;
-    if (l->b) {
+    if (l->b && (!reduce_y || l->tp_rank == 0)) {   /* a row-parallel bias is added once */
         g.bias = l->b16;
         g.epilogue = L8_GEMM_EPI_BIAS;
     }
     if (fp8) {
         /* X8 (T, K) and X8t (K, T) e4m3 in one pass; the amax accumulates
          * over the step's micro-batches */
+        l8_tensor *cast_to = xl8 ? xl8 : x8;
         if (saved)
-            L8_TRY(ret, l8_fp8_cast_transpose(x2, x8, x8t, L8_CAST_ACCUMULATE_AMAX, s), out);
+            L8_TRY(ret, l8_fp8_cast_transpose(x2, cast_to, x8t, L8_CAST_ACCUMULATE_AMAX, s), out);
         else
-            L8_TRY(ret, l8_fp8_cast(x2, x8, L8_CAST_ACCUMULATE_AMAX, s), out);
+            L8_TRY(ret, l8_fp8_cast(x2, cast_to, L8_CAST_ACCUMULATE_AMAX, s), out);
+        if (xl8)
+            L8_TRY(ret, l8_comm_all_gather(l->tp, xl8, x8, 0, s), out);
         l->x_cast_epoch = l8_recipe_updates(l->recipe);
         l->stats.input_casts++;
         g.a = x8;                 /* (T, K) e4m3 */
         g.b = l->w8;              /* (N, K) e4m3 */
         g.fast_accum = 1;
     } else {
-        g.a = x2;                 /* (T, K) bf16 */
+        if (xg)
+            L8_TRY(ret, l8_comm_all_gather(l->tp, x2, xg, 0, s), out);
+        g.a = xg ? xg : x2;       /* (T, K) bf16 */
         g.b = l->w16;             /* (N, K) bf16 */
     }
     L8_TRY(ret, l8_gemm(l->gemm, &g, s), out);   /* Y (T, N) bf16 */
+    if (reduce_y && yp)
+        L8_TRY(ret, l8_comm_reduce_scatter(l->tp, yp, y2, L8_REDUCE_SUM, 0, s), out);
+    else if (reduce_y)
+        L8_TRY(ret, l8_comm_all_reduce(l->tp, y2, y2, L8_REDUCE_SUM, s), out);
     l->stats.forwards++;
 
     if (saved) {
@@ -476,7 +548,7 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         c->weight_version = l->weight_version;
         c->x_epoch = l->x_cast_epoch;
         if (fp8) {
-            c->saved = x8t;
+            c->saved = x8t;       /* (K, Tx): this rank's rows with column SP */
             x8t = NULL;
             snprintf(c->name, sizeof c->name, "%s.x_t", l->name);
         } else {
@@ -499,6 +571,9 @@ out:
     l8_tensor_destroy(y2);
     l8_tensor_destroy(x8);        /* stream-ordered: fprop read it on s */
     l8_tensor_destroy(x8t);
+    l8_tensor_destroy(xl8);
+    l8_tensor_destroy(xg);
+    l8_tensor_destroy(yp);
     return ret;
 }
 
@@ -520,15 +595,23 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     const int fp8 = is_fp8_mode(l);
     const int64_t T = c->T;
+    const int colsp = l->sp && l->par == L8_PARALLEL_COLUMN;
+    const int rowsp = l->sp && l->par == L8_PARALLEL_ROW;
+    const int reduce_dx = l->par == L8_PARALLEL_COLUMN && dx;
+    /* the rows of dy and dx as the caller holds them (the forward's y and x) */
+    const int64_t dy_rows = rowsp ? T / l->tp_size : T, dx_rows = colsp ? T / l->tp_size : T;
     l8_status ret = L8_OK;
-    l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dbs = NULL;
+    l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dbs = NULL, *dyg = NULL,
+              *dxf = NULL, *xs = NULL;
+    l8_stream *cs = NULL;
     int64_t Tdy = 0, Tdx = 0;
     L8_TRY(ret, act_view(l, op, "dy", dy, l->N, &Tdy, &dy2), out);
     if (dx)
         L8_TRY(ret, act_view(l, op, "dx", dx, l->K, &Tdx, &dx2), out);
-    if (Tdy != T || (dx && Tdx != T)) {
-        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: the forward had %lld rows; dy has %lld%s", op,
-                      (long long)T, (long long)Tdy, dx && Tdx != T ? " and dx another count" : "");
+    if (Tdy != dy_rows || (dx && Tdx != dx_rows)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: the forward wants %lld rows of dy and %lld of dx;"
+                      " dy has %lld%s", op, (long long)dy_rows, (long long)dx_rows,
+                      (long long)Tdy, dx && Tdx != dx_rows ? " and dx another count" : "");
         goto out;
     }
     if (overlap(dx, dy)) {
@@ -551,6 +634,13 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     const int first = !l->accumulate_grad && l->stats.micro_batch == 0;
 
     /* everything allocated before anything is enqueued */
+    if (rowsp)                    /* dY of all T rows */
+        L8_TRY(ret, new_tensor(l, "dy_gathered", L8_BF16, T, l->N, NULL, s, &dyg), out);
+    if (colsp && dx)              /* dX partial sums of all T rows, scattered into dx */
+        L8_TRY(ret, new_tensor(l, "dx_partial", L8_BF16, T, l->K, NULL, s, &dxf), out);
+    if (colsp)                    /* the saved input of all ranks, for wgrad */
+        L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T, l->meta_x, s, &xs)
+                        : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
     if (fp8) {
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
         L8_TRY(ret, new_tensor(l, "dy_t_fp8", l->fmt_g, l->N, T, l->meta_g, s, &dy8t), out);
@@ -561,11 +651,23 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     l8_tensor *db = l->gb ? (first ? l->gb : dbs) : NULL;
     if (c->hooked && c->hooks.restore)
         L8_TRY(ret, c->hooks.restore(c->hooks.arg, c->saved, c->name, s), out);
+    if (colsp) {                  /* re-gather X on the comm stream, overlapping dgrad */
+        L8_TRY(ret, comm_after(l, s, &cs), out);
+        L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xs, fp8 ? -1 : 0, cs), out);
+        L8_TRY(ret, l8_event_record(l->ev_tp[1], cs), out);
+    }
+    if (dyg) {
+        L8_TRY(ret, l8_comm_all_gather(l->tp, dy2, dyg, 0, s), out);
+        l8_tensor_destroy(dy2);
+        dy2 = dyg;
+        dyg = NULL;
+    }
 
     l8_gemm_desc dg = L8_GEMM_DESC_INIT, wg = L8_GEMM_DESC_INIT;
-    dg.d = dx2;                   /* (T, K) bf16, = */
+    dg.d = dxf ? dxf : dx2;       /* (T, K) bf16, = */
     wg.d = l->gw;                 /* (N, K) main_grad */
     wg.beta = first ? 0.0f : 1.0f;
+    const l8_tensor *x_saved = xs ? xs : c->saved;
     if (fp8) {
         /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass */
         if (db)
@@ -578,7 +680,7 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
         dg.b = l->w8t;            /* (K, N) e4m3 */
         dg.trans_b = 1;
         wg.a = dy8t;              /* (N, T) e5m2 */
-        wg.b = c->saved;          /* (K, T) e4m3 */
+        wg.b = x_saved;           /* (K, T) e4m3 */
         wg.trans_b = 1;
     } else {
         dg.a = dy2;               /* (T, N) bf16 */
@@ -586,7 +688,7 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
         dg.trans_b = 0;
         wg.a = dy2;               /* op(A) = dY^T (N, T) */
         wg.trans_a = 1;
-        wg.b = c->saved;          /* X (T, K) bf16 */
+        wg.b = x_saved;           /* X (T, K) bf16 */
         wg.trans_b = 0;
         if (db) {
             wg.bias = db;         /* db[n] = sum_t dY[t, n], = */
@@ -595,9 +697,21 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     }
     if (dx)
         L8_TRY(ret, l8_gemm(l->gemm, &dg, s), out);
+    if (reduce_dx) {              /* the dX reduction on the comm stream, overlapping wgrad */
+        L8_TRY(ret, comm_after(l, s, &cs), out);
+        if (dxf)
+            L8_TRY(ret, l8_comm_reduce_scatter(l->tp, dxf, dx2, L8_REDUCE_SUM, 0, cs), out);
+        else
+            L8_TRY(ret, l8_comm_all_reduce(l->tp, dx2, dx2, L8_REDUCE_SUM, cs), out);
+        L8_TRY(ret, l8_event_record(l->ev_tp[2], cs), out);
+    }
+    if (colsp)
+        L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[1]), out);
     L8_TRY(ret, l8_gemm(l->gemm, &wg, s), out);
     if (dbs)
         L8_TRY(ret, l8_add_into(l->gb, dbs, s), out);
+    if (reduce_dx)
+        L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[2]), out);
     L8_TRY(ret, l8_event_record(l->ev, s), out);
     l->stats.micro_batch++;
     l->stats.backwards++;
@@ -615,10 +729,18 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
         ret = st;
     }
 out:
+    if (cs && ret != L8_OK) {     /* nothing of ours may still be in flight on the comm stream */
+        l8_status ignored = l8_event_record(l->ev_tp[0], cs);
+        if (ignored == L8_OK) ignored = l8_stream_wait_event(s, l->ev_tp[0]);
+        (void)ignored;
+    }
     l8_tensor_destroy(dy2);
     l8_tensor_destroy(dx2);
     l8_tensor_destroy(dy8);       /* stream-ordered after the GEMMs on s */
     l8_tensor_destroy(dy8t);
     l8_tensor_destroy(dbs);
+    l8_tensor_destroy(dyg);
+    l8_tensor_destroy(dxf);
+    l8_tensor_destroy(xs);
     return ret;
 }

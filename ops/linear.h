@@ -63,6 +63,31 @@
  * The persistent weight copies (W8, W8t, W16, b16) are the layer's and are
  * never offloaded.
  *
+ * Tensor and sequence parallel (Megatron's layout; tp = the size of
+ * tp_comm; weight, weight_grad, bias are this rank's shard; T is the full
+ * token count, T/tp a rank's share of it):
+ *   mode          x (in)        y (out)       forward            backward
+ *   column        [T, K]        [T, N/tp]     -                  all-reduce dX
+ *   column, SP    [T/tp, K]     [T, N/tp]     all-gather X (T)   reduce-scatter dX (T),
+ *                                                                re-gather X for wgrad
+ *   row           [T, K/tp]     [T, N]        all-reduce Y       -
+ *   row, SP       [T, K/tp]     [T/tp, N]     reduce-scatter Y   all-gather dY (T)
+ * dX and dY have the shapes of x and y. In FP8 mode the column-SP gather
+ * moves the input after its cast: this rank's X8 [T/tp, K] gathers along T
+ * into X8 [T, K] (half the bytes of bf16), and backward re-gathers the
+ * saved X8t [K, T/tp] along its last dimension into [K, T] for wgrad (the
+ * gather TransformerEngine got wrong: an all-gather alone concatenates along
+ * the first dimension). The FP8 bytes of all ranks must
+ * share one scale: install l8_comm_reduce_amax on the recipe over tp_comm
+ * (the host transports check it). In backward, the column reductions of dX
+ * run on the comm stream while the wgrad GEMM runs on s, and the re-gather
+ * of X overlaps the dgrad GEMM; s waits for them before returning. The
+ * row-parallel bias is added once (by TP rank 0, before the reduction);
+ * every rank computes the same bias gradient. In SP modes T must divide by
+ * tp (else L8_ERR_INVALID_ARG; pad the batch). The weight gradient is this
+ * rank's shard's: reduce it over the data-parallel group, not over tp_comm.
+ * With tp_comm of size 1 every collective is a copy or nothing.
+ *
  * Memory tags (alloc/trace.h): "<name>.w_fp8", "<name>.w_t_fp8",
  * "<name>.w_bf16", "<name>.b_bf16" (at create), "<name>.x_fp8",
  * "<name>.x_t" (forward), "<name>.dy_fp8", "<name>.dy_t_fp8",
@@ -91,6 +116,7 @@
 #include "runtime/tensor.h"
 #include "ops/gemm.h"
 #include "ops/recipe.h"
+#include "runtime/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +130,13 @@ typedef enum l8_linear_mode {
     L8_LINEAR_FP8 = 0,            /* FP8 GEMMs with the recipe's scales (HYBRID by default) */
     L8_LINEAR_BF16 = 1            /* bf16 GEMMs (for comparison) */
 } l8_linear_mode;
+
+/* Append-only. */
+typedef enum l8_linear_parallel {
+    L8_PARALLEL_NONE = 0,
+    L8_PARALLEL_COLUMN = 1,       /* weight split along N (out): this rank holds [N/tp, K] */
+    L8_PARALLEL_ROW = 2           /* weight split along K (in): this rank holds [N, K/tp] */
+} l8_linear_parallel;
 
 /* Parameter `param_id`'s main_grad has its wgrad enqueued; `event` completes
  * when it is written. A non-OK status is returned by l8_linear_backward
@@ -141,10 +174,17 @@ typedef struct l8_linear_config {
     void *grad_ready_arg;
     int accumulate_grad;          /* 0: first backward of a step writes main_grad; 1: always += */
     const l8_save_hooks *save_hooks;  /* copied; NULL: saved tensors stay as they are */
+    /* Tensor parallelism (see "Tensor and sequence parallel" above). */
+    l8_comm *tp_comm;             /* the tensor-parallel group (of this context); NULL: none */
+    l8_linear_parallel parallel;  /* L8_PARALLEL_NONE unless tp_comm is set */
+    int sequence_parallel;        /* 1: the activations outside the layer are split along T */
 } l8_linear_config;
 #define L8_LINEAR_CONFIG_INIT \
     { sizeof(l8_linear_config), NULL, L8_LINEAR_FP8, NULL, NULL, NULL, NULL, NULL, NULL, \
-      0, 1, NULL, NULL, 0, NULL }
+      0, 1, NULL, NULL, 0, NULL, NULL, L8_PARALLEL_NONE, 0 }
+/* Fill *cfg with the defaults of L8_LINEAR_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_linear_config_init(l8_linear_config *cfg);
 
 /* Create a layer on ctx. The layer keeps its own views of weight, bias and
  * their grads (the caller's tensors may be destroyed; the storages are

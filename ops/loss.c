@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "ops/loss.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 

@@ -349,6 +349,16 @@ fail:
     return st;
 }
 
+void l8_adamw_config_init(l8_adamw_config *cfg)
+{
+    if (cfg) *cfg = (l8_adamw_config)L8_ADAMW_CONFIG_INIT;
+}
+
+void l8_sgd_config_init(l8_sgd_config *cfg)
+{
+    if (cfg) *cfg = (l8_sgd_config)L8_SGD_CONFIG_INIT;
+}
+
 l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config *cfg, l8_optim **out)
 {
     static const char *op = "l8_optim_create_adamw";

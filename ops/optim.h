@@ -93,6 +93,9 @@ typedef struct l8_adamw_config {
 } l8_adamw_config;
 #define L8_ADAMW_CONFIG_INIT \
     { sizeof(l8_adamw_config), 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.0f }
+/* Fill *cfg with the defaults of L8_ADAMW_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_adamw_config_init(l8_adamw_config *cfg);
 
 /* SGD; PyTorch's defaults. lr >= 0, momentum >= 0, 0 <= dampening <= 1,
  * wd >= 0, max_grad_norm >= 0, all finite; nesterov needs momentum > 0 and
@@ -107,6 +110,9 @@ typedef struct l8_sgd_config {
     float max_grad_norm;
 } l8_sgd_config;
 #define L8_SGD_CONFIG_INIT { sizeof(l8_sgd_config), 1e-3f, 0.0f, 0.0f, 0.0f, 0, 0.0f }
+/* Fill *cfg with the defaults of L8_SGD_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_sgd_config_init(l8_sgd_config *cfg);
 
 /* What one step did. */
 typedef struct l8_optim_result {

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/recipe.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 
 #define INIT_CAP 16
@@ -70,6 +70,11 @@ static layout layout_for(int cap, int H)
 static l8_stream *compute(const l8_recipe *r) { return l8_ctx_stream(r->ctx, L8_STREAM_COMPUTE); }
 
 /* ---- create / destroy ---- */
+
+void l8_recipe_config_init(l8_recipe_config *cfg)
+{
+    if (cfg) *cfg = (l8_recipe_config)L8_RECIPE_CONFIG_INIT;
+}
 
 l8_status l8_recipe_create(l8_ctx *ctx, const l8_recipe_config *cfg, l8_recipe **out)
 {

@@ -89,6 +89,9 @@ typedef struct l8_recipe_config {
 } l8_recipe_config;
 #define L8_RECIPE_CONFIG_INIT \
     { sizeof(l8_recipe_config), 0, 0.0f, L8_AMAX_MAX_HISTORY, L8_FP8_HYBRID, NULL, NULL }
+/* Fill *cfg with the defaults of L8_RECIPE_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_recipe_config_init(l8_recipe_config *cfg);
 
 /* Create an empty recipe on ctx (which must outlive it). cfg NULL: defaults.
  * Errors: L8_ERR_INVALID_ARG (size field, history_len < 0, margin not

@@ -3,3 +3,4 @@ PTX_SRCS += ptx/cast.ptx ptx/cast_transpose.ptx ptx/transpose.ptx ptx/dequantize
 PTX_SRCS += ptx/loss.ptx
 PTX_SRCS += ptx/optim.ptx
 PTX_SRCS += ptx/elementwise.ptx
+PTX_SRCS += ptx/interleave.ptx

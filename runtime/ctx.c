@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/internal.h"
+#include "runtime/comm.h"   /* l8_dist_env_read: the local rank picks the GPU */
 #include "alloc/trace.h"
 
 #define L8_MAX_MODULES 32
@@ -47,6 +48,9 @@ struct l8_ctx {
     l8_segment_provider pin_prov;
     l8_alloc *alloc;
     l8_pinned *pinned;
+    l8_trace *trace;              /* what the allocator and pool record into, or NULL */
+    l8_trace *own_trace;          /* trace_path's trace (destroyed with the context) */
+    int streams_registered;
     pthread_mutex_t mod_lock;
     ptx_module modules[L8_MAX_MODULES];
     int n_modules;
@@ -173,8 +177,16 @@ static l8_status choose_device(const l8_ctx_config *cfg, l8_backend *backend, in
 {
     const char *dev = cfg && cfg->device ? cfg->device : getenv("L8_DEVICE");
     if (dev && *dev) return parse_device(dev, backend, ordinal);
-    if (l8_cuda_device_count() > 0) { *backend = L8_BACKEND_CUDA; *ordinal = 0; }
-    else { *backend = L8_BACKEND_HOST; *ordinal = -1; }
+    if (l8_cuda_device_count() > 0) {
+        /* one GPU per local rank (torchrun's LOCAL_RANK, Slurm, Open MPI) */
+        l8_dist_env e = { .size = sizeof e };
+        L8_CHECK(l8_dist_env_read(&e));
+        *backend = L8_BACKEND_CUDA;
+        *ordinal = e.local_rank;
+    } else {
+        *backend = L8_BACKEND_HOST;
+        *ordinal = -1;
+    }
     l8_error_clear();
     return L8_OK;
 }
@@ -184,8 +196,8 @@ static l8_status cuda_open(l8_ctx *ctx)
     L8_CHECK(l8i_cuda_load());
     int n = l8_cuda_device_count();
     if (ctx->device >= n)
-        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for, but only %d CUDA device(s) found",
-                       ctx->device, n);
+        return L8_FAIL(L8_ERR_NO_DEVICE, "cuda:%d asked for (L8_DEVICE, or the local rank), but "
+                       "only %d CUDA device(s) found", ctx->device, n);
     L8_CHECK(L8_CU(cuDeviceGet, &ctx->cu_dev, ctx->device));
     L8_CHECK(L8_CU(cuDeviceGetName, ctx->name, (int)sizeof ctx->name, ctx->cu_dev));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
@@ -195,11 +207,58 @@ static l8_status cuda_open(l8_ctx *ctx)
     return st;
 }
 
+void l8_ctx_config_init(l8_ctx_config *cfg)
+{
+    if (cfg) *cfg = (l8_ctx_config)L8_CTX_CONFIG_INIT;
+}
+
+/* Drop the trace's role entries of the first n streams (never fails: NONE
+ * allocates nothing). */
+static void unregister_streams(l8_ctx *ctx, int n)
+{
+    for (int i = 0; i < n; i++) {
+        l8_status st = l8_trace_set_stream(ctx->trace, ctx->device,
+                                           l8_stream_handle(&ctx->streams[i]), L8_TRACE_STREAM_NONE);
+        (void)st;
+    }
+}
+
+/* The context's trace: its own file, or the process-wide one; its streams
+ * registered by role. Called once the streams exist. */
+static l8_status open_trace(l8_ctx *ctx, const char *path)
+{
+    if (path) {
+        l8_trace_config tc = L8_TRACE_CONFIG_INIT;
+        tc.path = path;
+        tc.device = ctx->device;
+        L8_CHECK(l8_trace_create(&tc, &ctx->own_trace));
+        ctx->trace = ctx->own_trace;
+    } else {
+        ctx->trace = l8_trace_global();
+    }
+    if (!ctx->trace) return L8_OK;
+    static const l8_trace_stream roles[3] = { L8_TRACE_STREAM_COMPUTE, L8_TRACE_STREAM_COMM,
+                                              L8_TRACE_STREAM_COPY };
+    for (int i = 0; i < 3; i++) {
+        l8_status st = l8_trace_set_stream(ctx->trace, ctx->device,
+                                           l8_stream_handle(&ctx->streams[i]), roles[i]);
+        if (st != L8_OK) {
+            unregister_streams(ctx, i);
+            return st;
+        }
+    }
+    ctx->streams_registered = 1;
+    return L8_OK;
+}
+
 l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
 {
     L8_ARG(out != NULL);
-    L8_ARG(cfg == NULL || cfg->size >= sizeof(l8_ctx_config));
     *out = NULL;
+    l8_ctx_config c = L8_CTX_CONFIG_INIT;
+    L8I_CONFIG_COPY(c, cfg, "l8_ctx_create", "L8_CTX_CONFIG_INIT");
+    cfg = &c;
+    const char *trace_path = c.trace_path;   /* NULL from callers built before it existed */
     l8_backend backend = L8_BACKEND_HOST;
     int ordinal = -1;
     L8_CHECK(choose_device(cfg, &backend, &ordinal));
@@ -218,10 +277,16 @@ l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
         l8_host_provider(&ctx->dev_prov);
         ctx->pin_prov = ctx->dev_prov;
     }
-    if (cfg && cfg->provider) ctx->dev_prov = *cfg->provider;
+    if (cfg && cfg->provider) {                   /* a caller's provider: any struct version */
+        l8_segment_provider pv = { .size = sizeof pv };
+        L8_TRY(st, l8i_config_copy(&pv, sizeof pv, cfg->provider, "l8_ctx_create: cfg->provider",
+                                   "sizeof(l8_segment_provider)"), fail);
+        ctx->dev_prov = pv;
+    }
     l8_alloc_config ac = L8_ALLOC_CONFIG_INIT;
     ac.memory_limit = cfg ? cfg->memory_limit : 0;
-    ac.trace = l8_trace_global();
+    L8_TRY(st, open_trace(ctx, trace_path), fail);
+    ac.trace = ctx->trace;
     L8_TRY(st, l8_alloc_create(&ac, &ctx->dev_prov, &ctx->alloc), fail);
     L8_TRY(st, l8_pinned_create(&ctx->pin_prov, cfg ? cfg->pinned_limit : 0, ac.trace, &ctx->pinned), fail);
     *out = ctx;
@@ -238,6 +303,8 @@ void l8_ctx_destroy(l8_ctx *ctx)
     if (cuda && l8i_ctx_bind(ctx) == L8_OK) (void)L8_CU(cuCtxSynchronize);
     l8_pinned_destroy(ctx->pinned);
     l8_alloc_destroy(ctx->alloc);
+    if (ctx->streams_registered) unregister_streams(ctx, 3);
+    l8_trace_destroy(ctx->own_trace);
     if (cuda) {
         for (int i = 0; i < ctx->n_modules; i++) (void)L8_CU(cuModuleUnload, ctx->modules[i].mod);
         for (int i = 0; i < 3; i++)
@@ -253,6 +320,7 @@ int l8_ctx_device(const l8_ctx *ctx) { return ctx->device; }
 const char *l8_ctx_device_name(const l8_ctx *ctx) { return ctx->name; }
 l8_alloc *l8_ctx_allocator(l8_ctx *ctx) { return ctx->alloc; }
 l8_pinned *l8_ctx_pinned(l8_ctx *ctx) { return ctx->pinned; }
+l8_trace *l8_ctx_trace(l8_ctx *ctx) { return ctx ? ctx->trace : NULL; }
 
 l8_stream *l8_ctx_stream(l8_ctx *ctx, l8_stream_kind kind)
 {
@@ -464,6 +532,31 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
 {
     L8_CHECK(l8i_ctx_bind(s->ctx));
     return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
+}
+
+#define MAX_DEVICES 64
+static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
+{
+    int dev = l8_ctx_device(ctx);
+    if (dev >= 0 && dev < MAX_DEVICES) {
+        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        if (v > 0) {
+            *out = (unsigned)v;
+            return L8_OK;
+        }
+    }
+    CUdevice d;
+    int n = 0;
+    L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    if (n <= 0)
+        n = 1;
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+    *out = (unsigned)n;
+    return L8_OK;
 }
 
 /* ---- strided copy ---- */

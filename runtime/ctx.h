@@ -39,16 +39,27 @@ typedef enum l8_stream_kind {
 typedef struct l8_ctx_config {
     size_t size;                  /* sizeof(l8_ctx_config) */
     const char *device;           /* "cuda:N", "cuda" (= cuda:0), "host"; NULL: L8_DEVICE, else
-                                     the first CUDA device when one is usable, else host */
+                                     cuda:LOCAL_RANK when CUDA is usable (the launcher's local
+                                     rank, comm.h; 0 without a launcher), else host */
     size_t memory_limit;          /* device allocator cap in bytes; 0: none */
     size_t pinned_limit;          /* pinned pool cap; 0: none */
     const l8_segment_provider *provider;  /* NULL: the backend's own (tests inject faults here) */
+    const char *trace_path;       /* a trace file of this context's own (%r rank, %p pid; see
+                                     alloc/trace.h); NULL: the process-wide L8_TRACE trace */
 } l8_ctx_config;
-#define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL }
+#define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL, NULL }
+/* Fill *cfg with the defaults of L8_CTX_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_ctx_config_init(l8_ctx_config *cfg);
 
-/* Create a context. cfg may be NULL. The caller owns *out.
- * Errors: L8_ERR_INVALID_ARG (malformed device string), L8_ERR_NO_DEVICE (cuda
- * asked for but no driver/GPU, or N out of range), L8_ERR_CUDA, L8_ERR_OOM. */
+/* Create a context. cfg may be NULL; a config of an older, smaller size
+ * (without trace_path) is accepted. The caller owns *out. With trace_path,
+ * the context writes its own trace (header device = its device), destroyed
+ * with the context; its streams are registered with whichever trace it uses
+ * so events name them compute/comm/copy.
+ * Errors: L8_ERR_INVALID_ARG (malformed device string or trace path),
+ * L8_ERR_NO_DEVICE (cuda asked for but no driver/GPU, or N out of range),
+ * L8_ERR_CUDA, L8_ERR_OOM, L8_ERR_IO (the trace file: see l8_trace_create). */
 L8_NODISCARD l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out);
 
 /* Synchronize all streams, release the allocator, the pool, the streams and
@@ -62,6 +73,10 @@ const char *l8_ctx_device_name(const l8_ctx *ctx);    /* "NVIDIA H200" / "host" 
 l8_alloc *l8_ctx_allocator(l8_ctx *ctx);
 l8_pinned *l8_ctx_pinned(l8_ctx *ctx);
 l8_stream *l8_ctx_stream(l8_ctx *ctx, l8_stream_kind kind);
+/* The trace the context records into (its own, else the L8_TRACE one), or
+ * NULL when it records nothing. Owned by the context / the process: use it
+ * for step marks (l8_trace_record(t, L8_TRACE_STEP, ...)) and flushes. */
+l8_trace *l8_ctx_trace(l8_ctx *ctx);
 
 /* Number of CUDA devices usable (0 without a driver or GPU; never fails). */
 int l8_cuda_device_count(void);

@@ -12,7 +12,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "runtime/internal.h"
+#include "runtime/cuda_internal.h"
+#include "runtime/ctx.h"              /* declares l8_cuda_device_count, l8_library_info */
 
 /* The API version the table's prototypes are written against: CUDA 12.0,
  * so drivers from 12.0 on work (the H200 machine runs 13.0). */
@@ -23,8 +24,11 @@ l8_cuda_api l8i_cu;
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
 
-static const struct { const char *name; size_t off; } k_entries[] = {
-#define E(fn) { #fn, offsetof(l8_cuda_api, fn) }
+static const l8i_sym k_entries[] = {
+/* #fn directly, not through another macro: cuda.h #defines many names to
+ * their versioned symbols (cuMemAlloc -> cuMemAlloc_v2), and cuGetProcAddress
+ * wants the base name */
+#define E(fn) { #fn, offsetof(l8_cuda_api, fn), 0 }
     E(cuInit), E(cuDriverGetVersion), E(cuGetErrorName), E(cuGetErrorString),
     E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName), E(cuDeviceGetAttribute),
     E(cuDeviceTotalMem), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease),
@@ -45,6 +49,36 @@ static l8_status g_load_status = L8_ERR_NO_DEVICE;
 static char g_load_reason[512] = "not loaded";
 static int g_device_count;
 
+/* cuGetProcAddress at the pinned API version: the versioned ABI of each
+ * name (cuMemAlloc -> cuMemAlloc_v2), NULL when the driver lacks it. */
+static get_proc_fn g_get_proc;
+static void *driver_lookup(void *unused, const char *name)
+{
+    (void)unused;
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = g_get_proc(name, &fn, L8_CU_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+    return r == CUDA_SUCCESS && q == CU_GET_PROC_ADDRESS_SUCCESS ? fn : NULL;
+}
+
+l8_status l8i_sym_table_load(const char *lib, l8i_lookup_fn lookup, void *ctx, const l8i_sym *e,
+                             size_t n, void *table, char *why, size_t why_n)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *fn = lookup(ctx, e[i].name);
+        if (!fn && !e[i].optional) {
+            snprintf(why, why_n, "%s has no %s", lib, e[i].name);
+            return L8_ERR_NO_DEVICE;
+        }
+        /* Object pointer -> function pointer through the table's bytes: the
+         * POSIX dlsym idiom, without a cast ISO C does not define. */
+        *(void **)((char *)table + e[i].off) = fn;
+    }
+    return L8_OK;
+}
+
+void *l8i_dlsym_lookup(void *handle, const char *name) { return dlsym(handle, name); }
+
 static void load_once(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -59,19 +93,11 @@ static void load_once(void)
                  "libcuda.so.1 has no cuGetProcAddress_v2: driver older than CUDA 12.0");
         return;
     }
-    for (size_t i = 0; i < sizeof k_entries / sizeof k_entries[0]; i++) {
-        void *fn = NULL;
-        CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
-        CUresult r = get_proc(k_entries[i].name, &fn, L8_CU_API_VERSION,
-                              CU_GET_PROC_ADDRESS_DEFAULT, &q);
-        if (r != CUDA_SUCCESS || !fn || q != CU_GET_PROC_ADDRESS_SUCCESS) {
-            snprintf(g_load_reason, sizeof g_load_reason,
-                     "driver lacks %s at API version %d (CUresult %d, query %d)",
-                     k_entries[i].name, L8_CU_API_VERSION, (int)r, (int)q);
-            return;
-        }
-        *(void **)((char *)&l8i_cu + k_entries[i].off) = fn;
-    }
+    g_get_proc = get_proc;
+    if (l8i_sym_table_load("the driver", driver_lookup, NULL, k_entries,
+                           sizeof k_entries / sizeof k_entries[0], &l8i_cu, g_load_reason,
+                           sizeof g_load_reason) != L8_OK)
+        return;
     CUresult r = l8i_cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "?";

@@ -10,88 +10,16 @@
 #include "runtime/status.h"
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
+#include "runtime/cuda_internal.h"   /* the driver layer: l8i_cu, L8_CU */
+#include "runtime/config_internal.h" /* L8I_CONFIG_COPY */
 
-/* ---- cuda.c: the driver layer ----
- * libcuda.so.1 is opened with dlopen on first use and every entry point is
- * resolved once through cuGetProcAddress at a pinned API version. No other
- * file calls the driver except through l8i_cu and L8_CU. */
-typedef struct l8_cuda_api {
-    CUresult (*cuInit)(unsigned int);
-    CUresult (*cuDriverGetVersion)(int *);
-    CUresult (*cuGetErrorName)(CUresult, const char **);
-    CUresult (*cuGetErrorString)(CUresult, const char **);
-    CUresult (*cuDeviceGetCount)(int *);
-    CUresult (*cuDeviceGet)(CUdevice *, int);
-    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-    CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxGetCurrent)(CUcontext *);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuMemGetInfo)(size_t *, size_t *);
-    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
-    CUresult (*cuMemFree)(CUdeviceptr);
-    CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
-    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-    CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
-    CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
-    CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
-    CUresult (*cuMemFreeHost)(void *);
-    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
-    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
-    CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-    CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-    CUresult (*cuStreamDestroy)(CUstream);
-    CUresult (*cuStreamSynchronize)(CUstream);
-    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
-    CUresult (*cuStreamQuery)(CUstream);
-    CUresult (*cuEventCreate)(CUevent *, unsigned int);
-    CUresult (*cuEventDestroy)(CUevent);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
-    CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
-    CUresult (*cuModuleUnload)(CUmodule);
-    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
-    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                               unsigned, unsigned, CUstream, void **, void **);
-} l8_cuda_api;
+/* ---- versioned config structs: L8I_CONFIG_COPY is in config_internal.h ---- */
 
-/* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the
- * reason (no libcuda.so.1, cuInit failed, no device) in the last error. */
-l8_status l8i_cuda_load(void);
-/* The resolved table; valid only after l8i_cuda_load returned L8_OK. */
-extern l8_cuda_api l8i_cu;
-/* Turn a CUresult into a status and last-error record. */
-l8_status l8i_cu_check(CUresult r, const char *call, const char *file, int line);
-/* Call a driver function through the table: L8_CU(cuMemAlloc, &p, n) -> l8_status. */
-#define L8_CU(fn, ...) l8i_cu_check(l8i_cu.fn(__VA_ARGS__), #fn, __FILE__, __LINE__)
-
-/* cuBLASLt and NCCL, dlopen'ed on first use. L8_OK with the handle for
- * dlsym, or L8_ERR_NO_DEVICE saying what was tried. */
-l8_status l8i_cublaslt_open(void **handle);
-l8_status l8i_nccl_open(void **handle);
-
-/* ---- versioned config structs (first member: size_t size) ----
- * c holds the defaults; when cfg is not NULL it becomes *cfg, after checking
- * that the caller's struct is as large as ours (L8_ERR_INVALID_ARG "<fn>:
- * cfg->size N, wanted M (use <init>)" otherwise). Returns from the caller. */
-#define L8I_CONFIG_COPY(c, cfg, fn, init)                                                     \
-    do {                                                                                      \
-        if (cfg) {                                                                            \
-            if ((cfg)->size < sizeof(c))                                                      \
-                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu, wanted %zu (use %s)",  \
-                               (fn), (cfg)->size, sizeof(c), (init));                         \
-            (c) = *(cfg);                                                                     \
-            (c).size = sizeof(c);                                                             \
-        }                                                                                     \
-    } while (0)
+/* ---- tensor.c ---- */
+/* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
+ * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
+ * not contiguous". */
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 
 /* ---- tensor.c: storage residency, driven by offload.c ---- */
 struct l8_storage;
@@ -121,6 +49,9 @@ l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunc
 /* Launch on s with cuLaunchKernel argument pointers. */
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args);
+/* Multiprocessors of ctx's device (a CUDA context), asked once per device;
+ * what capped grids are sized from. Errors: L8_ERR_CUDA. */
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
 
 /* dst[i] = src[i] over an ndim (<= 4) index space of `shape`, with element
  * strides for each side, elements of elem_size bytes (1, 2, 4 or 8), on s.
@@ -129,5 +60,28 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
 l8_status l8i_copy_strided(l8_stream *s, void *dst, const int64_t *dst_strides, const void *src,
                            const int64_t *src_strides, const int64_t *shape, int ndim,
                            size_t elem_size);
+
+/* ---- interleave.c ----
+ * Move `world` blocks of `rows` x `chunk` bytes between the two layouts a
+ * last-dimension collective needs, on stream s (NULL not allowed here):
+ *   L8I_INTERLEAVE  (after an all-gather):   src [world][rows][chunk] -> dst [rows][world][chunk]
+ *   L8I_DEINTERLEAVE (before a reduce-scatter): src [rows][world][chunk] -> dst [world][rows][chunk]
+ * dst and src must not overlap. Any sizes (chunk >= 1 byte, rows >= 0, world >= 1); any
+ * alignment (16-byte vectors when chunk, src and dst allow it, else 8/4/2/1).
+ * dst and src are memory of s's context (device pointers; host memory on the host
+ * backend); the call enqueues on s and does not block. The caller owns both buffers.
+ * Host backend: memcpy per row chunk, done on return. CUDA: ptx/interleave.ptx, one pass
+ * (one launch up to 2^30 words; chunks of more than 2^30 words go through the driver's copy).
+ * Errors: L8_ERR_INVALID_ARG (NULL s/dst/src even when rows is 0, overlap, world < 1,
+ * rows < 0, chunk 0, an unknown dir, world x rows x chunk beyond size_t), L8_ERR_CUDA. */
+typedef enum { L8I_INTERLEAVE = 0, L8I_DEINTERLEAVE = 1 } l8i_interleave_dir;
+l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world, int64_t rows,
+                         size_t chunk, l8i_interleave_dir dir);
+/* For tests only: the most words one kernel launch moves (default 2^30, the
+ * kernel's 32-bit index bound); a smaller value makes l8i_interleave split
+ * even small problems into several launches (and chunks of more words into
+ * driver copies), so tests reach those paths. 0 restores the default. Not
+ * thread-safe against concurrent l8i_interleave calls. */
+void l8i_interleave_set_launch_words(uint32_t words);
 
 #endif

@@ -6,7 +6,9 @@
  * collectives. Every public name starts with l8_; every function returns an
  * l8_status (see status.h) unless it cannot fail.
  *
- * Installed as <lean8/lean8.h>; link with -llean8 (pkg-config lean8).
+ * Installed as include/lean8/lean8.h: #include <lean8.h> with the flags of
+ * `pkg-config --cflags lean8` (-I${includedir}/lean8); link with
+ * `pkg-config --libs lean8` (liblean8.so) or `--libs lean8-static` (liblean8.a).
  */
 #ifndef L8_LEAN8_H
 #define L8_LEAN8_H
@@ -19,10 +21,11 @@
 #include "runtime/tensor.h"
 #include "runtime/params.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm.h"
 #include "runtime/offload.h"
 /* ops/: the umbrella is the one runtime header that names them (for users;
  * runtime code itself never includes ops/) */
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/cast.h"
 #include "ops/gemm.h"
 #include "ops/elementwise.h"
@@ -37,13 +40,6 @@
 #define L8_VERSION_MINOR 1
 #define L8_VERSION_PATCH 0
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* The library's version string ("0.1.0"), for checking header vs library. */
-const char *l8_version(void);
-#ifdef __cplusplus
-}
-#endif
+/* l8_version() (the library's version string) is declared in status.h. */
 
 #endif

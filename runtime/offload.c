@@ -402,6 +402,11 @@ static l8_status drop_entry(l8_offload *off, entry *e, int gone)
 
 /* ---- public ---- */
 
+void l8_offload_config_init(l8_offload_config *cfg)
+{
+    if (cfg) *cfg = (l8_offload_config)L8_OFFLOAD_CONFIG_INIT;
+}
+
 l8_status l8_offload_create(l8_ctx *ctx, const l8_offload_config *cfg, l8_offload **out)
 {
     L8_ARG(out != NULL);
@@ -419,7 +424,7 @@ l8_status l8_offload_create(l8_ctx *ctx, const l8_offload_config *cfg, l8_offloa
     off->ctx = ctx;
     off->copy = l8_ctx_stream(ctx, L8_STREAM_COPY);
     off->cfg = c;
-    off->trace = c.trace ? c.trace : l8_alloc_get_trace(l8_ctx_allocator(ctx));
+    off->trace = c.trace ? c.trace : l8_ctx_trace(ctx);
     off->enabled = 1;
     off->nbuckets = 64;
     off->st.size = sizeof off->st;

@@ -66,7 +66,7 @@
  *
  * Trace: OFFLOAD_OUT and OFFLOAD_IN (addr = device block, size = bytes,
  * aux = pinned block, stream = the copy stream) when a copy is enqueued, into
- * cfg.trace or the context allocator's trace.
+ * cfg.trace or the context's trace (l8_ctx_trace).
  */
 #ifndef L8_OFFLOAD_H
 #define L8_OFFLOAD_H
@@ -91,9 +91,11 @@ typedef struct l8_offload_config {
                                      (empty storages always stay) */
     int prefetch_layers;          /* backward of layer i prefetches layers i-1 .. i-n;
                                      0: bring back on demand only (at restore) */
-    l8_trace *trace;              /* NULL: the context allocator's trace (or none) */
+    l8_trace *trace;              /* NULL: the context's (l8_ctx_trace; or none) */
 } l8_offload_config;
 #define L8_OFFLOAD_CONFIG_INIT { sizeof(l8_offload_config), L8_OFFLOAD_MIN_BYTES_DEFAULT, 1, NULL }
+/* Fill *cfg with L8_OFFLOAD_CONFIG_INIT, for bindings. NULL: nothing. */
+void l8_offload_config_init(l8_offload_config *cfg);
 
 /* Append-only. */
 typedef enum l8_offload_state {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/params.h"
+#include "runtime/fp8.h"
 #include "runtime/internal.h"
 
 #define ALIGN ((int64_t)L8_PARAMS_ALIGN_ELEMS)
@@ -108,6 +109,11 @@ static const param *get_param(const l8_params *g, int id)
 
 /* ------------------------------------------------------------------------ */
 /* create / destroy / add                                                    */
+
+void l8_params_config_init(l8_params_config *cfg)
+{
+    if (cfg) *cfg = (l8_params_config)L8_PARAMS_CONFIG_INIT;
+}
 
 l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg, l8_params **out)
 {
@@ -479,13 +485,6 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* Blocking copy between host bytes and a view's bytes through the compute
  * stream. */
@@ -554,7 +553,7 @@ l8_status l8_params_get_grad_host(l8_params *g, int id, float *out, size_t n)
     l8_status st = view_copy(g, g->p[id].grad, h, 0);
     if (st == L8_OK)
         for (size_t i = 0; i < n; i++)
-            out[i] = bf16_to_f32(h[i]);
+            out[i] = l8_bf16_to_f32(h[i]);
     free(h);
     return st;
 }

@@ -32,8 +32,8 @@
  *    and the optimizers (whose update of zero weight, zero grad, zero state
  *    is zero).
  *
- * Views never go missing (DESIGN.md "Grad buffers", seeds/000): finalize
- * creates a master view and a main_grad view for every parameter, and the
+ * Views never go missing (gradient buffers are always materialized):
+ * finalize creates a master view and a main_grad view for every parameter, and the
  * accessors hand out those views (borrowed) for the group's whole life. A
  * parameter that receives no gradient in a step still has its main_grad
  * view: it holds zeros after l8_params_zero_grad, and the optimizer steps it
@@ -82,6 +82,9 @@ typedef struct l8_params_config {
     l8_dtype grad_dtype;          /* L8_F32 (default) or L8_BF16 */
 } l8_params_config;
 #define L8_PARAMS_CONFIG_INIT { sizeof(l8_params_config), L8_F32 }
+/* Fill *cfg with the defaults of L8_PARAMS_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
+void l8_params_config_init(l8_params_config *cfg);
 
 /* A new empty group on ctx; cfg NULL: defaults. The caller owns *out.
  * Errors: L8_ERR_INVALID_ARG (grad dtype not f32/bf16, cfg->size too small),

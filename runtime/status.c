@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "runtime/status.h"
-#include "runtime/lean8.h"
+#include "runtime/config_internal.h"
 
 typedef struct err_slot {
     l8_error rec;
@@ -111,6 +111,29 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
     e->rec.file = file ? file : "";
     e->rec.line = line;
     return st;
+}
+
+/* The struct-size rule of config_internal.h. */
+l8_status l8i_config_copy(void *dst, size_t dst_size, const void *src, const char *fn,
+                          const char *init)
+{
+    size_t n;
+    memcpy(&n, src, sizeof n);
+    if (n < sizeof(size_t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu is smaller than the size field"
+                       " (initialize the struct with %s)", fn, n, init);
+    if (n > dst_size) {
+        const unsigned char *tail = (const unsigned char *)src;
+        for (size_t i = dst_size; i < n; i++)
+            if (tail[i] != 0)
+                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cfg->size %zu is larger than this"
+                               " library's %zu and byte %zu of the unknown tail is not zero"
+                               " (built against newer headers? use %s of this version)",
+                               fn, n, dst_size, i, init);
+    }
+    memcpy(dst, src, n < dst_size ? n : dst_size);
+    memcpy(dst, &dst_size, sizeof dst_size);
+    return L8_OK;
 }
 
 #ifndef L8_VERSION

@@ -73,6 +73,7 @@ const l8_error *l8_last_error(void);
  * CUDA_ERROR_OUT_OF_MEMORY (2) at alloc/cache.c:120: <message>". Library-owned. */
 const char *l8_last_error_string(void);
 
+/* Reset the calling thread's last error to L8_OK ("no error"). */
 void l8_error_clear(void);
 
 /* Record an error and return st. For library code and extensions; the
@@ -84,6 +85,10 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
 /* The constant name of an errno value ("ENOENT"), "errno" for others: the
  * foreign_name of L8_ERR_IO records. */
 const char *l8_errno_name(int e);
+
+/* The library's version string ("0.1.0"), for checking header vs library
+ * (lean8.h defines L8_VERSION_MAJOR/MINOR/PATCH). */
+const char *l8_version(void);
 
 /* ---- checking macros (also usable by embedders) ---- */
 

@@ -870,3 +870,15 @@ l8_status l8_tensor_copy_to_host(const l8_tensor *src, void *host, size_t bytes,
     L8_CHECK(l8_storage_record_stream(src->st, s));
     return l8_memcpy_dtoh(s, host, sp, bytes);
 }
+
+l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx)
+{
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (ctx && l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (!l8_tensor_is_contiguous(t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is not contiguous (make it contiguous first)",
+                       op, name);
+    return L8_OK;
+}

@@ -1,5 +1,5 @@
 /* test_alloc.c - the caching allocator (alloc/alloc.h), its providers and
- * the training-like replay (alloc/replay.h).
+ * the training-like replay (tools/replay.h).
  *
  * Most tests run over `tp`, a test provider whose segments come from the host
  * provider (or are fake addresses) and whose events complete only when the
@@ -14,7 +14,7 @@
 #include <time.h>
 #include "tests/tests.h"
 #include "alloc/alloc.h"
-#include "alloc/replay.h"
+#include "tools/replay.h"
 #include "alloc/trace.h"
 
 #define KIB ((size_t)1 << 10)
@@ -1048,6 +1048,7 @@ START_TEST(test_trace_events)
     l8_trace_config tc = L8_TRACE_CONFIG_INIT;
     tc.capacity = 1024;
     L8_CK(l8_trace_create(&tc, &tr));
+    L8_CK(l8_trace_set_stream(tr, -1, 5, L8_TRACE_STREAM_COPY));   /* recorded by role */
     tp t;
     tp_init(&t, 1);
     l8_alloc_config cfg = L8_ALLOC_CONFIG_INIT;
@@ -1074,7 +1075,7 @@ START_TEST(test_trace_events)
             ck_assert_uint_eq(ev[i].addr, (uintptr_t)x);
             ck_assert_uint_eq(ev[i].size, 1024);
             ck_assert_uint_eq(ev[i].aux, 1000);
-            ck_assert_uint_eq(ev[i].stream, 5);
+            ck_assert_uint_eq(ev[i].stream, L8_TRACE_STREAM_COPY);
         }
         if (ev[i].kind == L8_TRACE_OOM) {
             ck_assert_uint_eq(ev[i].size, 3 * MIB);
@@ -1091,8 +1092,8 @@ END_TEST
 
 START_TEST(test_idle_segments_consolidate)
 {
-    l8_virtual_provider vp;
-    l8_virtual_provider_init(&vp, 0);
+    replay_virtual_provider vp;
+    replay_virtual_provider_init(&vp, 0);
     l8_alloc *a = make_alloc(&vp.base, 0);
     void *p[10];
     for (int i = 0; i < 10; i++) L8_CK(l8_alloc_malloc(a, 30 * MIB, 0, &p[i]));
@@ -1115,15 +1116,15 @@ START_TEST(test_idle_segments_consolidate)
 }
 END_TEST
 
-static void replay_one(l8_replay_config *c, double bound)
+static void replay_one(replay_config *c, double bound)
 {
-    l8_virtual_provider vp;
-    l8_virtual_provider_init(&vp, 0);
+    replay_virtual_provider vp;
+    replay_virtual_provider_init(&vp, 0);
     l8_alloc *a = make_alloc(&vp.base, 0);
-    l8_replay_result res;
+    replay_result res;
     memset(&res, 0, sizeof res);
     res.size = sizeof res;
-    L8_CK(l8_alloc_replay_training(a, 0, c, &res));
+    L8_CK(replay_training(a, 0, c, &res));
     printf("alloc replay: hidden %d, %d layers, %d steps, seed %llu: allocated peak %.2f GiB, "
            "reserved peak %.2f GiB, ratio %.3f (%llu ops, %.0f ns/op)\n", c->hidden, c->layers,
            c->steps, (unsigned long long)c->seed, (double)res.allocated_peak / (1 << 30),
@@ -1145,7 +1146,7 @@ START_TEST(test_replay_fragmentation)
 {
     l8_rng r;
     l8_rng_init(&r, 404);
-    l8_replay_config c = L8_REPLAY_CONFIG_INIT;   /* 24 x 4096, 2k-16k tokens */
+    replay_config c = REPLAY_CONFIG_INIT;   /* 24 x 4096, 2k-16k tokens */
     c.seed = l8_rng_next(&r);
     if (l8_test_quick()) c.steps = 20;
     replay_one(&c, 1.10);
@@ -1157,18 +1158,18 @@ END_TEST
 
 START_TEST(test_replay_bad_config_and_oom)
 {
-    l8_virtual_provider vp;
-    l8_virtual_provider_init(&vp, 2ull << 30);   /* a 2 GiB device */
+    replay_virtual_provider vp;
+    replay_virtual_provider_init(&vp, 2ull << 30);   /* a 2 GiB device */
     l8_alloc *a = make_alloc(&vp.base, 0);
-    l8_replay_result res;
+    replay_result res;
     memset(&res, 0, sizeof res);
     res.size = sizeof res;
-    l8_replay_config c = L8_REPLAY_CONFIG_INIT;
+    replay_config c = REPLAY_CONFIG_INIT;
     c.hidden = 100;
-    L8_CK_ST(l8_alloc_replay_training(a, 0, &c, &res), L8_ERR_INVALID_ARG);
+    L8_CK_ST(replay_training(a, 0, &c, &res), L8_ERR_INVALID_ARG);
     c.hidden = 4096;
     c.steps = 2;
-    L8_CK_ST(l8_alloc_replay_training(a, 0, &c, &res), L8_ERR_OOM);
+    L8_CK_ST(replay_training(a, 0, &c, &res), L8_ERR_OOM);
     /* the replay gave back everything it held */
     l8_alloc_stats s = stats_of(a);
     ck_assert_uint_eq(s.allocated_bytes, 0);

@@ -2,7 +2,7 @@
  * malformation it must refuse, and the real data set when it is installed.
  *
  * Synthetic IDX files are built byte by byte (big-endian header, then data)
- * and gzipped through the loader's own run-time zlib (l8_fmnist_gz_write)
+ * and gzipped through the loader's own run-time zlib (fmnist_gz_write)
  * into a fresh mkdtemp directory per test.
  */
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include "tools/fmnist.h"
 
 #define EXPECT(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
-#define PIX L8_FMNIST_PIXELS
+#define PIX FMNIST_PIXELS
 
 typedef struct dir {
     char path[256];
@@ -81,7 +81,7 @@ static void write_gz(const dir *d, const char *name, const void *b, size_t n)
 {
     char p[400];
     snprintf(p, sizeof p, "%s/%s", d->path, name);
-    L8_CK(l8_fmnist_gz_write(p, b, n));
+    L8_CK(fmnist_gz_write(p, b, n));
 }
 
 static void write_plain(const dir *d, const char *name, const void *b, size_t n)
@@ -126,7 +126,7 @@ static void synth_free(synth *s)
     free(s->labels_file.b);
 }
 
-static void check_loaded(const l8_fmnist *ds, const synth *s)
+static void check_loaded(const fmnist_data *ds, const synth *s)
 {
     ck_assert_uint_eq(ds->n, s->n);
     ck_assert(!memcmp(ds->images, s->pixels, s->n * PIX));
@@ -140,9 +140,9 @@ START_TEST(test_load_synthetic)
     synth s = synth_make(37, 1);
     write_gz(&d, "train-images-idx3-ubyte.gz", s.images_file.b, s.images_file.n);
     write_gz(&d, "train-labels-idx1-ubyte.gz", s.labels_file.b, s.labels_file.n);
-    l8_fmnist ds;
+    fmnist_data ds;
     memset(&ds, 0, sizeof ds);
-    L8_CK(l8_fmnist_load(d.path, "train", &ds));
+    L8_CK(fmnist_load(d.path, "train", &ds));
     check_loaded(&ds, &s);
 
     /* a batch: repeats allowed, values exactly the documented formula */
@@ -156,7 +156,7 @@ START_TEST(test_load_synthetic)
     ix[2] = ix[3];
     float *x = malloc(sizeof(float) * B * PIX);
     int32_t y[B];
-    L8_CK(l8_fmnist_batch(&ds, ix, B, x, y));
+    L8_CK(fmnist_batch(&ds, ix, B, x, y));
     for (int b = 0; b < B; b++) {
         EXPECT(y[b] == s.labels[ix[b]], "label %d", b);
         for (int p = 0; p < PIX; p++) {
@@ -165,45 +165,45 @@ START_TEST(test_load_synthetic)
                    (double)x[(size_t)b * PIX + p], (double)want);
         }
     }
-    L8_CK(l8_fmnist_batch(&ds, ix, B, x, NULL));             /* y optional */
-    L8_CK(l8_fmnist_batch(&ds, NULL, 0, NULL, NULL));        /* empty batch */
+    L8_CK(fmnist_batch(&ds, ix, B, x, NULL));             /* y optional */
+    L8_CK(fmnist_batch(&ds, NULL, 0, NULL, NULL));        /* empty batch */
 
     /* bad indices: refused, outputs untouched */
     for (int b = 0; b < B * PIX; b++) x[b] = -1234.5f;
     for (int b = 0; b < B; b++) y[b] = -7;
     ix[B - 1] = (int64_t)s.n;
-    L8_CK_ST(l8_fmnist_batch(&ds, ix, B, x, y), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_batch(&ds, ix, B, x, y), L8_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "idx[49] = 37"));
     ix[B - 1] = -1;
-    L8_CK_ST(l8_fmnist_batch(&ds, ix, B, x, y), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_batch(&ds, ix, B, x, y), L8_ERR_INVALID_ARG);
     for (int b = 0; b < B * PIX; b++) EXPECT(x[b] == -1234.5f, "x[%d] written", b);
     for (int b = 0; b < B; b++) EXPECT(y[b] == -7, "y[%d] written", b);
-    L8_CK_ST(l8_fmnist_batch(&ds, ix, B, NULL, y), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_fmnist_batch(NULL, ix, B, x, y), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_batch(&ds, ix, B, NULL, y), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_batch(NULL, ix, B, x, y), L8_ERR_INVALID_ARG);
     free(x);
-    l8_fmnist_free(&ds);
+    fmnist_free(&ds);
     ck_assert(ds.n == 0 && ds.images == NULL && ds.labels == NULL);
-    l8_fmnist_free(&ds);
-    l8_fmnist_free(NULL);
-    L8_CK_ST(l8_fmnist_batch(&ds, NULL, 0, NULL, NULL), L8_ERR_INVALID_ARG);
+    fmnist_free(&ds);
+    fmnist_free(NULL);
+    L8_CK_ST(fmnist_batch(&ds, NULL, 0, NULL, NULL), L8_ERR_INVALID_ARG);
 
     /* plain IDX bytes under the .gz name are read as they are (zlib's transparent mode) */
     write_plain(&d, "train-images-idx3-ubyte.gz", s.images_file.b, s.images_file.n);
-    L8_CK(l8_fmnist_load(d.path, "train", &ds));
+    L8_CK(fmnist_load(d.path, "train", &ds));
     check_loaded(&ds, &s);
-    l8_fmnist_free(&ds);
+    fmnist_free(&ds);
     /* a gunzipped data set: only the names without .gz exist */
     dir_clear(&d);
     write_plain(&d, "train-images-idx3-ubyte", s.images_file.b, s.images_file.n);
     write_gz(&d, "train-labels-idx1-ubyte", s.labels_file.b, s.labels_file.n);
-    L8_CK(l8_fmnist_load(d.path, "train", &ds));
+    L8_CK(fmnist_load(d.path, "train", &ds));
     check_loaded(&ds, &s);
-    l8_fmnist_free(&ds);
+    fmnist_free(&ds);
 
-    ck_assert_str_eq(l8_fmnist_class_name(0), "T-shirt/top");
-    ck_assert_str_eq(l8_fmnist_class_name(9), "Ankle boot");
-    ck_assert_str_eq(l8_fmnist_class_name(10), "?");
-    ck_assert_str_eq(l8_fmnist_class_name(-1), "?");
+    ck_assert_str_eq(fmnist_class_name(0), "T-shirt/top");
+    ck_assert_str_eq(fmnist_class_name(9), "Ankle boot");
+    ck_assert_str_eq(fmnist_class_name(10), "?");
+    ck_assert_str_eq(fmnist_class_name(-1), "?");
     synth_free(&s);
     dir_finish(&d);
 }
@@ -213,8 +213,8 @@ START_TEST(test_missing_and_arguments)
 {
     dir d;
     dir_init(&d);
-    l8_fmnist ds = { 5, (uint8_t *)&ds, (uint8_t *)&ds };     /* must stay untouched */
-    L8_CK_ST(l8_fmnist_load(d.path, "train", &ds), L8_ERR_IO);
+    fmnist_data ds = { 5, (uint8_t *)&ds, (uint8_t *)&ds };     /* must stay untouched */
+    L8_CK_ST(fmnist_load(d.path, "train", &ds), L8_ERR_IO);
     const char *msg = l8_last_error()->message;
     ck_assert_str_eq(l8_last_error()->foreign_name, "ENOENT");
     ck_assert_ptr_nonnull(strstr(msg, "train-images-idx3-ubyte.gz"));
@@ -222,16 +222,16 @@ START_TEST(test_missing_and_arguments)
     /* images present, labels missing: the message names the labels file */
     synth s = synth_make(3, 3);
     write_gz(&d, "t10k-images-idx3-ubyte.gz", s.images_file.b, s.images_file.n);
-    L8_CK_ST(l8_fmnist_load(d.path, "t10k", &ds), L8_ERR_IO);
+    L8_CK_ST(fmnist_load(d.path, "t10k", &ds), L8_ERR_IO);
     ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "t10k-labels-idx1-ubyte.gz"));
     ck_assert(ds.n == 5 && ds.images == (uint8_t *)&ds);
-    L8_CK_ST(l8_fmnist_load(d.path, "valid", &ds), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_fmnist_load(d.path, NULL, &ds), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_fmnist_load(d.path, "train", NULL), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_fmnist_gz_write(NULL, "x", 1), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_load(d.path, "valid", &ds), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_load(d.path, NULL, &ds), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_load(d.path, "train", NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(fmnist_gz_write(NULL, "x", 1), L8_ERR_INVALID_ARG);
     char p[400];
     snprintf(p, sizeof p, "%s/no/such/dir/x.gz", d.path);
-    L8_CK_ST(l8_fmnist_gz_write(p, "x", 1), L8_ERR_IO);
+    L8_CK_ST(fmnist_gz_write(p, "x", 1), L8_ERR_IO);
     synth_free(&s);
     dir_finish(&d);
 }
@@ -244,8 +244,8 @@ static void expect_malformed(const dir *d, const idx *images, const idx *labels,
     if (plain_images) write_plain(d, "train-images-idx3-ubyte.gz", images->b, images->n);
     else write_gz(d, "train-images-idx3-ubyte.gz", images->b, images->n);
     write_gz(d, "train-labels-idx1-ubyte.gz", labels->b, labels->n);
-    l8_fmnist ds = { 0, NULL, NULL };
-    l8_status st = l8_fmnist_load(d->path, "train", &ds);
+    fmnist_data ds = { 0, NULL, NULL };
+    l8_status st = fmnist_load(d->path, "train", &ds);
     EXPECT(st == L8_ERR_INVALID_ARG, "%s: load -> %s (%s)", what, l8_status_name(st),
            st ? l8_last_error_string() : "accepted");
     const char *m = l8_last_error()->message;
@@ -333,7 +333,7 @@ START_TEST(test_malformed)
     /* damaged gzip: cut anywhere, or a flipped byte */
     char gz[400];
     snprintf(gz, sizeof gz, "%s/%s", d.path, IMG);
-    L8_CK(l8_fmnist_gz_write(gz, s.images_file.b, s.images_file.n));
+    L8_CK(fmnist_gz_write(gz, s.images_file.b, s.images_file.n));
     FILE *f = fopen(gz, "rb");
     unsigned char comp[16384];
     size_t cn = fread(comp, 1, sizeof comp, f);
@@ -367,7 +367,7 @@ END_TEST
 START_TEST(test_real_dataset)
 {
     char p[512];
-    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", L8_FMNIST_DIR);
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", FMNIST_DIR);
     struct stat sb;
     if (stat(p, &sb) != 0) {
         printf("fmnist: real data set SKIPPED: %s not found (apt-get install dataset-fashion-mnist)\n", p);
@@ -376,12 +376,12 @@ START_TEST(test_real_dataset)
     const char *splits[2] = { "t10k", "train" };
     const size_t want_n[2] = { 10000, 60000 };
     for (int k = 0; k < 2; k++) {
-        l8_fmnist ds;
-        L8_CK(l8_fmnist_load(NULL, splits[k], &ds));
+        fmnist_data ds;
+        L8_CK(fmnist_load(NULL, splits[k], &ds));
         ck_assert_uint_eq(ds.n, want_n[k]);
-        size_t hist[L8_FMNIST_CLASSES] = { 0 };
+        size_t hist[FMNIST_CLASSES] = { 0 };
         for (size_t i = 0; i < ds.n; i++) hist[ds.labels[i]]++;
-        for (int c = 0; c < L8_FMNIST_CLASSES; c++)
+        for (int c = 0; c < FMNIST_CLASSES; c++)
             EXPECT(hist[c] == want_n[k] / 10, "%s: class %d has %zu images", splits[k], c, hist[c]);
         if (k == 1) {
             /* the normalization constants are the training set's statistics */
@@ -392,10 +392,10 @@ START_TEST(test_real_dataset)
                 sq += v * v;
             }
             double mean = sum / m, sd = sqrt(sq / m - mean * mean);
-            EXPECT(fabs(mean - L8_FMNIST_MEAN) < 5e-4 && fabs(sd - L8_FMNIST_STD) < 5e-4,
+            EXPECT(fabs(mean - FMNIST_MEAN) < 5e-4 && fabs(sd - FMNIST_STD) < 5e-4,
                    "train pixels: mean %.4f std %.4f", mean, sd);
         }
-        l8_fmnist_free(&ds);
+        fmnist_free(&ds);
     }
 }
 END_TEST

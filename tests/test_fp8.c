@@ -25,7 +25,7 @@
 #define xmalloc l8t_xmalloc
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 #include "ops/cast.h"
 
 static const l8_dtype FMTS[2] = { L8_E4M3, L8_E5M2 };

@@ -6,7 +6,7 @@
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "ops/loss.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 
 typedef struct case_t {
     l8_tensor *x, *lab, *dx, *loss, *hit;

@@ -375,7 +375,7 @@ static void faults_case(int gpu)
     /* bad input */
     l8_offload_config bad = L8_OFFLOAD_CONFIG_INIT;
     l8_offload *o2 = NULL;
-    bad.size = 8;
+    bad.size = 4;                       /* does not even cover the size field */
     L8_CK_ST(l8_offload_create(ctx, &bad, &o2), L8_ERR_INVALID_ARG);
     bad = (l8_offload_config)L8_OFFLOAD_CONFIG_INIT;
     bad.prefetch_layers = -1;

@@ -878,7 +878,7 @@ START_TEST(test_errors)
     l8_adamw_config bad_a[8];
     for (int i = 0; i < 8; i++)
         bad_a[i] = a;
-    bad_a[0].size = 8;
+    bad_a[0].size = 4;                 /* smaller than the size field */
     bad_a[1].lr = -1.0f;
     bad_a[2].lr = NAN;
     bad_a[3].beta1 = 1.0f;
@@ -894,7 +894,7 @@ START_TEST(test_errors)
     l8_sgd_config bad_s[6];
     for (int i = 0; i < 6; i++)
         bad_s[i] = sgd;
-    bad_s[0].size = 8;
+    bad_s[0].size = 4;
     bad_s[1].momentum = -0.5f;
     bad_s[2].dampening = 1.5f;
     bad_s[3].nesterov = 1;                                  /* without momentum */

@@ -16,7 +16,7 @@
 #include "runtime/lean8.h"
 #include "ops/recipe.h"
 #include "ops/linear.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 
 static l8_ctx *mk_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 

@@ -39,6 +39,10 @@ Suite *l8_fmnist_suite(void);
 Suite *l8_params_suite(void);
 Suite *l8_optim_suite(void);
 Suite *l8_gather_suite(void);
+Suite *l8_comm_suite(void);
+Suite *l8_tp_suite(void);
+Suite *l8_interleave_suite(void);
+Suite *l8_abi_suite(void);
 Suite *l8_offload_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
@@ -83,5 +87,39 @@ const char *l8t_tmp_file(l8t_tmpdir *d, const char *name);
 #define L8_CK_ST(expr, want) do { l8_status l8__t = (expr); \
     ck_assert_msg(l8__t == (want), "%s -> %s, wanted %s (%s)", #expr, l8_status_name(l8__t), \
                   l8_status_name(want), l8_last_error_string()); } while (0)
+
+/* ---- world.c: ranks as threads of this process (host contexts) ----
+ * Each rank creates a host context, joins communicator *id as rank of
+ * world, runs fn and records its status, message and output; threads never
+ * assert (Check's assertions belong to the test's thread). */
+struct l8_comm;
+struct l8_comm_id;
+typedef struct l8t_job l8t_job;
+typedef l8_status (*l8t_rank_fn)(l8t_job *j, struct l8_comm *c, l8_ctx *ctx);
+
+struct l8t_job {
+    int rank, world;
+    const struct l8_comm_id *id;
+    int timeout_ms;
+    l8t_rank_fn fn;
+    const void *arg;
+    l8_status st;                 /* the first failure, or L8_OK */
+    char err[700];
+    unsigned char *out;           /* what the rank produced (malloc'ed by fn) */
+    size_t out_bytes;
+};
+
+void *l8t_rank_main(void *job);
+/* A new id of transport t (int: an l8_comm_transport). */
+struct l8_comm_id l8t_comm_id(int transport);
+/* Run fn on `world` (<= 8) ranks of a new communicator of transport t;
+ * jobs[world] out. timeout_ms 0: 20 s. */
+void l8t_world_run(int world, int transport, l8t_rank_fn fn, const void *arg, l8t_job *jobs,
+                   int timeout_ms);
+void l8t_world_free(l8t_job *jobs, int world);
+/* Fail the test unless every rank returned L8_OK. */
+void l8t_world_ok(l8t_job *jobs, int world);
+/* Copy bytes into j->out. */
+l8_status l8t_keep(l8t_job *j, const void *p, size_t bytes);
 
 #endif

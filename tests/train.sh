@@ -5,9 +5,17 @@
 #   2. resuming from a checkpoint gives bitwise the same losses and accuracies
 #      as the uninterrupted run;
 #   3. a truncated, corrupt or mismatched checkpoint is refused with a clear
-#      message, and the previous checkpoint is left intact;
-#   4. bad flags and a missing dataset are clear errors, not crashes;
-#   5. --offload (every layer, and all but the last) gives bitwise the losses
+#      message naming what differs, and no file is changed by the refusal; a
+#      save killed mid-write (SIGXFSZ) leaves the previous checkpoint intact
+#      and the next save removes its temporary file;
+#   4. bad flags and a missing dataset are clear errors naming the flag, not
+#      crashes; --help and --version exit 0;
+#   5. --tp 2 through lean8-run (host ranks over TCP) trains the same model as
+#      --tp 1: every epoch's loss and test accuracy within FP8 / bf16 rounding
+#      (the row-parallel layer adds per-rank partial sums); --tp without the
+#      ranks is a clear error. On a one-GPU device this part is skipped (NCCL
+#      refuses two ranks on one GPU).
+#   6. --offload (every layer, and all but the last) gives bitwise the losses
 #      of the run without it, and really gives device memory back.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
@@ -56,32 +64,80 @@ else ok "--offload=-1 refused"; fi
 for mode in fp8 bf16; do
     "$bin" "${args[@]}" --$mode --epochs 1 --save "$tmp/$mode.ckpt" > /dev/null 2>&1 || bad "$mode save"
 done
-# a run that fails to save (unwritable target) leaves the old checkpoint byte-identical
 cp "$tmp/fp8.ckpt" "$tmp/keep.ckpt"
+# --save is checked before training: a missing directory fails at once, no epoch runs
 if "$bin" "${args[@]}" --epochs 1 --save "$tmp/nodir/x.ckpt" > "$tmp/o.txt" 2>&1; then bad "save into a missing directory succeeded"
-else ok "save into a missing directory is an error: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"; fi
-cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "previous checkpoint intact" || bad "previous checkpoint changed"
+elif grep -q '^epoch' "$tmp/o.txt"; then bad "save into a missing directory failed only after training"
+else ok "save into a missing directory is an error before training: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"; fi
+# a save killed half-way (file size limit: SIGXFSZ) over an existing checkpoint
+# leaves that checkpoint byte-identical; the next save removes the temporary
+rc=$( { (ulimit -c 0; ulimit -f 64; exec "$bin" "${args[@]}" --epochs 1 --save "$tmp/fp8.ckpt") \
+        > "$tmp/o.txt" 2>&1; echo $?; } 2>/dev/null )
+stale=$(ls "$tmp"/fp8.ckpt.tmp.* 2>/dev/null | wc -l)
+if [ $rc -ne 0 ] && [ "$stale" -gt 0 ]; then ok "a save killed by SIGXFSZ (exit $rc) leaves a temporary file"
+else bad "the size-limited save did not die mid-write (exit $rc, $stale temporaries)"; fi
+cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "previous checkpoint intact after the killed save" || bad "previous checkpoint changed by the killed save"
+"$bin" "${args[@]}" --epochs 1 --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1 || bad "save after a killed save"
+if ls "$tmp"/fp8.ckpt.tmp.* > /dev/null 2>&1; then bad "the stale temporary file is still there"
+else ok "the next save removed the stale temporary: $(grep -m1 -o 'removed [^ ]*' "$tmp/o.txt")"; fi
+cp "$tmp/fp8.ckpt" "$tmp/keep.ckpt"
 
 size=$(stat -c %s "$tmp/fp8.ckpt")
 head -c $((size / 2)) "$tmp/fp8.ckpt" > "$tmp/trunc.ckpt"
 cp "$tmp/fp8.ckpt" "$tmp/corrupt.ckpt"
 printf '\xff' | dd of="$tmp/corrupt.ckpt" bs=1 seek=$((size / 3)) conv=notrunc 2>/dev/null
+mkdir -p "$tmp/keep" && cp "$tmp/trunc.ckpt" "$tmp/corrupt.ckpt" "$tmp/bf16.ckpt" "$tmp/keep/"
+# every refused resume also names fp8.ckpt as --save: a run that fails before
+# training must not touch the checkpoint it would have written
 for c in trunc corrupt; do
-    if "$bin" "${args[@]}" --epochs 2 --resume "$tmp/$c.ckpt" > "$tmp/o.txt" 2>&1; then bad "$c checkpoint accepted"
+    if "$bin" "${args[@]}" --epochs 2 --resume "$tmp/$c.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "$c checkpoint accepted"
     elif grep -q "$c.ckpt" "$tmp/o.txt"; then ok "$c checkpoint refused: $(grep -m1 -o 'L8_ERR_[A-Z_]*' "$tmp/o.txt")"
     else bad "$c checkpoint refused without naming the file"; cat "$tmp/o.txt"; fi
 done
-if "$bin" "${args[@]}" --fp8 --epochs 2 --resume "$tmp/bf16.ckpt" > "$tmp/o.txt" 2>&1; then bad "bf16 checkpoint accepted by an fp8 run"
-elif grep -q "another model" "$tmp/o.txt"; then ok "mismatched checkpoint refused"
+if "$bin" "${args[@]}" --fp8 --epochs 2 --resume "$tmp/bf16.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "bf16 checkpoint accepted by an fp8 run"
+elif grep -q "another model.*written by a --bf16 run, this run is --fp8" "$tmp/o.txt"; then ok "mismatched checkpoint refused, naming the field"
 else bad "mismatch message unclear"; cat "$tmp/o.txt"; fi
-cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "checkpoint untouched by failed loads" || bad "checkpoint changed by a load"
+if "$bin" "${args[@]}" --fp8 --epochs 2 --batch 32 --resume "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "resume with another --batch accepted"
+elif grep -q -- "--batch 64, this run 32" "$tmp/o.txt"; then ok "resume with another --batch refused, naming it"
+else bad "resume mismatch message unclear"; cat "$tmp/o.txt"; fi
+cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "--save target untouched by runs whose resume failed" || bad "--save target changed by a failed run"
+same=1
+for c in trunc corrupt bf16; do cmp -s "$tmp/$c.ckpt" "$tmp/keep/$c.ckpt" || same=0; done
+[ $same = 1 ] && ok "refused checkpoints are left as they were" || bad "a refused checkpoint was modified"
+
+run=$(dirname "$bin")/lean8-run
+if [ "$dev" = host ]; then
+    for mode in fp8 bf16; do
+        tpa=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 2 --$mode)
+        "$bin" "${tpa[@]}" > "$tmp/tp1.txt" 2>&1
+        L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${tpa[@]}" --tp 2 > "$tmp/tp2.txt" 2>&1; rc=$?
+        close=$(paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt") | awk -v n=0 '
+            { n++; d = $4 - $13; if (d < 0) d = -d; a = $9 - $18; if (a < 0) a = -a;
+              if (d > 0.02 * $4 || a > 0.01) bad = 1 }
+            END { print (n == 2 && !bad) ? "yes" : "no" }')
+        if [ $rc = 0 ] && [ "$close" = yes ]; then ok "$mode: --tp 2 (lean8-run -n 2) trains as --tp 1: $(core "$tmp/tp2.txt" | tail -1 | awk '{print "loss", $4, "acc", $9}') vs $(core "$tmp/tp1.txt" | tail -1 | awk '{print $4, $9}')"
+        else bad "$mode: --tp 2 differs from --tp 1 (rc $rc)"; paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt"); tail -5 "$tmp/tp2.txt"; fi
+    done
+    "$bin" --device host --data "$data" --tp 2 --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?
+    if [ $rc != 0 ] && grep -q "lean8-run -n 2" "$tmp/o.txt"; then ok "--tp 2 without two ranks: a clear error"
+    else bad "--tp 2 alone: rc $rc"; cat "$tmp/o.txt"; fi
+else
+    echo "  skip  --tp 2: one GPU cannot hold two NCCL ranks (run it on the host backend)"
+fi
 
 if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing dataset accepted"
 elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: clear error"
 else bad "missing dataset message unclear"; cat "$tmp/o.txt"; fi
-for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate"; do
+for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate" "--epochs 4294967297" \
+         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
-    [ $rc = 2 ] && ok "bad flag '$a' -> usage (exit 2)" || { bad "bad flag '$a' exit $rc"; cat "$tmp/o.txt"; }
+    flag=${a%% *}
+    if [ $rc = 2 ] && grep -q -- "$flag" "$tmp/o.txt"; then ok "bad flag '$a' -> message naming $flag, exit 2"
+    else bad "bad flag '$a' exit $rc"; cat "$tmp/o.txt"; fi
+done
+for a in --help --version; do
+    "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
+    [ $rc = 0 ] && [ -s "$tmp/o.txt" ] && ok "$a exits 0" || { bad "$a exit $rc"; cat "$tmp/o.txt"; }
 done
 echo "train ($dev): $pass passed, $fail failed"
 [ $fail = 0 ]

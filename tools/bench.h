@@ -40,6 +40,14 @@ int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);
 int bench_linear(const bench_opts *o);
 int bench_gemm(const bench_opts *o);
+/* comm: bench_comm runs the parts below (bench_comm.c). */
+int bench_comm(const bench_opts *o);
+/* The last-dimension rearrangement (l8i_interleave) against a device copy. */
+int bench_comm_interleave(const bench_opts *o, bench_json *j);
+/* All-reduce, all-gather (first and last dim), reduce-scatter bus bandwidth:
+ * launched (WORLD_SIZE > 1) over l8_comm_init_env, else the host transports. */
+int bench_comm_collectives(const bench_opts *o, bench_json *j);
+int bench_trace(const bench_opts *o);
 int bench_offload(const bench_opts *o);
 
 #endif

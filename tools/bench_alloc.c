@@ -5,7 +5,7 @@
  *    lean8 (l8_alloc_malloc/l8_alloc_free), cuMemAlloc/cuMemFree, and
  *    cuMemAllocAsync/cuMemFreeAsync on a stream with the default pool's
  *    release threshold raised (the driver's warm pool).
- * 2. Fragmentation on a replayed training-like trace (alloc/replay.h):
+ * 2. Fragmentation on a replayed training-like trace (tools/replay.h):
  *    reserved peak / allocated peak. --dump-trace writes the same trace as
  *    text ("a ID BYTES" / "f ID") for tools/bench_alloc_torch.py to replay
  *    through PyTorch's allocator side by side.
@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tools/bench.h"
+/* Internal on purpose: the baselines are raw cuMemAlloc/cuMemAllocAsync through
+ * the driver table (L8_CU, l8i_stream_cu), which no public header offers. */
 #include "runtime/internal.h"
-#include "alloc/replay.h"
+#include "tools/replay.h"
 #include "alloc/trace.h"
 
 static const size_t k_sizes[] = { 512, 64u << 10, 1u << 20, 16u << 20, 256u << 20 };
@@ -105,22 +107,22 @@ static l8_status raise_pool_threshold(l8_ctx *ctx)
 /* Write the replay's malloc/free sequence as text for the PyTorch replay:
  * run it once on fake addresses with a trace attached and turn the trace's
  * ALLOC / FREE_REQUESTED events into "a ADDR BYTES" / "f ADDR" lines. */
-static l8_status dump_trace(const l8_replay_config *rc, const char *path)
+static l8_status dump_trace(const replay_config *rc, const char *path)
 {
-    l8_virtual_provider vp;
+    replay_virtual_provider vp;
     l8_trace_config tc = L8_TRACE_CONFIG_INIT;
     l8_alloc_config ac = L8_ALLOC_CONFIG_INIT;
     l8_trace *t = NULL;
     l8_alloc *a = NULL;
-    l8_replay_result rr = { .size = sizeof rr };
+    replay_result rr = { .size = sizeof rr };
     FILE *f = NULL;
     l8_status st;
-    l8_virtual_provider_init(&vp, 0);
+    replay_virtual_provider_init(&vp, 0);
     tc.capacity = 1u << 23;
     L8_TRY(st, l8_trace_create(&tc, &t), out);
     ac.trace = t;
     L8_TRY(st, l8_alloc_create(&ac, &vp.base, &a), out);
-    L8_TRY(st, l8_alloc_replay_training(a, 0, rc, &rr), out);
+    L8_TRY(st, replay_training(a, 0, rc, &rr), out);
     if (l8_trace_count(t) != l8_trace_held(t)) {
         st = L8_FAIL(L8_ERR_INTERNAL, "trace ring too small for the replay");
         goto out;
@@ -146,8 +148,8 @@ out:
 
 static int fragmentation(l8_ctx *ctx, const bench_opts *o, bench_json *j)
 {
-    l8_replay_config rc = L8_REPLAY_CONFIG_INIT;
-    l8_replay_result rr = { .size = sizeof rr };
+    replay_config rc = REPLAY_CONFIG_INIT;
+    replay_result rr = { .size = sizeof rr };
     if (o->quick) rc.steps /= 4;
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) rc.hidden /= 8;   /* keep host memory modest */
     if (o->dump_trace && dump_trace(&rc, o->dump_trace) != L8_OK) {
@@ -156,7 +158,7 @@ static int fragmentation(l8_ctx *ctx, const bench_opts *o, bench_json *j)
     }
     l8_alloc *a = l8_ctx_allocator(ctx);
     if (l8_alloc_empty_cache(a) != L8_OK) return 1;
-    if (l8_alloc_replay_training(a, l8_stream_handle(l8_ctx_stream(ctx, L8_STREAM_COMPUTE)), &rc,
+    if (replay_training(a, l8_stream_handle(l8_ctx_stream(ctx, L8_STREAM_COMPUTE)), &rc,
                                  &rr) != L8_OK) {
         fprintf(stderr, "replay: %s\n", l8_last_error_string());
         return 1;

@@ -37,7 +37,7 @@
 #include <string.h>
 #include "tools/bench.h"
 #include "ops/gemm.h"
-#include "ops/fp8.h"
+#include "runtime/fp8.h"
 
 static const int64_t k_shapes[][3] = {
     { 8192, 8192, 8192 }, { 16384, 4096, 4096 }, { 4096, 4096, 4096 },

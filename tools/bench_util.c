@@ -42,14 +42,14 @@ int bench_json_open(bench_json *j, const char *path, const char *bench, const ch
 
 void bench_json_num(bench_json *j, const char *key, double v)
 {
-    if (!j->f) return;
+    if (!j || !j->f) return;
     fprintf(j->f, "%s\n  \"%s\": %.6g", j->first ? "" : ",", key, v);
     j->first = 0;
 }
 
 void bench_json_str(bench_json *j, const char *key, const char *v)
 {
-    if (!j->f) return;
+    if (!j || !j->f) return;
     fprintf(j->f, "%s\n  \"%s\": \"", j->first ? "" : ",", key);
     for (const char *p = v; *p; p++) {
         if (*p == '"' || *p == '\\') fputc('\\', j->f);

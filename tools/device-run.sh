@@ -13,6 +13,9 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
+#   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
+#             the NCCL watchdog at world size 1 (tests/comm_prog watchdog: an
+#             all-reduce stuck behind a second of GEMMs must be aborted)
 #   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints),
 #             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
 #             the Fashion-MNIST files carried along: the machine has no
@@ -31,7 +34,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear offload train}
+stages=${*:-gpu memcheck info alloc cast gemm linear offload comm train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -52,7 +55,7 @@ step() {  # step NAME LOGFILE COMMAND...
 
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-step "build" build.log make -j16 all WERROR=1
+step "build" build.log make -j16 all build/tests/comm_prog WERROR=1
 want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu
 want test && step "make test" test.log make test FMNIST_DIR=$PWD/.data
 want info && step "lean8-info" info.log build/bin/lean8-info
@@ -82,6 +85,10 @@ if want offload; then
     step "bench offload" bench-offload.log build/bin/lean8-bench offload --json "$OUT/bench-offload.json"
     step "torch offload" torch-offload.log python3 tools/bench_torch_offload.py "$OUT/bench-offload.json"
 fi
+if want comm; then
+    step "bench comm" bench-comm.log build/bin/lean8-bench comm --json "$OUT/bench-comm.json"
+    step "nccl watchdog" watchdog.log env L8_COMM_TIMEOUT=0.3 build/tests/comm_prog watchdog
+fi
 if want train && [ -d .data ]; then
     step "train.sh on cuda:0" train-sh.log env TRAIN_DEVICE=cuda:0 tests/train.sh build .data
     step "train fp8" train-fp8.log build/bin/lean8-train --data .data --quiet
@@ -106,14 +113,14 @@ for f in gpu memcheck; do
 done
 [ -f "$OUT/bench-alloc.log" ] && grep -A40 '^== alloc' "$OUT/bench-alloc.log" | head -n 30
 [ -f "$OUT/torch-alloc.log" ] && tail -n 5 "$OUT/torch-alloc.log"
-for f in bench-cast torch-cast gemm-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
+for f in bench-cast torch-cast gemm-ratio bench-comm; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 for f in bench-offload torch-offload; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
 for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|img' "$OUT/$f.log" | tail -n 3; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-offload.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0

@@ -91,7 +91,7 @@ static l8_status bad_file(int line, const char *path, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return l8_error_set(L8_ERR_INVALID_ARG, 0, "", "l8_fmnist_load", __FILE__, line,
+    return l8_error_set(L8_ERR_INVALID_ARG, 0, "", "fmnist_load", __FILE__, line,
                         "Fashion-MNIST file '%s' %s", path, msg);
 }
 
@@ -195,8 +195,8 @@ static l8_status read_idx(const char *path, uint32_t magic, const uint32_t *inne
         }
         per *= v;
     }
-    if (count == 0 || count > L8_FMNIST_MAX_N) {
-        ret = BAD(path, "announces %" PRIu64 " %s; expected 1 to %zu", count, what, L8_FMNIST_MAX_N);
+    if (count == 0 || count > FMNIST_MAX_N) {
+        ret = BAD(path, "announces %" PRIu64 " %s; expected 1 to %zu", count, what, FMNIST_MAX_N);
         goto out;
     }
     /* Grow as the data arrives. */
@@ -242,14 +242,14 @@ out:
     return ret;
 }
 
-l8_status l8_fmnist_load(const char *dir, const char *split, l8_fmnist *out)
+l8_status fmnist_load(const char *dir, const char *split, fmnist_data *out)
 {
     L8_ARG(out != NULL);
     if (!split || (strcmp(split, "train") != 0 && strcmp(split, "t10k") != 0))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_fmnist_load: split '%s' is neither \"train\" nor \"t10k\"",
+        return L8_FAIL(L8_ERR_INVALID_ARG, "fmnist_load: split '%s' is neither \"train\" nor \"t10k\"",
                        split ? split : "(null)");
-    if (!dir) dir = L8_FMNIST_DIR;
-    if (strlen(dir) > 3900) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_fmnist_load: directory name too long");
+    if (!dir) dir = FMNIST_DIR;
+    if (strlen(dir) > 3900) return L8_FAIL(L8_ERR_INVALID_ARG, "fmnist_load: directory name too long");
     L8_CHECK(z_ready());
     char ipath[4096], lpath[4096], base[64];
     snprintf(base, sizeof base, "%s-images-idx3-ubyte", split);
@@ -257,7 +257,7 @@ l8_status l8_fmnist_load(const char *dir, const char *split, l8_fmnist *out)
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", split);
     L8_CHECK(find_file(dir, base, lpath, sizeof lpath));
 
-    static const uint32_t image_dims[2] = { L8_FMNIST_ROWS, L8_FMNIST_COLS };
+    static const uint32_t image_dims[2] = { FMNIST_ROWS, FMNIST_COLS };
     l8_status ret = L8_OK;
     unsigned char *images = NULL, *labels = NULL;
     size_t ni = 0, nl = 0;
@@ -269,7 +269,7 @@ l8_status l8_fmnist_load(const char *dir, const char *split, l8_fmnist *out)
         goto fail;
     }
     for (size_t i = 0; i < nl; i++)
-        if (labels[i] >= L8_FMNIST_CLASSES) {
+        if (labels[i] >= FMNIST_CLASSES) {
             ret = BAD(lpath, "has label %u at index %zu; Fashion-MNIST has classes 0..9", labels[i], i);
             goto fail;
         }
@@ -283,7 +283,7 @@ fail:
     return ret;
 }
 
-void l8_fmnist_free(l8_fmnist *ds)
+void fmnist_free(fmnist_data *ds)
 {
     if (!ds) return;
     free(ds->images);
@@ -291,9 +291,9 @@ void l8_fmnist_free(l8_fmnist *ds)
     memset(ds, 0, sizeof *ds);
 }
 
-l8_status l8_fmnist_batch(const l8_fmnist *ds, const int64_t *idx, size_t count, float *x, int32_t *y)
+l8_status fmnist_batch(const fmnist_data *ds, const int64_t *idx, size_t count, float *x, int32_t *y)
 {
-    const char *fn = "l8_fmnist_batch";
+    const char *fn = "fmnist_batch";
     if (!ds || !ds->n || !ds->images || !ds->labels)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: the data set is NULL or empty", fn);
     if (count && (!idx || !x)) return L8_FAIL(L8_ERR_INVALID_ARG, "%s: idx or x is NULL", fn);
@@ -302,26 +302,26 @@ l8_status l8_fmnist_batch(const l8_fmnist *ds, const int64_t *idx, size_t count,
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: idx[%zu] = %" PRId64 " is outside [0, %zu)", fn, b,
                            idx[b], ds->n);
     float lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - L8_FMNIST_MEAN) / L8_FMNIST_STD;
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - FMNIST_MEAN) / FMNIST_STD;
     for (size_t b = 0; b < count; b++) {
-        const uint8_t *img = ds->images + (size_t)idx[b] * L8_FMNIST_PIXELS;   /* (28, 28) u8 */
-        float *dst = x + b * L8_FMNIST_PIXELS;                               /* (28, 28) f32 */
-        for (int p = 0; p < L8_FMNIST_PIXELS; p++) dst[p] = lut[img[p]];
+        const uint8_t *img = ds->images + (size_t)idx[b] * FMNIST_PIXELS;   /* (28, 28) u8 */
+        float *dst = x + b * FMNIST_PIXELS;                               /* (28, 28) f32 */
+        for (int p = 0; p < FMNIST_PIXELS; p++) dst[p] = lut[img[p]];
         if (y) y[b] = ds->labels[idx[b]];
     }
     return L8_OK;
 }
 
-const char *l8_fmnist_class_name(int label)
+const char *fmnist_class_name(int label)
 {
-    static const char *const names[L8_FMNIST_CLASSES] = {
+    static const char *const names[FMNIST_CLASSES] = {
         "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
     };
-    return label >= 0 && label < L8_FMNIST_CLASSES ? names[label] : "?";
+    return label >= 0 && label < FMNIST_CLASSES ? names[label] : "?";
 }
 
-l8_status l8_fmnist_gz_write(const char *path, const void *bytes, size_t n)
+l8_status fmnist_gz_write(const char *path, const void *bytes, size_t n)
 {
     L8_ARG(path != NULL && (bytes != NULL || n == 0));
     L8_CHECK(z_ready());

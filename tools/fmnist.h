@@ -30,8 +30,8 @@
  *   L8_ERR_OOM          host memory
  * A failed call leaves its outputs untouched and allocates nothing.
  */
-#ifndef L8_FMNIST_H
-#define L8_FMNIST_H
+#ifndef FMNIST_H
+#define FMNIST_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -41,53 +41,53 @@
 extern "C" {
 #endif
 
-#define L8_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
-#define L8_FMNIST_ROWS 28
-#define L8_FMNIST_COLS 28
-#define L8_FMNIST_PIXELS (L8_FMNIST_ROWS * L8_FMNIST_COLS)   /* 784 */
-#define L8_FMNIST_CLASSES 10
-#define L8_FMNIST_MAX_N ((size_t)1 << 24)
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define FMNIST_ROWS 28
+#define FMNIST_COLS 28
+#define FMNIST_PIXELS (FMNIST_ROWS * FMNIST_COLS)   /* 784 */
+#define FMNIST_CLASSES 10
+#define FMNIST_MAX_N ((size_t)1 << 24)
 /* Mean and standard deviation of the training pixels scaled to [0, 1]. */
-#define L8_FMNIST_MEAN 0.2860f
-#define L8_FMNIST_STD 0.3530f
+#define FMNIST_MEAN 0.2860f
+#define FMNIST_STD 0.3530f
 
 /* A loaded split. images: n * 784 bytes, image i at images + i * 784,
  * row-major 28x28, 0 = background; labels: n bytes, each 0..9. Owned by the
- * struct; release with l8_fmnist_free. */
-typedef struct l8_fmnist {
+ * struct; release with fmnist_free. */
+typedef struct fmnist_data {
     size_t n;
     uint8_t *images;
     uint8_t *labels;
-} l8_fmnist;
+} fmnist_data;
 
-/* Load split "train" or "t10k" from dir (NULL: L8_FMNIST_DIR) into *out,
+/* Load split "train" or "t10k" from dir (NULL: FMNIST_DIR) into *out,
  * which is overwritten (not freed) on success and untouched on failure.
  * Blocks (the training set is about 26 MB of gzip, 47 MB inflated).
  * Thread-safe. Errors: see the top of this file. */
-L8_NODISCARD l8_status l8_fmnist_load(const char *dir, const char *split, l8_fmnist *out);
+L8_NODISCARD l8_status fmnist_load(const char *dir, const char *split, fmnist_data *out);
 
 /* Free what load allocated and zero *ds. NULL or a zeroed struct: no-op. */
-void l8_fmnist_free(l8_fmnist *ds);
+void fmnist_free(fmnist_data *ds);
 
 /* A batch for training: for b < count, image idx[b] normalized as
- * ((pixel / 255) - L8_FMNIST_MEAN) / L8_FMNIST_STD into
+ * ((pixel / 255) - FMNIST_MEAN) / FMNIST_STD into
  * x[b * 784 .. (b + 1) * 784) (f32, host memory, row-major), and its label
  * into y[b] (y may be NULL). Indices may repeat. x and y are written only
  * when every index is valid.
  * Errors: L8_ERR_INVALID_ARG (ds empty, x NULL with count > 0, an index
  * outside [0, n): the message gives its position). */
-L8_NODISCARD l8_status l8_fmnist_batch(const l8_fmnist *ds, const int64_t *idx, size_t count,
+L8_NODISCARD l8_status fmnist_batch(const fmnist_data *ds, const int64_t *idx, size_t count,
                                         float *x, int32_t *y);
 
 /* "T-shirt/top", "Trouser", ... "Ankle boot"; "?" outside 0..9. */
-const char *l8_fmnist_class_name(int label);
+const char *fmnist_class_name(int label);
 
 /* Write n bytes to path as a gzip file (through the same run-time zlib):
  * for tests and for making small data sets. Replaces path.
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_IO, L8_ERR_NO_DEVICE (no libz). */
-L8_NODISCARD l8_status l8_fmnist_gz_write(const char *path, const void *bytes, size_t n);
+L8_NODISCARD l8_status fmnist_gz_write(const char *path, const void *bytes, size_t n);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* L8_FMNIST_H */
+#endif /* FMNIST_H */

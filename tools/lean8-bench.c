@@ -4,6 +4,8 @@
  *   lean8-bench gemm  [--device D] [--json PATH] [--quick]
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
+ *   lean8-bench comm  [--device D] [--json PATH] [--quick]
+ *   lean8-bench trace [--json PATH] [--quick]
  *   lean8-bench offload [--device D] [--json PATH] [--quick]
  */
 #include <stdio.h>
@@ -15,6 +17,8 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "linear", bench_linear, "FP8 and bf16 Linear forward + backward on GPU-sized shapes" },
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
+    { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
+    { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
     { "offload", bench_offload, "activation offload on 8 x (Linear + GELU) vs pinned bandwidth" },
 };
 

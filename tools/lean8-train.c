@@ -30,12 +30,15 @@
  * deterministic, so a run resumed from a checkpoint (saved after each epoch
  * with --save) prints exactly the losses of an uninterrupted run.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 #include "runtime/lean8.h"
 #include "runtime/params.h"
@@ -58,7 +61,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after;
+    int batch, epochs, fp8, quiet, limit, stop_after, tp;
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -76,6 +79,9 @@ typedef struct model {
     l8_gemm_handle *gemm;
     int nl;                                   /* layers */
     int64_t dims[MAX_LAYERS + 1];             /* features: dims[0] = 784 ... dims[nl] = 16 */
+    int64_t ld[MAX_LAYERS + 1];               /* this rank's: dims[1] / tp with --tp, else dims */
+    l8_comm *world, *tpc;                     /* --tp: the job and its tensor-parallel group */
+    int tp, rank;
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_tensor *labels;                        /* (B) i32 */
@@ -95,13 +101,43 @@ typedef struct model {
     fprintf(stderr, "lean8-train: %s\n  at %s:%d: %s\n", l8_last_error_string(), __FILE__, __LINE__, #x); \
     goto fail; } } while (0)
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--offload[=K]]\n");
+            "                   [--tp N] [--help] [--version] [--offload[=K]]\n"
+            "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
+            "          fc2 row-parallel, the rest replicated\n");
+}
+
+/* An integer flag's value: all of v, lo <= value <= hi, no overflow. */
+static int parse_int(const char *flag, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "lean8-train: %s wants an integer in %ld..%ld, not '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* A float flag's value: all of v, finite, and > 0 (positive) or >= 0. */
+static int parse_float(const char *flag, const char *v, int positive, float *out)
+{
+    char *end;
+    float x = strtof(v, &end);
+    if (end == v || *end || !isfinite(x) || (positive ? !(x > 0) : !(x >= 0))) {
+        fprintf(stderr, "lean8-train: %s wants a finite number %s 0, not '%s'\n", flag,
+                positive ? ">" : ">=", v);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 static int parse_hidden(const char *s, opts *o)
@@ -118,32 +154,39 @@ static int parse_hidden(const char *s, opts *o)
     return o->nhidden ? 0 : -1;
 }
 
+/* 0: run; 1: done (--help, --version: exit 0); -1: usage error (exit 2). */
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
-                 .lr = 1e-3f, .wd = 0.01f, .seed = 1 };
+                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(a, "--fp8")) o->fp8 = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 1; }
+        else if (!strcmp(a, "--version")) { printf("lean8-train (lean8 %s)\n", l8_version()); return 1; }
+        else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
             o->offload = 1;
-            o->offload_keep = (int)strtol(a + 10, &end, 10);
-            if (end == a + 10 || *end || o->offload_keep < 0) { fprintf(stderr, "lean8-train: --offload=K wants K >= 0\n"); return -1; }
-            end = NULL;
+            if (parse_int("--offload", a + 10, 0, MAX_LAYERS, &o->offload_keep)) return -1;
         }
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
-        else if (!strcmp(a, "--batch")) { o->batch = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--epochs")) { o->epochs = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--limit")) { o->limit = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--stop-after")) { o->stop_after = (int)strtol(v, &end, 10); i++; }
-        else if (!strcmp(a, "--lr")) { o->lr = strtof(v, &end); i++; }
-        else if (!strcmp(a, "--wd")) { o->wd = strtof(v, &end); i++; }
-        else if (!strcmp(a, "--seed")) { o->seed = strtoull(v, &end, 0); i++; }
+        else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
+        else if (!strcmp(a, "--tp")) { if (parse_int(a, v, 1, 64, &o->tp)) return -1; i++; }
+        else if (!strcmp(a, "--epochs")) { if (parse_int(a, v, 0, 1000000, &o->epochs)) return -1; i++; }
+        else if (!strcmp(a, "--limit")) { if (parse_int(a, v, 0, INT32_MAX, &o->limit)) return -1; i++; }
+        else if (!strcmp(a, "--stop-after")) { if (parse_int(a, v, 0, 1000000, &o->stop_after)) return -1; i++; }
+        else if (!strcmp(a, "--lr")) { if (parse_float(a, v, 1, &o->lr)) return -1; i++; }
+        else if (!strcmp(a, "--wd")) { if (parse_float(a, v, 0, &o->wd)) return -1; i++; }
+        else if (!strcmp(a, "--seed")) {
+            errno = 0;
+            o->seed = strtoull(v, &end, 0);
+            if (v[strspn(v, " \t")] == '-' || errno == ERANGE) end = (char *)v;   /* refused below */
+            i++;
+        }
         else if (!strcmp(a, "--device")) { o->device = v; i++; }
         else if (!strcmp(a, "--save")) { o->save = v; i++; }
         else if (!strcmp(a, "--resume")) { o->resume = v; i++; }
@@ -156,8 +199,19 @@ static int parse(int argc, char **argv, opts *o)
         fprintf(stderr, "lean8-train: --batch must be a multiple of 16 (FP8 GEMMs need it), 16..65536\n");
         return -1;
     }
-    if (o->epochs < 0 || o->limit < 0 || o->stop_after < 0 || !(o->lr > 0) || !(o->wd >= 0)) {
-        fprintf(stderr, "lean8-train: --epochs, --limit, --stop-after >= 0, --lr > 0, --wd >= 0\n");
+    if (o->tp > 1 && (o->hidden[0] % (16 * o->tp))) {
+        fprintf(stderr, "lean8-train: --tp %d splits the first hidden layer (%d) into %d parts that "
+                "must be multiples of 16\n", o->tp, o->hidden[0], o->tp);
+        return -1;
+    }
+    if (o->tp > 1 && (o->save || o->resume)) {
+        fprintf(stderr, "lean8-train: --save and --resume are not supported with --tp yet (each rank "
+                "holds a shard of fc1 and fc2)\n");
+        return -1;
+    }
+    if (o->limit && o->limit < o->batch) {
+        fprintf(stderr, "lean8-train: --limit %d is smaller than one batch (--batch %d)\n", o->limit,
+                o->batch);
         return -1;
     }
     return 0;
@@ -187,8 +241,86 @@ static void model_free(model *m)
     l8_recipe_destroy(m->recipe);
     l8_gemm_handle_destroy(m->gemm);
     l8_params_destroy(m->params);
+    l8_comm_destroy(m->tpc);
+    l8_comm_destroy(m->world);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
+}
+
+/* Register fc1..fc<nl> with out x in features dims_out[i] x dims_in[i]. */
+static l8_status add_layers(l8_params *g, int nl, const int64_t *dims, int *wid, int *bid)
+{
+    for (int i = 0; i < nl; i++) {
+        char name[32];
+        int64_t w[2] = { dims[i + 1], dims[i] }, b[1] = { dims[i + 1] };
+        snprintf(name, sizeof name, "fc%d.weight", i + 1);
+        L8_CHECK(l8_params_add(g, name, 2, w, &wid[i]));
+        snprintf(name, sizeof name, "fc%d.bias", i + 1);
+        L8_CHECK(l8_params_add(g, name, 1, b, &bid[i]));
+    }
+    return l8_params_finalize(g);
+}
+
+/* nn.Linear's initialization of the whole model, from the seed. */
+static l8_status init_layers(l8_params *g, int nl, const int64_t *dims, const int *wid,
+                             const int *bid, uint64_t seed)
+{
+    for (int i = 0; i < nl; i++) {
+        float bound = 1.0f / sqrtf((float)dims[i]);
+        L8_CHECK(l8_params_init_kaiming_uniform(g, wid[i], sqrtf(5.0f), seed * 131 + (uint64_t)i));
+        L8_CHECK(l8_params_init_uniform(g, bid[i], -bound, bound, seed * 137 + (uint64_t)i));
+    }
+    return L8_OK;
+}
+
+/* --tp: initialize the whole model as one rank would (a group of the full
+ * shapes on this context), then keep this rank's shard of fc1 (rows: its
+ * outputs) and fc2 (columns: its inputs), so every --tp trains the same
+ * model. */
+static l8_status init_shards(model *m, uint64_t seed)
+{
+    l8_params *full = NULL;
+    int fw[MAX_LAYERS], fb[MAX_LAYERS];
+    float *buf = NULL, *part = NULL;
+    l8_status st = l8_params_create(m->ctx, NULL, &full);
+    if (st == L8_OK) st = add_layers(full, m->nl, m->dims, fw, fb);
+    if (st == L8_OK) st = init_layers(full, m->nl, m->dims, fw, fb, seed);
+    size_t most = (size_t)m->dims[1] * (size_t)(m->dims[0] > m->dims[2] ? m->dims[0] : m->dims[2]);
+    for (int i = 2; i < m->nl; i++)
+        if ((size_t)(m->dims[i] * m->dims[i + 1]) > most) most = (size_t)(m->dims[i] * m->dims[i + 1]);
+    buf = malloc(sizeof *buf * most);
+    part = malloc(sizeof *part * most);
+    if (st == L8_OK && (!buf || !part)) st = L8_FAIL(L8_ERR_OOM, "lean8-train: out of host memory");
+    for (int i = 0; i < m->nl && st == L8_OK; i++) {
+        size_t n = (size_t)m->dims[i + 1], k = (size_t)m->dims[i], ln = (size_t)m->ld[i + 1],
+               lk = (size_t)m->ld[i];
+        st = l8_params_get_host(full, fw[i], buf, n * k);
+        for (size_t r = 0; r < ln && st == L8_OK; r++)       /* rows [rank*ln, ..), cols [rank*lk, ..) */
+            memcpy(part + r * lk, buf + ((size_t)m->rank * (ln < n ? ln : 0) + r) * k +
+                   (size_t)m->rank * (lk < k ? lk : 0), sizeof *part * lk);
+        if (st == L8_OK) st = l8_params_set_host(m->params, m->wid[i], part, ln * lk);
+        if (st == L8_OK) st = l8_params_get_host(full, fb[i], buf, n);
+        if (st == L8_OK)
+            st = l8_params_set_host(m->params, m->bid[i], buf + (size_t)m->rank * (ln < n ? ln : 0), ln);
+    }
+    free(buf);
+    free(part);
+    l8_params_destroy(full);
+    return st;
+}
+
+/* --tp: join the job (lean8-run -n N) and make its tensor-parallel group. */
+static l8_status join_tp(model *m, const opts *o)
+{
+    m->tp = o->tp;
+    if (o->tp == 1) return L8_OK;
+    L8_CHECK(l8_comm_init_env(m->ctx, NULL, &m->world));
+    if (l8_comm_size(m->world) != o->tp)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "lean8-train: --tp %d needs %d ranks (lean8-run -n %d); "
+                       "this job has %d", o->tp, o->tp, o->tp, l8_comm_size(m->world));
+    L8_CHECK(l8_comm_grid(m->world, o->tp, &m->tpc, NULL));
+    m->rank = l8_comm_rank(m->tpc);
+    return L8_OK;
 }
 
 static l8_status model_build(model *m, const opts *o)
@@ -198,32 +330,23 @@ static l8_status model_build(model *m, const opts *o)
     cc.device = o->device;
     L8_CHECK(l8_ctx_create(&cc, &m->ctx));
     m->s = l8_ctx_stream(m->ctx, L8_STREAM_COMPUTE);
+    L8_CHECK(join_tp(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
     for (int i = 0; i < o->nhidden; i++) m->dims[i + 1] = o->hidden[i];
     m->dims[m->nl] = HEAD;
+    for (int i = 0; i <= m->nl; i++) m->ld[i] = i == 1 ? m->dims[1] / m->tp : m->dims[i];
     L8_CHECK(l8_params_create(m->ctx, NULL, &m->params));
-    for (int i = 0; i < m->nl; i++) {
-        char name[32];
-        int64_t w[2] = { m->dims[i + 1], m->dims[i] }, b[1] = { m->dims[i + 1] };
-        snprintf(name, sizeof name, "fc%d.weight", i + 1);
-        L8_CHECK(l8_params_add(m->params, name, 2, w, &m->wid[i]));
-        snprintf(name, sizeof name, "fc%d.bias", i + 1);
-        L8_CHECK(l8_params_add(m->params, name, 1, b, &m->bid[i]));
-    }
-    L8_CHECK(l8_params_finalize(m->params));
-    /* nn.Linear's initialization, from the seed */
-    for (int i = 0; i < m->nl; i++) {
-        float bound = 1.0f / sqrtf((float)m->dims[i]);
-        L8_CHECK(l8_params_init_kaiming_uniform(m->params, m->wid[i], sqrtf(5.0f), o->seed * 131 + (uint64_t)i));
-        L8_CHECK(l8_params_init_uniform(m->params, m->bid[i], -bound, bound, o->seed * 137 + (uint64_t)i));
-    }
+    L8_CHECK(add_layers(m->params, m->nl, m->ld, m->wid, m->bid));
+    if (m->tp > 1) L8_CHECK(init_shards(m, o->seed));
+    else L8_CHECK(init_layers(m->params, m->nl, m->dims, m->wid, m->bid, o->seed));
     l8_adamw_config ac = L8_ADAMW_CONFIG_INIT;
     ac.lr = o->lr;
     ac.weight_decay = o->wd;
     L8_CHECK(l8_optim_create_adamw(m->params, &ac, &m->optim));
     L8_CHECK(l8_gemm_handle_create(m->ctx, NULL, &m->gemm));
     if (o->fp8) L8_CHECK(l8_recipe_create(m->ctx, NULL, &m->recipe));
+    if (o->fp8 && m->tpc) L8_CHECK(l8_recipe_set_reduce(m->recipe, l8_comm_reduce_amax, m->tpc));
     l8_save_hooks hk = L8_SAVE_HOOKS_INIT;
     if (o->offload) {
         l8_offload_config ocfg = L8_OFFLOAD_CONFIG_INIT;
@@ -249,15 +372,19 @@ static l8_status model_build(model *m, const opts *o)
         lc.bias_grad = l8_params_main_grad(m->params, m->bid[i]);
         lc.weight_id = m->wid[i];
         lc.bias_id = m->bid[i];
+        if (m->tpc && i < 2) {    /* fc1 column-, fc2 row-parallel (Megatron's MLP) */
+            lc.tp_comm = m->tpc;
+            lc.parallel = i == 0 ? L8_PARALLEL_COLUMN : L8_PARALLEL_ROW;
+        }
         lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
     int64_t B = o->batch;
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
     for (int i = 0; i <= m->nl; i++) {
-        if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
-        m->grad[i] = new2(m->ctx, L8_BF16, B, m->dims[i], &st);
-        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->dims[i + 1], &st);
+        if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
+        m->grad[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
+        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->ld[i + 1], &st);
     }
     return st;
 }
@@ -323,7 +450,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
     L8_TRY(st, views_make(m, at, rows, &v), out);
-    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->dims[0], &v.act[0]), out);
+    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.act[0]), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     if (train)
@@ -338,7 +465,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
              * may give its device memory back */
             l8_tensor_destroy(v.act[i]);
             v.act[i] = NULL;
-            if (i + 1 < m->nl) L8_TRY(st, fresh_rows(m, rows, m->dims[i + 1], &v.act[i + 1]), out);
+            if (i + 1 < m->nl) L8_TRY(st, fresh_rows(m, rows, m->ld[i + 1], &v.act[i + 1]), out);
         }
         if (i + 1 < m->nl) L8_TRY(st, l8_gelu(v.pre[i], v.act[i + 1], m->s), out);
     }
@@ -354,6 +481,10 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         }
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
+        /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
+        uint64_t step = 0;
+        if (l8_ctx_trace(m->ctx) && l8_optim_get_step(m->optim, &step) == L8_OK)
+            l8_trace_record(l8_ctx_trace(m->ctx), L8_TRACE_STEP, l8_ctx_device(m->ctx), 0, 0, 0, step);
     }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
@@ -398,9 +529,9 @@ static l8_status upload_order(model *m, const int32_t *order, int64_t n)
     return st;
 }
 
-/* Split ds onto the device: images normalized as l8_fmnist_batch does and
+/* Split ds onto the device: images normalized as fmnist_batch does and
  * rounded to bf16 (RNE, as l8_convert rounds), labels as i32. Blocks. */
-static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_tensor **y)
+static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8_tensor **y)
 {
     enum { CHUNK = 4096 };
     size_t n = ds->n;
@@ -413,7 +544,7 @@ static l8_status upload_split(model *m, const l8_fmnist *ds, l8_tensor **x, l8_t
     for (size_t b = 0; b < n; b += CHUNK) {
         size_t c = n - b < CHUNK ? n - b : CHUNK;
         for (size_t i = 0; i < c; i++) idx[i] = (int64_t)(b + i);
-        L8_TRY(st, l8_fmnist_batch(ds, idx, c, xf, yh + b), out);
+        L8_TRY(st, fmnist_batch(ds, idx, c, xf, yh + b), out);
         for (size_t k = 0; k < c * IN_FEATURES; k++) xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
     }
     *x = new2(m->ctx, L8_BF16, (int64_t)n, IN_FEATURES, &st);
@@ -449,12 +580,16 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* One line of at most 79 columns, rewritten in place:
+ *   "  epoch  3 [=========                     ]  31%   412345 img/s  ETA   12s" */
 static void progress(int epoch, int64_t done, int64_t total, double t0)
 {
     int w = 30, k = (int)(w * done / (total ? total : 1));
-    double dt = now_s() - t0;
-    fprintf(stderr, "\r  epoch %2d [%.*s%*s] %3d%%  %.0f img/s ", epoch, k, "==============================",
-            w - k, "", (int)(100 * done / (total ? total : 1)), dt > 0 ? done / dt : 0.0);
+    double dt = now_s() - t0, rate = dt > 0 ? done / dt : 0.0;
+    double eta = rate > 0 ? (double)(total - done) / rate : 0.0;
+    fprintf(stderr, "\r  epoch %2d [%.*s%*s] %3d%%  %7.0f img/s  ETA %5.0fs", epoch, k,
+            "==============================", w - k, "", (int)(100 * done / (total ? total : 1)),
+            rate, eta < 99999 ? eta : 99999);
     fflush(stderr);
 }
 
@@ -466,15 +601,68 @@ typedef struct run_state {
     int32_t dims[MAX_LAYERS + 1];
 } run_state;
 
+/* The run's schedule: a resume with other values would not continue it. */
+typedef struct run_hyper {
+    int32_t batch, epochs, limit;
+    float lr, wd;
+} run_hyper;
+
+static run_hyper hyper_of(const opts *o)
+{
+    return (run_hyper){ .batch = o->batch, .epochs = o->epochs, .limit = o->limit, .lr = o->lr,
+                        .wd = o->wd };
+}
+
+/* Temporary files "<path>.tmp.<pid>.<n>" of checkpoint writers that died
+ * before their rename (SIGXFSZ, SIGKILL, a crash) would stay for ever:
+ * removed before each save. One whose process still runs here is kept. */
+static void clean_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *rest = e->d_name + bl;
+        if (strncmp(e->d_name, base, bl) || strncmp(rest, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(rest + 5, &end, 10);
+        if (end == rest + 5 || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours to judge */
+        char full[8192];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (unlink(full) == 0)
+            printf("lean8-train: removed %s (a checkpoint write that never finished)\n", full);
+    }
+    closedir(d);
+}
+
+/* --save is checked before any training: open a writer and abort it. */
+static l8_status check_save_path(const char *path)
+{
+    l8_ckpt_writer *w = NULL;
+    clean_stale_temps(path);
+    L8_CHECK(l8_ckpt_writer_open(path, CKPT_KIND, CKPT_VERSION, &w));
+    l8_ckpt_writer_abort(w);
+    return L8_OK;
+}
+
 static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *path)
 {
     l8_ckpt_writer *w = NULL;
     l8_status st;
     run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = o->fp8, .nl = m->nl };
     uint64_t step = 0;
+    run_hyper hy = hyper_of(o);
     for (int i = 0; i <= m->nl; i++) rs.dims[i] = (int32_t)m->dims[i];
+    clean_stale_temps(path);
     L8_CHECK(l8_ckpt_writer_open(path, CKPT_KIND, CKPT_VERSION, &w));
     L8_TRY(st, l8_ckpt_write_section(w, "run", &rs, sizeof rs), fail);
+    L8_TRY(st, l8_ckpt_write_section(w, "run.hyper", &hy, sizeof hy), fail);
     L8_TRY(st, l8_ckpt_write_tensor(w, "params.master", l8_params_master_flat(m->params)), fail);
     for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
         char name[64];
@@ -510,6 +698,51 @@ fail:
     return st;
 }
 
+/* The model, mode, seed and schedule of the checkpoint against this run's:
+ * L8_ERR_INVALID_ARG naming every field that differs. */
+static l8_status check_run(const l8_ckpt_reader *r, const run_state *rs, const model *m,
+                           const opts *o, const char *path)
+{
+    char why[512] = "", a[128] = "", b[128] = "";
+    size_t n = 0;
+    int same_dims = rs->nl == m->nl;
+    for (int i = 0; same_dims && i <= m->nl; i++) same_dims = rs->dims[i] == m->dims[i];
+    if (!same_dims) {
+        for (int i = 0, k = 0; i <= rs->nl && i <= MAX_LAYERS; i++)
+            k += snprintf(a + k, sizeof a - (size_t)k, "%s%d", i ? "-" : "", (int)rs->dims[i]);
+        for (int i = 0, k = 0; i <= m->nl; i++)
+            k += snprintf(b + k, sizeof b - (size_t)k, "%s%d", i ? "-" : "", (int)m->dims[i]);
+        n += (size_t)snprintf(why + n, sizeof why - n, "; layers %s, this run %s (--hidden)", a, b);
+    }
+    if (rs->fp8 != o->fp8 && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; written by a --%s run, this run is --%s",
+                              rs->fp8 ? "fp8" : "bf16", o->fp8 ? "fp8" : "bf16");
+    if (rs->seed != o->seed && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --seed %" PRIu64 ", this run %" PRIu64,
+                              rs->seed, o->seed);
+    if (n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s is of another model or run: refused%s",
+                       path, why);
+    if (!l8_ckpt_has(r, "run.hyper")) return L8_OK;           /* written before it was recorded */
+    run_hyper h, want = hyper_of(o);
+    L8_CHECK(l8_ckpt_read_section_into(r, "run.hyper", &h, sizeof h));
+    if (h.batch != want.batch && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --batch %d, this run %d", h.batch, want.batch);
+    if (h.epochs != want.epochs && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --epochs %d, this run %d", h.epochs, want.epochs);
+    if (h.limit != want.limit && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --limit %d, this run %d", h.limit, want.limit);
+    if (h.lr != want.lr && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --lr %g, this run %g", (double)h.lr, (double)want.lr);
+    if (h.wd != want.wd && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --wd %g, this run %g", (double)h.wd, (double)want.wd);
+    if (n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s was written with another schedule, so"
+                       " resuming would not continue that run: refused%s (resume with the same"
+                       " flags)", path, why);
+    return L8_OK;
+}
+
 /* Validate everything first (config, sections, shapes), then load. */
 static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch_done)
 {
@@ -522,13 +755,7 @@ static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch
     L8_CHECK(l8_ckpt_open(path, &r));
     L8_TRY(st, l8_ckpt_expect(r, CKPT_KIND, CKPT_VERSION), out);
     L8_TRY(st, l8_ckpt_read_section_into(r, "run", &rs, sizeof rs), out);
-    int same = rs.fp8 == o->fp8 && rs.nl == m->nl && rs.seed == o->seed;
-    for (int i = 0; same && i <= m->nl; i++) same = rs.dims[i] == m->dims[i];
-    if (!same) {
-        st = L8_FAIL(L8_ERR_INVALID_ARG, "checkpoint %s is of another model or run (layers, "
-                     "--fp8/--bf16 or --seed differ): refused", path);
-        goto out;
-    }
+    L8_TRY(st, check_run(r, &rs, m, o, path), out);
     L8_TRY(st, l8_ckpt_check_tensor(r, "params.master", l8_params_master_flat(m->params)), out);
     for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
         char name[64];
@@ -578,15 +805,20 @@ int main(int argc, char **argv)
 {
     opts o;
     model m = {0};
-    l8_fmnist train = {0}, test = {0};
+    fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
-    if (parse(argc, argv, &o)) { usage(); return 2; }
-    CK(l8_fmnist_load(o.data, "train", &train));
-    CK(l8_fmnist_load(o.data, "t10k", &test));
+    int pr = parse(argc, argv, &o);
+    if (pr) {
+        if (pr < 0) usage(stderr);
+        return pr < 0 ? 2 : 0;
+    }
+    if (o.save) CK(check_save_path(o.save));      /* before an epoch is spent */
+    CK(fmnist_load(o.data, "train", &train));
+    CK(fmnist_load(o.data, "t10k", &test));
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
@@ -613,14 +845,20 @@ int main(int argc, char **argv)
     lh = malloc(sizeof *lh * (size_t)m.R);
     hh = malloc(sizeof *hh * (size_t)m.R);
     if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
+    if (m.rank) {                 /* --tp: rank 0 speaks for the group */
+        o.quiet = 1;
+        if (!freopen("/dev/null", "w", stdout)) { /* nothing to do: keep printing */ }
+    }
     printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
-    printf("-%d, batch %d, AdamW lr %g wd %g, %lld train / %lld test images (%.1f MiB on the "
-           "device), seed %" PRIu64 "\n", CLASSES, o.batch, (double)o.lr, (double)o.wd,
-           (long long)ntrain, (long long)ntest,
+    printf("-%d, batch %d", CLASSES, o.batch);
+    if (m.tp > 1) printf(", tensor parallel over %d ranks", m.tp);
+    printf("\n  AdamW lr %g wd %g, seed %" PRIu64 ", %lld+%lld images (%.1f MiB on"
+           " the device)\n", (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
+           (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
-                    l8_tensor_nbytes(m.y[1])) / 1048576.0, o.seed);
+                    l8_tensor_nbytes(m.y[1])) / 1048576.0);
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
@@ -642,7 +880,7 @@ int main(int argc, char **argv)
         }
         CK(pass_results(&m, seen, lh, hh, &loss, &hits));
         double dt = now_s() - t0;
-        if (bar) fprintf(stderr, "\r%*s\r", 70, "");
+        if (bar) fprintf(stderr, "\r%*s\r", 79, "");
         double tl = 0;
         int64_t th = 0;
         for (int64_t i = 0; i < m.R; i++) order[i] = i < ntest ? (int32_t)i : 0;
@@ -655,7 +893,8 @@ int main(int argc, char **argv)
         test_acc = (double)th / (double)ntest;
         l8_alloc_stats as = { .size = sizeof as };
         CK(l8_alloc_get_stats(l8_ctx_allocator(m.ctx), &as));
-        printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %8.0f img/s  peak mem %.1f MiB\n",
+        /* at most 80 columns: epoch, loss, accuracies, speed, allocator peak */
+        printf("epoch %2d  loss %.4f  train %.4f  test acc %.4f  %7.0f img/s  %5.0f MiB\n",
                e + 1, loss / (double)seen, (double)hits / (double)seen, test_acc, (double)seen / dt,
                as.allocated_peak / 1048576.0);
         fflush(stdout);
@@ -676,7 +915,7 @@ fail:
     free(lh);
     free(hh);
     model_free(&m);
-    l8_fmnist_free(&train);
-    l8_fmnist_free(&test);
+    fmnist_free(&train);
+    fmnist_free(&test);
     return rc;
 }

@@ -5,4 +5,18 @@ BENCH_SRCS += tools/bench_gemm.c tools/bench_cast.c tools/bench_linear.c
 # Fashion-MNIST loader: linked into lean8-train (the Makefile's rule uses
 # TRAIN_SRCS) and into the test binary (tests/module.mk)
 TRAIN_SRCS += tools/fmnist.c
+# lean8-run: the local launcher (plain POSIX; links nothing of the library)
+TOOLS += lean8-run
+# tools/replay.c: the training-like allocation workload (tests and lean8-bench alloc; not library code)
+BENCH_SRCS += tools/replay.c
+BENCH_SRCS += tools/bench_comm.c
+# lean8-trace: the memory tracer (several files, hence its own link rule)
+TOOLS += lean8-trace
+TRACE_TOOL_SRCS := tools/lean8-trace.c tools/trace_model.c tools/trace_plot.c tools/trace_export.c
+$(BUILD)/bin/lean8-trace: $(TRACE_TOOL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.a
+	@mkdir -p $(@D)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+# lean8-bench trace: the recorder's cost and lean8-trace's replay and plot
+BENCH_SRCS += tools/bench_trace.c tools/trace_model.c tools/trace_plot.c
 BENCH_SRCS += tools/bench_offload.c

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "alloc/replay.h"
+#include "tools/replay.h"
 
 #define MIB ((size_t)1 << 20)
 #define WORKSPACE (32 * MIB)      /* cuBLASLt-style GEMM workspace */
@@ -64,7 +64,7 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static int tokens_for_step(const l8_replay_config *c, uint64_t *rng)
+static int tokens_for_step(const replay_config *c, uint64_t *rng)
 {
     uint64_t span = (uint64_t)(c->max_tokens - c->min_tokens) + 1;
     uint64_t t = (uint64_t)c->min_tokens + splitmix64(rng) % span;
@@ -73,7 +73,7 @@ static int tokens_for_step(const l8_replay_config *c, uint64_t *rng)
     return (int)t;
 }
 
-static l8_status persistent_alloc(replay *r, const l8_replay_config *c)
+static l8_status persistent_alloc(replay *r, const replay_config *c)
 {
     size_t h = (size_t)c->hidden, f = h * (size_t)c->ffn_mult, e = (size_t)c->bytes_per_elem;
     for (int l = 0; l < c->layers; l++) {
@@ -96,7 +96,7 @@ static l8_status gemm_temps(replay *r)
     return r_temp(r, WORKSPACE);
 }
 
-static l8_status forward(replay *r, const l8_replay_config *c, size_t T)
+static l8_status forward(replay *r, const replay_config *c, size_t T)
 {
     size_t h = (size_t)c->hidden, f = h * (size_t)c->ffn_mult, e = (size_t)c->bytes_per_elem;
     for (int l = 0; l < c->layers; l++) {
@@ -118,7 +118,7 @@ static l8_status forward(replay *r, const l8_replay_config *c, size_t T)
     return L8_OK;
 }
 
-static l8_status head(replay *r, const l8_replay_config *c, size_t T)
+static l8_status head(replay *r, const replay_config *c, size_t T)
 {
     size_t h = (size_t)c->hidden, e = (size_t)c->bytes_per_elem, V = (size_t)c->vocab;
     L8_CHECK(r_alloc(r, T * V * e, &r->m[M_LOGITS]));           /* (T, V) bf16 */
@@ -130,7 +130,7 @@ static l8_status head(replay *r, const l8_replay_config *c, size_t T)
     return r_free(r, &r->m[M_DLOGITS]);
 }
 
-static l8_status backward_layer(replay *r, const l8_replay_config *c, size_t T, void **s)
+static l8_status backward_layer(replay *r, const replay_config *c, size_t T, void **s)
 {
     size_t h = (size_t)c->hidden, f = h * (size_t)c->ffn_mult, e = (size_t)c->bytes_per_elem;
     void **m = r->m;
@@ -168,7 +168,7 @@ static l8_status backward_layer(replay *r, const l8_replay_config *c, size_t T, 
     return r_temp(r, SCRATCH);
 }
 
-static l8_status step(replay *r, const l8_replay_config *c, size_t T)
+static l8_status step(replay *r, const replay_config *c, size_t T)
 {
     L8_CHECK(forward(r, c, T));
     L8_CHECK(head(r, c, T));
@@ -202,7 +202,7 @@ static l8_status free_all(replay *r, size_t nsaved, size_t npersist)
     return first;
 }
 
-static l8_status config_check(const l8_replay_config *c)
+static l8_status config_check(const replay_config *c)
 {
     L8_ARG(c->size >= sizeof *c);
     L8_ARG(c->layers >= 1 && c->layers <= 4096);
@@ -223,8 +223,8 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-l8_status l8_alloc_replay_training(l8_alloc *a, l8_stream_id stream, const l8_replay_config *cfg,
-                                   l8_replay_result *res)
+l8_status replay_training(l8_alloc *a, l8_stream_id stream, const replay_config *cfg,
+                                   replay_result *res)
 {
     L8_ARG(a != NULL);
     L8_ARG(cfg != NULL);
@@ -287,7 +287,7 @@ static char g_virtual_event;
 
 static l8_status virt_segment_alloc(void *user, size_t bytes, void **ptr)
 {
-    l8_virtual_provider *vp = user;
+    replay_virtual_provider *vp = user;
     *ptr = NULL;
     if (bytes == 0) return L8_FAIL(L8_ERR_INVALID_ARG, "virtual provider: segment of 0 bytes");
     if (vp->capacity && (bytes > vp->capacity || vp->live_bytes > vp->capacity - bytes))
@@ -306,7 +306,7 @@ static l8_status virt_segment_alloc(void *user, size_t bytes, void **ptr)
 
 static l8_status virt_segment_free(void *user, void *ptr, size_t bytes)
 {
-    l8_virtual_provider *vp = user;
+    replay_virtual_provider *vp = user;
     (void)ptr;
     vp->live_bytes -= bytes < vp->live_bytes ? bytes : vp->live_bytes;
     vp->segment_frees++;
@@ -349,7 +349,7 @@ static void virt_event_destroy(void *user, void *event)
     (void)event;
 }
 
-void l8_virtual_provider_init(l8_virtual_provider *vp, size_t capacity)
+void replay_virtual_provider_init(replay_virtual_provider *vp, size_t capacity)
 {
     if (!vp) return;
     memset(vp, 0, sizeof *vp);

@@ -1,5 +1,6 @@
-/* fp8.h - the FP8 formats and the host conversions lean8's kernels match bit
- * for bit.
+/* fp8.h - the FP8 formats and the host conversions (FP8, bf16, f16) that
+ * lean8's kernels match bit for bit. In runtime/ because the host
+ * collectives (comm.h) reduce these dtypes too; the cast ops build on it.
  *
  * Formats (OCP FP8, as Hopper implements them):
  *
@@ -24,8 +25,8 @@
  * not L8_E4M3 or L8_E5M2 gives 0 (to FP8) or NaN (from FP8) as documented
  * per function. Bulk versions return a status for their argument checks.
  */
-#ifndef L8_OPS_FP8_H
-#define L8_OPS_FP8_H
+#ifndef L8_RUNTIME_FP8_H
+#define L8_RUNTIME_FP8_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -106,12 +107,14 @@ L8_NODISCARD l8_status l8_fp8_quantize_host(const void *x, l8_dtype in_dt, size_
 L8_NODISCARD l8_status l8_fp8_dequantize_host(const uint8_t *x, size_t n, l8_dtype fmt,
                                               float scale_inv, void *y, l8_dtype out_dt);
 
-/* Element i of a host array of dtype dt (F32, BF16, F16) as f32; 0 otherwise. */
+/* Element i of a host array of dtype dt (F32, BF16, F16, E4M3, E5M2; FP8
+ * unscaled) as f32; 0 for other dtypes. */
 float l8_host_load_f32(const void *x, l8_dtype dt, size_t i);
-/* Store v into element i of a host array of dtype dt (F32, BF16, F16; RNE). */
+/* Store v into element i of a host array of dtype dt (F32, BF16, F16 with
+ * RNE; E4M3, E5M2 as l8_fp8_from_f32, unscaled); other dtypes: nothing. */
 void l8_host_store_f32(void *y, l8_dtype dt, size_t i, float v);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* L8_OPS_FP8_H */
+#endif /* L8_RUNTIME_FP8_H */

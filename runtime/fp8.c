@@ -19,8 +19,10 @@
  */
 #include <string.h>
 #include <math.h>
-#include "ops/fp8.h"
-#include "ops/internal.h"
+#include "runtime/fp8.h"
+
+/* f32, bf16 or f16: what the bulk host references take. */
+static int is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 
 static inline uint32_t f32_bits(float f)
 {
@@ -178,6 +180,7 @@ float l8_host_load_f32(const void *x, l8_dtype dt, size_t i)
     case L8_F32: return ((const float *)x)[i];
     case L8_BF16: return l8_bf16_to_f32(((const uint16_t *)x)[i]);
     case L8_F16: return l8_f16_to_f32(((const uint16_t *)x)[i]);
+    case L8_E4M3: case L8_E5M2: return l8_fp8_to_f32(((const uint8_t *)x)[i], dt);
     default: return 0.0f;
     }
 }
@@ -188,6 +191,7 @@ void l8_host_store_f32(void *y, l8_dtype dt, size_t i, float v)
     case L8_F32: ((float *)y)[i] = v; break;
     case L8_BF16: ((uint16_t *)y)[i] = l8_bf16_from_f32(v); break;
     case L8_F16: ((uint16_t *)y)[i] = l8_f16_from_f32(v); break;
+    case L8_E4M3: case L8_E5M2: ((uint8_t *)y)[i] = l8_fp8_from_f32(v, dt); break;
     default: break;
     }
 }
@@ -195,7 +199,7 @@ void l8_host_store_f32(void *y, l8_dtype dt, size_t i, float v)
 l8_status l8_fp8_quantize_host(const void *x, l8_dtype in_dt, size_t n, float scale,
                                l8_dtype fmt, uint8_t *y, float *amax)
 {
-    if (!l8i_is_hp(in_dt))
+    if (!is_hp(in_dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 quantize: input dtype %s is not f32/bf16/f16",
                        l8_dtype_name(in_dt));
     if (!l8_dtype_is_fp8(fmt))
@@ -220,7 +224,7 @@ l8_status l8_fp8_dequantize_host(const uint8_t *x, size_t n, l8_dtype fmt, float
     if (!l8_dtype_is_fp8(fmt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 dequantize: input dtype %s is not e4m3/e5m2",
                        l8_dtype_name(fmt));
-    if (!l8i_is_hp(out_dt))
+    if (!is_hp(out_dt))
         return L8_FAIL(L8_ERR_INVALID_ARG, "fp8 dequantize: output dtype %s is not f32/bf16/f16",
                        l8_dtype_name(out_dt));
     L8_ARG(n == 0 || (x && y));

@@ -1,7 +1,8 @@
 /* replay.h - a deterministic training-like allocation trace, and a provider
  * of fake device addresses to replay it against without touching memory.
  *
- * Used by tests/test_alloc.c (fragmentation bound) and `lean8-bench alloc`.
+ * Used by tests/test_alloc.c (fragmentation bound) and `lean8-bench alloc`;
+ * not library code (linked into those two binaries only), hence no l8_ prefix.
  *
  * The workload (one decoder-only transformer trained with FP8 GEMMs; T tokens
  * in the step, h = hidden, f = ffn_mult * h, e = bytes_per_elem, V = vocab):
@@ -35,8 +36,8 @@
  * the pattern that splinters PyTorch's segments (reserved peak about 1.30x
  * the allocated peak on such traces). Everything goes on one stream.
  */
-#ifndef L8_REPLAY_H
-#define L8_REPLAY_H
+#ifndef REPLAY_H
+#define REPLAY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -46,8 +47,8 @@
 extern "C" {
 #endif
 
-typedef struct l8_replay_config {
-    size_t size;                  /* sizeof(l8_replay_config) */
+typedef struct replay_config {
+    size_t size;                  /* sizeof(replay_config) */
     int layers;                   /* 24 */
     int hidden;                   /* 4096 (a multiple of 128) */
     int ffn_mult;                 /* 4 */
@@ -61,12 +62,12 @@ typedef struct l8_replay_config {
      * step marks in a trace, or to look at the allocator between steps. */
     void (*step_hook)(void *arg, l8_alloc *a, int step, int tokens);
     void *step_arg;
-} l8_replay_config;
-#define L8_REPLAY_CONFIG_INIT \
-    { sizeof(l8_replay_config), 24, 4096, 4, 32768, 2048, 16384, 64, 50, 2, 1, NULL, NULL }
+} replay_config;
+#define REPLAY_CONFIG_INIT \
+    { sizeof(replay_config), 24, 4096, 4, 32768, 2048, 16384, 64, 50, 2, 1, NULL, NULL }
 
-typedef struct l8_replay_result {
-    size_t size;                  /* caller sets sizeof(l8_replay_result) */
+typedef struct replay_result {
+    size_t size;                  /* caller sets sizeof(replay_result) */
     uint64_t allocated_peak;      /* from l8_alloc_get_stats over the replay */
     uint64_t requested_peak;
     uint64_t reserved_peak;
@@ -76,7 +77,7 @@ typedef struct l8_replay_result {
     double ns_per_op;
     uint64_t segment_allocs, segment_frees;   /* during the replay */
     int max_tokens_seen;
-} l8_replay_result;
+} replay_result;
 
 /* Run the workload on allocator a, everything on `stream`. The allocator's
  * peaks are reset first, so use a fresh (or emptied) allocator for a
@@ -84,9 +85,9 @@ typedef struct l8_replay_result {
  * returns, on success and on failure (cached segments stay).
  * Errors: L8_ERR_INVALID_ARG (bad config), whatever l8_alloc_malloc returns
  * (L8_ERR_OOM when the trace does not fit). */
-L8_NODISCARD l8_status l8_alloc_replay_training(l8_alloc *a, l8_stream_id stream,
-                                                const l8_replay_config *cfg,
-                                                l8_replay_result *res);
+L8_NODISCARD l8_status replay_training(l8_alloc *a, l8_stream_id stream,
+                                                const replay_config *cfg,
+                                                replay_result *res);
 
 /* A provider of fake addresses: segments are distinct 2-MiB-aligned address
  * ranges that are never backed by memory (the allocator never dereferences
@@ -94,16 +95,16 @@ L8_NODISCARD l8_status l8_alloc_replay_training(l8_alloc *a, l8_stream_id stream
  * capacity > 0: a segment_alloc that would take live bytes above it fails
  * with L8_ERR_OOM, like a device of that size. vp must outlive the
  * allocator; vp->base is the provider to hand to l8_alloc_create. */
-typedef struct l8_virtual_provider {
+typedef struct replay_virtual_provider {
     l8_segment_provider base;
     uintptr_t next;               /* next address to hand out */
     size_t capacity;
     size_t live_bytes, peak_bytes;
     uint64_t segment_allocs, segment_frees;
-} l8_virtual_provider;
-void l8_virtual_provider_init(l8_virtual_provider *vp, size_t capacity);
+} replay_virtual_provider;
+void replay_virtual_provider_init(replay_virtual_provider *vp, size_t capacity);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* L8_REPLAY_H */
+#endif /* REPLAY_H */

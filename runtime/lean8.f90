@@ -1,0 +1,997 @@
+! lean8.f90 - the Fortran module `lean8`: lean8's C API through ISO_C_BINDING.
+!
+!   use lean8
+!   type(l8_ctx) :: ctx
+!   if (l8_ctx_create(ctx) /= L8_OK) print *, l8_last_error_message()
+!
+! Build: gfortran app.f90 $(pkg-config --cflags --libs lean8) (lean8.mod is
+! installed beside the C headers, in include/lean8/; it is specific to the
+! compiler and version that built it, so `make` builds it with yours).
+!
+! Conventions:
+! - Handles are bind(c) types holding one C pointer (`%p`), null when unset:
+!   type(l8_ctx), type(l8_tensor), ... The destroy subroutines accept null
+!   handles and set the handle back to null.
+! - Every C function that returns an l8_status is a Fortran function with the
+!   same name returning the status as integer(c_int): compare with L8_OK and
+!   read l8_last_error_message() for what went wrong.
+! - Shapes are in Fortran order. A C tensor of shape (T, K) (row-major, K
+!   fastest) is the same memory as a Fortran array x(K, T) (column-major, K
+!   fastest): every dims argument here is the reverse of the C shape, and
+!   l8_tensor_from_array/l8_tensor_to_array copy the array's memory as is.
+!   So a batch of T images of 784 pixels is x(784, T) in Fortran and the
+!   (T, 784) tensor Linear expects; a Linear weight (N, K) in C is (K, N) here.
+! - Work is enqueued on the context's compute stream; copies to and from
+!   Fortran arrays block until done.
+! - Strings are Fortran strings (trailing blanks trimmed); the C side copies
+!   what it keeps.
+module lean8
+    use, intrinsic :: iso_c_binding
+    implicit none
+    private
+
+    ! ---- statuses (runtime/status.h; append-only values) ----
+    integer(c_int), parameter, public :: L8_OK = 0, L8_ERR_INVALID_ARG = 1, &
+        L8_ERR_UNSUPPORTED = 2, L8_ERR_STATE = 3, L8_ERR_OOM = 100, L8_ERR_CUDA = 101, &
+        L8_ERR_CUBLAS = 102, L8_ERR_NCCL = 103, L8_ERR_IO = 104, L8_ERR_TIMEOUT = 105, &
+        L8_ERR_NO_DEVICE = 106, L8_ERR_COMM = 107, L8_ERR_INTERNAL = 200
+    ! ---- dtypes (runtime/tensor.h) ----
+    integer(c_int), parameter, public :: L8_F32 = 0, L8_BF16 = 1, L8_F16 = 2, L8_E4M3 = 3, &
+        L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6
+    ! ---- Linear modes (ops/linear.h) ----
+    integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
+
+    ! ---- handles ----
+    type, bind(c), public :: l8_ctx
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_tensor
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_params
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_gemm_handle
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_recipe
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_linear
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_linear_ctx        ! what a forward saved for backward
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_optim
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_ckpt_writer
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_ckpt_reader
+        type(c_ptr) :: p = c_null_ptr
+    end type
+
+    ! ---- config struct mirrors (private; size set by the C init function,
+    ! checked against c_sizeof by l8_fortran_check_layouts) ----
+    type, bind(c) :: ctx_config
+        integer(c_size_t) :: size
+        type(c_ptr) :: device
+        integer(c_size_t) :: memory_limit, pinned_limit
+        type(c_ptr) :: provider
+        type(c_ptr) :: trace_path
+    end type
+    type, bind(c) :: adamw_config
+        integer(c_size_t) :: size
+        real(c_float) :: lr, beta1, beta2, eps, weight_decay, max_grad_norm
+    end type
+    type, bind(c) :: linear_config
+        integer(c_size_t) :: size
+        type(c_ptr) :: name
+        integer(c_int) :: mode
+        type(c_ptr) :: gemm, recipe, weight, weight_grad, bias, bias_grad
+        integer(c_int) :: weight_id, bias_id
+        type(c_funptr) :: grad_ready
+        type(c_ptr) :: grad_ready_arg
+        integer(c_int) :: accumulate_grad
+        type(c_ptr) :: save_hooks
+        type(c_ptr) :: tp_comm
+        integer(c_int) :: parallel, sequence_parallel
+    end type
+
+    public :: l8_last_error_message, l8_status_name, l8_version
+    public :: l8_ctx_create, l8_ctx_destroy, l8_ctx_synchronize, l8_ctx_device_name
+    public :: l8_tensor_empty, l8_tensor_from_array, l8_tensor_to_array, l8_tensor_copy_from_array
+    public :: l8_tensor_destroy, l8_tensor_numel, l8_tensor_dims
+    public :: l8_params_create, l8_params_destroy, l8_params_add, l8_params_finalize
+    public :: l8_params_master, l8_params_main_grad, l8_params_master_flat
+    public :: l8_params_init_uniform, l8_params_init_kaiming_uniform
+    public :: l8_gemm_handle_create, l8_gemm_handle_destroy
+    public :: l8_recipe_create, l8_recipe_destroy, l8_recipe_update
+    public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
+    public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
+    public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
+    public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
+    public :: l8_tag_push, l8_tag_pop
+    public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
+    public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
+    public :: l8_ckpt_close
+    public :: l8_fortran_check_layouts
+
+    ! Tensors from and to Fortran arrays: f32 (real(c_float)) of rank 1 to 3,
+    ! i32 (integer(c_int32_t)) of rank 1 and 2.
+    interface l8_tensor_from_array
+        module procedure from_f32_1, from_f32_2, from_f32_3, from_i32_1, from_i32_2
+    end interface
+    interface l8_tensor_copy_from_array
+        module procedure copy_from_f32_1, copy_from_f32_2, copy_from_f32_3, copy_from_i32_1, &
+            copy_from_i32_2
+    end interface
+    interface l8_tensor_to_array
+        module procedure to_f32_1, to_f32_2, to_f32_3, to_i32_1, to_i32_2
+    end interface
+
+    ! ---- the C functions (private: the wrappers below are the interface) ----
+    interface
+        function c_strlen(s) bind(c, name='strlen')
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: s
+            integer(c_size_t) :: c_strlen
+        end function
+        function c_last_error_string() bind(c, name='l8_last_error_string')
+            import :: c_ptr
+            type(c_ptr) :: c_last_error_string
+        end function
+        function c_status_name(st) bind(c, name='l8_status_name')
+            import :: c_ptr, c_int
+            integer(c_int), value :: st
+            type(c_ptr) :: c_status_name
+        end function
+        function c_version() bind(c, name='l8_version')
+            import :: c_ptr
+            type(c_ptr) :: c_version
+        end function
+        subroutine c_ctx_config_init(cfg) bind(c, name='l8_ctx_config_init')
+            import :: ctx_config
+            type(ctx_config) :: cfg
+        end subroutine
+        function c_ctx_create(cfg, out) bind(c, name='l8_ctx_create')
+            import :: c_int, ctx_config, c_ptr
+            type(ctx_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_ctx_create
+        end function
+        subroutine c_ctx_destroy(ctx) bind(c, name='l8_ctx_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: ctx
+        end subroutine
+        function c_ctx_synchronize(ctx) bind(c, name='l8_ctx_synchronize')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            integer(c_int) :: c_ctx_synchronize
+        end function
+        function c_ctx_device_name(ctx) bind(c, name='l8_ctx_device_name')
+            import :: c_ptr
+            type(c_ptr), value :: ctx
+            type(c_ptr) :: c_ctx_device_name
+        end function
+        function c_tensor_empty(ctx, dt, ndim, shape, out) bind(c, name='l8_tensor_empty')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: ctx
+            integer(c_int), value :: dt, ndim
+            integer(c_int64_t), intent(in) :: shape(*)
+            type(c_ptr) :: out
+            integer(c_int) :: c_tensor_empty
+        end function
+        subroutine c_tensor_destroy(t) bind(c, name='l8_tensor_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: t
+        end subroutine
+        function c_tensor_numel(t) bind(c, name='l8_tensor_numel')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int64_t) :: c_tensor_numel
+        end function
+        function c_tensor_ndim(t) bind(c, name='l8_tensor_ndim')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t
+            integer(c_int) :: c_tensor_ndim
+        end function
+        function c_tensor_dim(t, d) bind(c, name='l8_tensor_dim')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int), value :: d
+            integer(c_int64_t) :: c_tensor_dim
+        end function
+        function c_tensor_copy_from_host(t, host, bytes, s) bind(c, name='l8_tensor_copy_from_host')
+            import :: c_ptr, c_size_t, c_int
+            type(c_ptr), value :: t, host, s
+            integer(c_size_t), value :: bytes
+            integer(c_int) :: c_tensor_copy_from_host
+        end function
+        function c_tensor_copy_to_host(t, host, bytes, s) bind(c, name='l8_tensor_copy_to_host')
+            import :: c_ptr, c_size_t, c_int
+            type(c_ptr), value :: t, host, s
+            integer(c_size_t), value :: bytes
+            integer(c_int) :: c_tensor_copy_to_host
+        end function
+        function c_params_create(ctx, cfg, out) bind(c, name='l8_params_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx, cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_params_create
+        end function
+        subroutine c_params_destroy(g) bind(c, name='l8_params_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: g
+        end subroutine
+        function c_params_add(g, name, ndim, shape, id) bind(c, name='l8_params_add')
+            import :: c_ptr, c_int, c_char, c_int64_t
+            type(c_ptr), value :: g
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int), value :: ndim
+            integer(c_int64_t), intent(in) :: shape(*)
+            integer(c_int) :: id
+            integer(c_int) :: c_params_add
+        end function
+        function c_params_finalize(g) bind(c, name='l8_params_finalize')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int) :: c_params_finalize
+        end function
+        function c_params_master(g, id) bind(c, name='l8_params_master')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int), value :: id
+            type(c_ptr) :: c_params_master
+        end function
+        function c_params_main_grad(g, id) bind(c, name='l8_params_main_grad')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int), value :: id
+            type(c_ptr) :: c_params_main_grad
+        end function
+        function c_params_master_flat(g) bind(c, name='l8_params_master_flat')
+            import :: c_ptr
+            type(c_ptr), value :: g
+            type(c_ptr) :: c_params_master_flat
+        end function
+        function c_params_init_uniform(g, id, lo, hi, seed) bind(c, name='l8_params_init_uniform')
+            import :: c_ptr, c_int, c_float, c_int64_t
+            type(c_ptr), value :: g
+            integer(c_int), value :: id
+            real(c_float), value :: lo, hi
+            integer(c_int64_t), value :: seed
+            integer(c_int) :: c_params_init_uniform
+        end function
+        function c_params_init_kaiming_uniform(g, id, a, seed) &
+                bind(c, name='l8_params_init_kaiming_uniform')
+            import :: c_ptr, c_int, c_float, c_int64_t
+            type(c_ptr), value :: g
+            integer(c_int), value :: id
+            real(c_float), value :: a
+            integer(c_int64_t), value :: seed
+            integer(c_int) :: c_params_init_kaiming_uniform
+        end function
+        function c_gemm_handle_create(ctx, cfg, out) bind(c, name='l8_gemm_handle_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx, cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_gemm_handle_create
+        end function
+        subroutine c_gemm_handle_destroy(h) bind(c, name='l8_gemm_handle_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: h
+        end subroutine
+        function c_recipe_create(ctx, cfg, out) bind(c, name='l8_recipe_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx, cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_recipe_create
+        end function
+        subroutine c_recipe_destroy(r) bind(c, name='l8_recipe_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: r
+        end subroutine
+        function c_recipe_update(r, s) bind(c, name='l8_recipe_update')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r, s
+            integer(c_int) :: c_recipe_update
+        end function
+        subroutine c_linear_config_init(cfg) bind(c, name='l8_linear_config_init')
+            import :: linear_config
+            type(linear_config) :: cfg
+        end subroutine
+        function c_linear_create(ctx, cfg, out) bind(c, name='l8_linear_create')
+            import :: c_ptr, c_int, linear_config
+            type(c_ptr), value :: ctx
+            type(linear_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_linear_create
+        end function
+        subroutine c_linear_destroy(l) bind(c, name='l8_linear_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: l
+        end subroutine
+        function c_linear_begin_step(l) bind(c, name='l8_linear_begin_step')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l
+            integer(c_int) :: c_linear_begin_step
+        end function
+        function c_linear_forward(l, x, y, saved, s) bind(c, name='l8_linear_forward')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, x, y, saved, s
+            integer(c_int) :: c_linear_forward
+        end function
+        function c_linear_backward(l, saved, dy, dx, s) bind(c, name='l8_linear_backward')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, dy, dx, s
+            type(c_ptr) :: saved
+            integer(c_int) :: c_linear_backward
+        end function
+        subroutine c_linear_ctx_destroy(c) bind(c, name='l8_linear_ctx_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: c
+        end subroutine
+        subroutine c_adamw_config_init(cfg) bind(c, name='l8_adamw_config_init')
+            import :: adamw_config
+            type(adamw_config) :: cfg
+        end subroutine
+        function c_optim_create_adamw(g, cfg, out) bind(c, name='l8_optim_create_adamw')
+            import :: c_ptr, c_int, adamw_config
+            type(c_ptr), value :: g
+            type(adamw_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_optim_create_adamw
+        end function
+        subroutine c_optim_destroy(o) bind(c, name='l8_optim_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: o
+        end subroutine
+        function c_optim_step(o, s, res) bind(c, name='l8_optim_step')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, s, res
+            integer(c_int) :: c_optim_step
+        end function
+        function c_optim_set_lr(o, lr) bind(c, name='l8_optim_set_lr')
+            import :: c_ptr, c_int, c_float
+            type(c_ptr), value :: o
+            real(c_float), value :: lr
+            integer(c_int) :: c_optim_set_lr
+        end function
+        function c_convert(x, y, s) bind(c, name='l8_convert')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, y, s
+            integer(c_int) :: c_convert
+        end function
+        function c_gelu(x, y, s) bind(c, name='l8_gelu')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, y, s
+            integer(c_int) :: c_gelu
+        end function
+        function c_gelu_backward(x, dy, dx, s) bind(c, name='l8_gelu_backward')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, dy, dx, s
+            integer(c_int) :: c_gelu_backward
+        end function
+        function c_softmax_xent(logits, labels, classes, grad_scale, dlogits, row_loss, row_hit, s) &
+                bind(c, name='l8_softmax_xent')
+            import :: c_ptr, c_int, c_float
+            type(c_ptr), value :: logits, labels, dlogits, row_loss, row_hit, s
+            integer(c_int), value :: classes
+            real(c_float), value :: grad_scale
+            integer(c_int) :: c_softmax_xent
+        end function
+        function c_tag_push(name) bind(c, name='l8_tag_push')
+            import :: c_char, c_int
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int) :: c_tag_push
+        end function
+        function c_tag_pop() bind(c, name='l8_tag_pop')
+            import :: c_int
+            integer(c_int) :: c_tag_pop
+        end function
+        function c_ckpt_writer_open(path, kind, version, out) bind(c, name='l8_ckpt_writer_open')
+            import :: c_char, c_int32_t, c_ptr, c_int
+            character(kind=c_char), intent(in) :: path(*), kind(*)
+            integer(c_int32_t), value :: version
+            type(c_ptr) :: out
+            integer(c_int) :: c_ckpt_writer_open
+        end function
+        function c_ckpt_write_tensor(w, name, t) bind(c, name='l8_ckpt_write_tensor')
+            import :: c_char, c_ptr, c_int
+            type(c_ptr), value :: w, t
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int) :: c_ckpt_write_tensor
+        end function
+        function c_ckpt_writer_commit(w) bind(c, name='l8_ckpt_writer_commit')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: w
+            integer(c_int) :: c_ckpt_writer_commit
+        end function
+        subroutine c_ckpt_writer_abort(w) bind(c, name='l8_ckpt_writer_abort')
+            import :: c_ptr
+            type(c_ptr), value :: w
+        end subroutine
+        function c_ckpt_open(path, out) bind(c, name='l8_ckpt_open')
+            import :: c_char, c_ptr, c_int
+            character(kind=c_char), intent(in) :: path(*)
+            type(c_ptr) :: out
+            integer(c_int) :: c_ckpt_open
+        end function
+        function c_ckpt_expect(r, kind, version) bind(c, name='l8_ckpt_expect')
+            import :: c_char, c_ptr, c_int, c_int32_t
+            type(c_ptr), value :: r
+            character(kind=c_char), intent(in) :: kind(*)
+            integer(c_int32_t), value :: version
+            integer(c_int) :: c_ckpt_expect
+        end function
+        function c_ckpt_read_tensor(r, name, t) bind(c, name='l8_ckpt_read_tensor')
+            import :: c_char, c_ptr, c_int
+            type(c_ptr), value :: r, t
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int) :: c_ckpt_read_tensor
+        end function
+        subroutine c_ckpt_close(r) bind(c, name='l8_ckpt_close')
+            import :: c_ptr
+            type(c_ptr), value :: r
+        end subroutine
+    end interface
+
+    ! ---- communicators ----
+    ! MARKER(comm): l8_comm_init_rank from a unique id that an MPI program
+    ! broadcasts (type, bind(c) :: l8_unique_id with the C id's bytes; rank 0
+    ! gets it, MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, comm), every rank
+    ! inits) goes here once runtime/comm.h defines the C API.
+
+contains
+
+    ! ---- strings ----
+
+    ! A Fortran string as a NUL-terminated C string (trailing blanks trimmed).
+    pure function cstr(s) result(c)
+        character(len=*), intent(in) :: s
+        character(kind=c_char, len=len_trim(s) + 1) :: c
+        c = trim(s) // c_null_char
+    end function
+
+    ! A C string (library-owned) as an allocated Fortran string; "" for NULL.
+    function fstr(p) result(s)
+        type(c_ptr), intent(in) :: p
+        character(len=:), allocatable :: s
+        character(kind=c_char), pointer :: chars(:)
+        integer(c_size_t) :: n, i
+        if (.not. c_associated(p)) then
+            s = ''
+            return
+        end if
+        n = c_strlen(p)
+        call c_f_pointer(p, chars, [n])
+        allocate(character(len=n) :: s)
+        do i = 1, n
+            s(i:i) = chars(i)
+        end do
+    end function
+
+    ! The calling thread's last error as one line ("L8_ERR_...: call failed
+    ! ...: message (file:line)"), or "no error".
+    function l8_last_error_message() result(s)
+        character(len=:), allocatable :: s
+        s = fstr(c_last_error_string())
+    end function
+
+    ! "L8_OK", "L8_ERR_INVALID_ARG", ...
+    function l8_status_name(st) result(s)
+        integer(c_int), intent(in) :: st
+        character(len=:), allocatable :: s
+        s = fstr(c_status_name(st))
+    end function
+
+    ! The library's version string, "0.1.0".
+    function l8_version() result(s)
+        character(len=:), allocatable :: s
+        s = fstr(c_version())
+    end function
+
+    ! ---- contexts ----
+
+    ! A context on `device` ("host", "cuda:N"); absent: L8_DEVICE, else the
+    ! first GPU, else the host.
+    integer(c_int) function l8_ctx_create(ctx, device) result(st)
+        type(l8_ctx), intent(out) :: ctx
+        character(len=*), intent(in), optional :: device
+        type(ctx_config) :: cfg
+        character(kind=c_char, len=:), allocatable, target :: dev
+        call c_ctx_config_init(cfg)
+        if (present(device)) then
+            dev = cstr(device)
+            cfg%device = c_loc(dev)
+        end if
+        st = c_ctx_create(cfg, ctx%p)
+    end function
+
+    ! Every tensor, layer, group... of ctx must be destroyed first.
+    subroutine l8_ctx_destroy(ctx)
+        type(l8_ctx), intent(inout) :: ctx
+        call c_ctx_destroy(ctx%p)
+        ctx%p = c_null_ptr
+    end subroutine
+
+    integer(c_int) function l8_ctx_synchronize(ctx) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        st = c_ctx_synchronize(ctx%p)
+    end function
+
+    ! "NVIDIA H200", "host".
+    function l8_ctx_device_name(ctx) result(s)
+        type(l8_ctx), intent(in) :: ctx
+        character(len=:), allocatable :: s
+        s = fstr(c_ctx_device_name(ctx%p))
+    end function
+
+    ! ---- tensors ----
+
+    ! A new dense tensor of dtype dt whose Fortran-order dims are `dims`
+    ! (the C shape reversed), contents undefined.
+    integer(c_int) function l8_tensor_empty(ctx, dt, dims, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int), intent(in) :: dt
+        integer, intent(in) :: dims(:)
+        type(l8_tensor), intent(out) :: t
+        integer(c_int64_t) :: shp(max(1, size(dims)))
+        integer :: i
+        do i = 1, size(dims)
+            shp(i) = int(dims(size(dims) + 1 - i), c_int64_t)
+        end do
+        st = c_tensor_empty(ctx%p, dt, int(size(dims), c_int), shp, t%p)
+    end function
+
+    subroutine l8_tensor_destroy(t)
+        type(l8_tensor), intent(inout) :: t
+        call c_tensor_destroy(t%p)
+        t%p = c_null_ptr
+    end subroutine
+
+    integer(c_int64_t) function l8_tensor_numel(t)
+        type(l8_tensor), intent(in) :: t
+        l8_tensor_numel = c_tensor_numel(t%p)
+    end function
+
+    ! The tensor's dims in Fortran order (the C shape reversed); empty for a
+    ! null tensor.
+    function l8_tensor_dims(t) result(dims)
+        type(l8_tensor), intent(in) :: t
+        integer, allocatable :: dims(:)
+        integer :: n, i
+        n = 0
+        if (c_associated(t%p)) n = max(0, int(c_tensor_ndim(t%p)))
+        allocate(dims(n))
+        do i = 1, n
+            dims(i) = int(c_tensor_dim(t%p, int(n - i, c_int)))
+        end do
+    end function
+
+    ! Shared body of the array copies (f32 and i32 elements: 4 bytes each).
+    integer(c_int) function new_from(ctx, dt, dims, host, bytes, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int), intent(in) :: dt
+        integer, intent(in) :: dims(:)
+        type(c_ptr), intent(in) :: host
+        integer(c_size_t), intent(in) :: bytes
+        type(l8_tensor), intent(out) :: t
+        st = l8_tensor_empty(ctx, dt, dims, t)
+        if (st /= L8_OK) return
+        st = c_tensor_copy_from_host(t%p, host, bytes, c_null_ptr)
+        if (st /= L8_OK) call l8_tensor_destroy(t)
+    end function
+
+    integer(c_int) function from_f32_1(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        real(c_float), intent(in), target, contiguous :: x(:)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
+    end function
+    integer(c_int) function from_f32_2(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        real(c_float), intent(in), target, contiguous :: x(:, :)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
+    end function
+    integer(c_int) function from_f32_3(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        real(c_float), intent(in), target, contiguous :: x(:, :, :)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
+    end function
+    integer(c_int) function from_i32_1(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int32_t), intent(in), target, contiguous :: x(:)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_I32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
+    end function
+    integer(c_int) function from_i32_2(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int32_t), intent(in), target, contiguous :: x(:, :)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_I32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
+    end function
+
+    ! Copy an array into an existing tensor of as many bytes (blocks).
+    integer(c_int) function copy_from_f32_1(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(in), target, contiguous :: x(:)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function copy_from_f32_2(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(in), target, contiguous :: x(:, :)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function copy_from_f32_3(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(in), target, contiguous :: x(:, :, :)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function copy_from_i32_1(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int32_t), intent(in), target, contiguous :: x(:)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function copy_from_i32_2(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int32_t), intent(in), target, contiguous :: x(:, :)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+
+    ! Copy a tensor of as many bytes out into an array (blocks until done,
+    ! after the work enqueued before it).
+    integer(c_int) function to_f32_1(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(inout), target, contiguous :: x(:)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function to_f32_2(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(inout), target, contiguous :: x(:, :)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function to_f32_3(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(inout), target, contiguous :: x(:, :, :)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function to_i32_1(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int32_t), intent(inout), target, contiguous :: x(:)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+    integer(c_int) function to_i32_2(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int32_t), intent(inout), target, contiguous :: x(:, :)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
+    end function
+
+    ! ---- parameter groups ----
+
+    integer(c_int) function l8_params_create(ctx, g) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_params), intent(out) :: g
+        st = c_params_create(ctx%p, c_null_ptr, g%p)
+    end function
+
+    subroutine l8_params_destroy(g)
+        type(l8_params), intent(inout) :: g
+        call c_params_destroy(g%p)
+        g%p = c_null_ptr
+    end subroutine
+
+    ! Register a parameter of Fortran-order dims (a Linear weight of C shape
+    ! (N, K) is dims = [K, N]); id is what master/main_grad take.
+    integer(c_int) function l8_params_add(g, name, dims, id) result(st)
+        type(l8_params), intent(in) :: g
+        character(len=*), intent(in) :: name
+        integer, intent(in) :: dims(:)
+        integer(c_int), intent(out) :: id
+        integer(c_int64_t) :: shp(max(1, size(dims)))
+        integer :: i
+        do i = 1, size(dims)
+            shp(i) = int(dims(size(dims) + 1 - i), c_int64_t)
+        end do
+        st = c_params_add(g%p, cstr(name), int(size(dims), c_int), shp, id)
+    end function
+
+    integer(c_int) function l8_params_finalize(g) result(st)
+        type(l8_params), intent(in) :: g
+        st = c_params_finalize(g%p)
+    end function
+
+    ! Borrowed views (the group owns them: never l8_tensor_destroy them);
+    ! null for a bad id or before finalize.
+    type(l8_tensor) function l8_params_master(g, id) result(t)
+        type(l8_params), intent(in) :: g
+        integer(c_int), intent(in) :: id
+        t%p = c_params_master(g%p, id)
+    end function
+    type(l8_tensor) function l8_params_main_grad(g, id) result(t)
+        type(l8_params), intent(in) :: g
+        integer(c_int), intent(in) :: id
+        t%p = c_params_main_grad(g%p, id)
+    end function
+    type(l8_tensor) function l8_params_master_flat(g) result(t)
+        type(l8_params), intent(in) :: g
+        t%p = c_params_master_flat(g%p)
+    end function
+
+    integer(c_int) function l8_params_init_uniform(g, id, lo, hi, seed) result(st)
+        type(l8_params), intent(in) :: g
+        integer(c_int), intent(in) :: id
+        real(c_float), intent(in) :: lo, hi
+        integer(c_int64_t), intent(in) :: seed
+        st = c_params_init_uniform(g%p, id, lo, hi, seed)
+    end function
+    integer(c_int) function l8_params_init_kaiming_uniform(g, id, a, seed) result(st)
+        type(l8_params), intent(in) :: g
+        integer(c_int), intent(in) :: id
+        real(c_float), intent(in) :: a
+        integer(c_int64_t), intent(in) :: seed
+        st = c_params_init_kaiming_uniform(g%p, id, a, seed)
+    end function
+
+    ! ---- GEMM handles and the FP8 recipe (default configurations) ----
+
+    integer(c_int) function l8_gemm_handle_create(ctx, h) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_gemm_handle), intent(out) :: h
+        st = c_gemm_handle_create(ctx%p, c_null_ptr, h%p)
+    end function
+    subroutine l8_gemm_handle_destroy(h)
+        type(l8_gemm_handle), intent(inout) :: h
+        call c_gemm_handle_destroy(h%p)
+        h%p = c_null_ptr
+    end subroutine
+
+    integer(c_int) function l8_recipe_create(ctx, r) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_recipe), intent(out) :: r
+        st = c_recipe_create(ctx%p, c_null_ptr, r%p)
+    end function
+    subroutine l8_recipe_destroy(r)
+        type(l8_recipe), intent(inout) :: r
+        call c_recipe_destroy(r%p)
+        r%p = c_null_ptr
+    end subroutine
+    ! After each optimizer step: new scales from the amax histories.
+    integer(c_int) function l8_recipe_update(r) result(st)
+        type(l8_recipe), intent(in) :: r
+        st = c_recipe_update(r%p, c_null_ptr)
+    end function
+
+    ! ---- Linear ----
+
+    ! Y = X . W^T + b. weight/weight_grad: the group's master and main_grad
+    ! views of a parameter of Fortran dims [K, N] (C (N, K)); bias/bias_grad
+    ! [N], optional together; recipe required for L8_LINEAR_FP8 (the default
+    ! mode). weight_id/bias_id: the group's ids.
+    integer(c_int) function l8_linear_create(ctx, name, gemm, weight, weight_grad, lin, mode, &
+            recipe, bias, bias_grad, weight_id, bias_id) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        character(len=*), intent(in) :: name
+        type(l8_gemm_handle), intent(in) :: gemm
+        type(l8_tensor), intent(in) :: weight, weight_grad
+        type(l8_linear), intent(out) :: lin
+        integer(c_int), intent(in), optional :: mode, weight_id, bias_id
+        type(l8_recipe), intent(in), optional :: recipe
+        type(l8_tensor), intent(in), optional :: bias, bias_grad
+        type(linear_config) :: cfg
+        character(kind=c_char, len=:), allocatable, target :: cname
+        call c_linear_config_init(cfg)
+        cname = cstr(name)
+        cfg%name = c_loc(cname)
+        cfg%gemm = gemm%p
+        cfg%weight = weight%p
+        cfg%weight_grad = weight_grad%p
+        if (present(mode)) cfg%mode = mode
+        if (present(recipe)) cfg%recipe = recipe%p
+        if (present(bias)) cfg%bias = bias%p
+        if (present(bias_grad)) cfg%bias_grad = bias_grad%p
+        if (present(weight_id)) cfg%weight_id = weight_id
+        if (present(bias_id)) cfg%bias_id = bias_id
+        st = c_linear_create(ctx%p, cfg, lin%p)
+    end function
+
+    subroutine l8_linear_destroy(lin)
+        type(l8_linear), intent(inout) :: lin
+        call c_linear_destroy(lin%p)
+        lin%p = c_null_ptr
+    end subroutine
+
+    ! Once per optimizer step, before its first forward.
+    integer(c_int) function l8_linear_begin_step(lin) result(st)
+        type(l8_linear), intent(in) :: lin
+        st = c_linear_begin_step(lin%p)
+    end function
+
+    ! y = x . W^T + b; x bf16 (T, K) = Fortran dims [K, T], y (T, N). With
+    ! `saved`, what backward needs is kept there (training); without, inference.
+    integer(c_int) function l8_linear_forward(lin, x, y, saved) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_tensor), intent(in) :: x, y
+        type(l8_linear_ctx), intent(inout), target, optional :: saved
+        if (present(saved)) then
+            st = c_linear_forward(lin%p, x%p, y%p, c_loc(saved%p), c_null_ptr)
+        else
+            st = c_linear_forward(lin%p, x%p, y%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! From dy: dx (=, optional: the first layer needs none), weight and bias
+    ! gradients into the group's main_grad. Consumes `saved` (null after).
+    integer(c_int) function l8_linear_backward(lin, saved, dy, dx) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_linear_ctx), intent(inout) :: saved
+        type(l8_tensor), intent(in) :: dy
+        type(l8_tensor), intent(in), optional :: dx
+        if (present(dx)) then
+            st = c_linear_backward(lin%p, saved%p, dy%p, dx%p, c_null_ptr)
+        else
+            st = c_linear_backward(lin%p, saved%p, dy%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! Drop what a forward saved without running backward.
+    subroutine l8_linear_ctx_destroy(saved)
+        type(l8_linear_ctx), intent(inout) :: saved
+        call c_linear_ctx_destroy(saved%p)
+        saved%p = c_null_ptr
+    end subroutine
+
+    ! ---- optimizer ----
+
+    ! AdamW over the whole (finalized) group; absent arguments take the C
+    ! defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight_decay 1e-2, no clip).
+    integer(c_int) function l8_optim_create_adamw(g, opt, lr, weight_decay, beta1, beta2, eps, &
+            max_grad_norm) result(st)
+        type(l8_params), intent(in) :: g
+        type(l8_optim), intent(out) :: opt
+        real(c_float), intent(in), optional :: lr, weight_decay, beta1, beta2, eps, max_grad_norm
+        type(adamw_config) :: cfg
+        call c_adamw_config_init(cfg)
+        if (present(lr)) cfg%lr = lr
+        if (present(weight_decay)) cfg%weight_decay = weight_decay
+        if (present(beta1)) cfg%beta1 = beta1
+        if (present(beta2)) cfg%beta2 = beta2
+        if (present(eps)) cfg%eps = eps
+        if (present(max_grad_norm)) cfg%max_grad_norm = max_grad_norm
+        st = c_optim_create_adamw(g%p, cfg, opt%p)
+    end function
+
+    subroutine l8_optim_destroy(opt)
+        type(l8_optim), intent(inout) :: opt
+        call c_optim_destroy(opt%p)
+        opt%p = c_null_ptr
+    end subroutine
+
+    ! One step over the group from its main_grad.
+    integer(c_int) function l8_optim_step(opt) result(st)
+        type(l8_optim), intent(in) :: opt
+        st = c_optim_step(opt%p, c_null_ptr, c_null_ptr)
+    end function
+
+    integer(c_int) function l8_optim_set_lr(opt, lr) result(st)
+        type(l8_optim), intent(in) :: opt
+        real(c_float), intent(in) :: lr
+        st = c_optim_set_lr(opt%p, lr)
+    end function
+
+    ! ---- elementwise and loss ----
+
+    ! y = x in y's dtype (f32 <-> bf16 <-> f16), same shape.
+    integer(c_int) function l8_convert(x, y) result(st)
+        type(l8_tensor), intent(in) :: x, y
+        st = c_convert(x%p, y%p, c_null_ptr)
+    end function
+    integer(c_int) function l8_gelu(x, y) result(st)
+        type(l8_tensor), intent(in) :: x, y
+        st = c_gelu(x%p, y%p, c_null_ptr)
+    end function
+    ! dx = dy * gelu'(x); dx may be dy.
+    integer(c_int) function l8_gelu_backward(x, dy, dx) result(st)
+        type(l8_tensor), intent(in) :: x, dy, dx
+        st = c_gelu_backward(x%p, dy%p, dx%p, c_null_ptr)
+    end function
+
+    ! Softmax cross-entropy over the first `classes` logits of each row:
+    ! row_loss (f32 [T]), row_hit (i32 [T]); with dlogits (training), the
+    ! gradient times grad_scale (1/T for a mean loss).
+    integer(c_int) function l8_softmax_xent(logits, labels, classes, grad_scale, row_loss, row_hit, &
+            dlogits) result(st)
+        type(l8_tensor), intent(in) :: logits, labels, row_loss, row_hit
+        integer, intent(in) :: classes
+        real(c_float), intent(in) :: grad_scale
+        type(l8_tensor), intent(in), optional :: dlogits
+        type(c_ptr) :: d
+        d = c_null_ptr
+        if (present(dlogits)) d = dlogits%p
+        st = c_softmax_xent(logits%p, labels%p, int(classes, c_int), grad_scale, d, row_loss%p, &
+                            row_hit%p, c_null_ptr)
+    end function
+
+    ! ---- trace tags (what the memory trace attributes allocations to) ----
+
+    integer(c_int) function l8_tag_push(name) result(st)
+        character(len=*), intent(in) :: name
+        st = c_tag_push(cstr(name))
+    end function
+    integer(c_int) function l8_tag_pop() result(st)
+        st = c_tag_pop()
+    end function
+
+    ! ---- checkpoints: atomic, checksummed files of named tensors ----
+
+    integer(c_int) function l8_ckpt_writer_open(path, kind, version, w) result(st)
+        character(len=*), intent(in) :: path, kind
+        integer, intent(in) :: version
+        type(l8_ckpt_writer), intent(out) :: w
+        st = c_ckpt_writer_open(cstr(path), cstr(kind), int(version, c_int32_t), w%p)
+    end function
+    integer(c_int) function l8_ckpt_write_tensor(w, name, t) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        type(l8_tensor), intent(in) :: t
+        st = c_ckpt_write_tensor(w%p, cstr(name), t%p)
+    end function
+    ! Write the file and free w (also on failure: w is null after).
+    integer(c_int) function l8_ckpt_writer_commit(w) result(st)
+        type(l8_ckpt_writer), intent(inout) :: w
+        st = c_ckpt_writer_commit(w%p)
+        w%p = c_null_ptr
+    end function
+    subroutine l8_ckpt_writer_abort(w)
+        type(l8_ckpt_writer), intent(inout) :: w
+        call c_ckpt_writer_abort(w%p)
+        w%p = c_null_ptr
+    end subroutine
+    integer(c_int) function l8_ckpt_open(path, r) result(st)
+        character(len=*), intent(in) :: path
+        type(l8_ckpt_reader), intent(out) :: r
+        st = c_ckpt_open(cstr(path), r%p)
+    end function
+    ! L8_OK when the file was written for (kind, version); else
+    ! L8_ERR_INVALID_ARG naming what differs.
+    integer(c_int) function l8_ckpt_expect(r, kind, version) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: kind
+        integer, intent(in) :: version
+        st = c_ckpt_expect(r%p, cstr(kind), int(version, c_int32_t))
+    end function
+    ! Load section `name` into t (same dtype and shape, else refused).
+    integer(c_int) function l8_ckpt_read_tensor(r, name, t) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        type(l8_tensor), intent(in) :: t
+        st = c_ckpt_read_tensor(r%p, cstr(name), t%p)
+    end function
+    subroutine l8_ckpt_close(r)
+        type(l8_ckpt_reader), intent(inout) :: r
+        call c_ckpt_close(r%p)
+        r%p = c_null_ptr
+    end subroutine
+
+    ! ---- self-check ----
+
+    ! 0 when this module's struct mirrors have the C library's sizes (the C
+    ! init functions write sizeof into size); else the number that differ.
+    integer function l8_fortran_check_layouts() result(bad)
+        type(ctx_config) :: cc
+        type(adamw_config) :: ac
+        type(linear_config) :: lc
+        bad = 0
+        call c_ctx_config_init(cc)
+        call c_adamw_config_init(ac)
+        call c_linear_config_init(lc)
+        if (cc%size /= c_sizeof(cc)) bad = bad + 1
+        if (ac%size /= c_sizeof(ac)) bad = bad + 1
+        if (lc%size /= c_sizeof(lc)) bad = bad + 1
+    end function
+end module lean8

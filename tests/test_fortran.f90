@@ -1,0 +1,167 @@
+! test_fortran.f90 - the Fortran module `lean8` against hand-computed results
+! (make test-fortran; L8_DEVICE picks the device, the host in make test):
+!   1. the struct mirrors match the C library's sizes;
+!   2. column-major reversal: an array x(K, T) is the C tensor (T, K), and a
+!      Linear weight of Fortran dims [K, N] computes y(:, t) = W^T x(:, t) + b;
+!   3. errors come back as statuses, with the message as a Fortran string;
+!   4. a backward and an optimizer step move the weights, checkpoint save and
+!      load restore them exactly, a checkpoint of another kind is refused;
+!   5. trace tags nest.
+! Exit status 0 when every check passes; each failure prints one line.
+program test_fortran
+    use, intrinsic :: iso_c_binding
+    use lean8
+    implicit none
+    integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
+    type(l8_ctx) :: ctx, bad
+    type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat
+    type(l8_params) :: g
+    type(l8_gemm_handle) :: h
+    type(l8_linear) :: lin
+    type(l8_linear_ctx) :: saved
+    type(l8_optim) :: opt
+    type(l8_ckpt_writer) :: cw
+    type(l8_ckpt_reader) :: cr
+    real(c_float) :: x(K, T), wf(K, N), bias(N), y(N, T), want(N, T), back(K, T)
+    real(c_float), allocatable :: before(:), after(:), restored(:)
+    integer(c_int) :: wid, bid
+    integer :: fails, i, j, tt
+    character(len=256) :: path
+    fails = 0
+
+    call check(l8_fortran_check_layouts() == 0, 'struct mirrors have the C sizes')
+    call ok(l8_ctx_create(ctx), 'l8_ctx_create')
+    print '(a, a, a, a)', 'lean8 ', l8_version(), ' Fortran test on ', l8_ctx_device_name(ctx)
+
+    ! -- 3. errors: a status, and the message as a Fortran string
+    call check(l8_ctx_create(bad, 'nonsense:7') == L8_ERR_INVALID_ARG, 'bad device string refused')
+    call check(index(l8_last_error_message(), 'nonsense:7') > 0, &
+               'the last error names the device: ' // l8_last_error_message())
+    call check(l8_status_name(L8_ERR_OOM) == 'L8_ERR_OOM', 'l8_status_name')
+
+    ! -- 2. reversal: x(K, T) -> the C tensor (T, K) with the same memory
+    do tt = 1, T
+        do i = 1, K
+            x(i, tt) = real(mod(i + 2 * tt, 7) - 3, c_float)      ! small integers: exact in bf16
+        end do
+    end do
+    call ok(l8_tensor_from_array(ctx, x, xt), 'l8_tensor_from_array')
+    call check(all(l8_tensor_dims(xt) == [K, T]), 'Fortran dims of a (K, T) array are [K, T]')
+    call check(l8_tensor_numel(xt) == K * T, 'numel')
+    back = 0
+    call ok(l8_tensor_to_array(xt, back), 'l8_tensor_to_array')
+    call check(all(back == x), 'round trip of a (K, T) array')
+    call check(l8_tensor_to_array(xt, bias) == L8_ERR_INVALID_ARG, 'a copy of the wrong size is refused')
+
+    ! -- a Linear of Fortran dims [K, N] in bf16 with a bias
+    call ok(l8_params_create(ctx, g), 'l8_params_create')
+    call ok(l8_params_add(g, 'fc.weight', [K, N], wid), 'l8_params_add weight')
+    call ok(l8_params_add(g, 'fc.bias', [N], bid), 'l8_params_add bias')
+    call ok(l8_params_finalize(g), 'l8_params_finalize')
+    w = l8_params_master(g, wid)
+    wg = l8_params_main_grad(g, wid)
+    b = l8_params_master(g, bid)
+    bg = l8_params_main_grad(g, bid)
+    call check(all(l8_tensor_dims(w) == [K, N]), 'the weight has Fortran dims [K, N]')
+    do j = 1, N
+        do i = 1, K
+            wf(i, j) = real(mod(3 * i + j, 5) - 2, c_float)
+        end do
+        bias(j) = real(j - 8, c_float)
+    end do
+    call ok(l8_tensor_copy_from_array(w, wf), 'weights from an array')
+    call ok(l8_tensor_copy_from_array(b, bias), 'bias from an array')
+    call ok(l8_gemm_handle_create(ctx, h), 'l8_gemm_handle_create')
+    call ok(l8_linear_create(ctx, 'fc', h, w, wg, lin, mode=L8_LINEAR_BF16, bias=b, bias_grad=bg, &
+                             weight_id=wid, bias_id=bid), 'l8_linear_create')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], xb), 'l8_tensor_empty x')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], yb), 'l8_tensor_empty y')
+    call ok(l8_tensor_empty(ctx, L8_F32, [N, T], yf), 'l8_tensor_empty y f32')
+    call ok(l8_convert(xt, xb), 'l8_convert to bf16')
+    call ok(l8_tag_push('fortran-test'), 'l8_tag_push')
+    call ok(l8_linear_begin_step(lin), 'l8_linear_begin_step')
+    call ok(l8_linear_forward(lin, xb, yb, saved), 'l8_linear_forward')
+    call ok(l8_tag_pop(), 'l8_tag_pop')
+    call check(l8_tag_pop() /= L8_OK, 'popping an empty tag stack is refused')
+    call ok(l8_convert(yb, yf), 'l8_convert to f32')
+    call ok(l8_tensor_to_array(yf, y), 'y to an array')
+    want = matmul(transpose(wf), x)
+    do tt = 1, T
+        want(:, tt) = want(:, tt) + bias
+    end do
+    call check(all(y == want), 'y(:, t) = W^T x(:, t) + b exactly (column-major reversal)')
+
+    ! -- 4. backward, an AdamW step, checkpoint save and load
+    call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], dy), 'l8_tensor_empty dy')
+    call ok(l8_convert(yf, dy), 'dy')
+    call ok(l8_linear_backward(lin, saved, dy), 'l8_linear_backward')
+    call check(.not. c_associated(saved%p), 'backward consumed what forward saved')
+    call ok(l8_optim_create_adamw(g, opt, lr=0.01_c_float), 'l8_optim_create_adamw')
+    flat = l8_params_master_flat(g)
+    allocate(before(l8_tensor_numel(flat)), after(l8_tensor_numel(flat)), &
+             restored(l8_tensor_numel(flat)))
+    call ok(l8_tensor_to_array(flat, before), 'master before')
+    call ok(l8_optim_step(opt), 'l8_optim_step')
+    call ok(l8_tensor_to_array(flat, after), 'master after')
+    call check(any(after /= before), 'the optimizer step moved the weights')
+
+    call get_environment_variable('TMPDIR', path)
+    if (len_trim(path) == 0) path = '/tmp'
+    path = trim(path) // '/lean8-fortran-test.ckpt'
+    call ok(l8_ckpt_writer_open(trim(path), 'fortran-test', 1, cw), 'l8_ckpt_writer_open')
+    call ok(l8_ckpt_write_tensor(cw, 'master', flat), 'l8_ckpt_write_tensor')
+    call ok(l8_ckpt_writer_commit(cw), 'l8_ckpt_writer_commit')
+    call ok(l8_tensor_copy_from_array(flat, before), 'overwrite the master weights')
+    call ok(l8_ckpt_open(trim(path), cr), 'l8_ckpt_open')
+    call check(l8_ckpt_expect(cr, 'another-model', 1) == L8_ERR_INVALID_ARG, &
+               'a checkpoint of another kind is refused')
+    call ok(l8_ckpt_expect(cr, 'fortran-test', 1), 'l8_ckpt_expect')
+    call ok(l8_ckpt_read_tensor(cr, 'master', flat), 'l8_ckpt_read_tensor')
+    call check(l8_ckpt_read_tensor(cr, 'missing', flat) == L8_ERR_INVALID_ARG, &
+               'a missing section is refused')
+    call l8_ckpt_close(cr)
+    call ok(l8_tensor_to_array(flat, restored), 'master restored')
+    call check(all(restored == after), 'checkpoint load restores the saved weights exactly')
+    open(newunit=i, file=trim(path), status='old')
+    close(i, status='delete')
+
+    call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
+    call l8_optim_destroy(opt)
+    call l8_linear_destroy(lin)
+    call l8_gemm_handle_destroy(h)
+    call l8_tensor_destroy(xt)
+    call l8_tensor_destroy(xb)
+    call l8_tensor_destroy(yb)
+    call l8_tensor_destroy(yf)
+    call l8_tensor_destroy(dy)
+    call l8_params_destroy(g)
+    call l8_ctx_destroy(ctx)
+    call check(.not. c_associated(ctx%p), 'destroy nulls the handle')
+    call l8_ctx_destroy(ctx)                                   ! a null handle: no-op
+
+    if (fails > 0) then
+        print '(i0, a)', fails, ' Fortran check(s) FAILED'
+        error stop 1
+    end if
+    print '(a)', 'Fortran module: every check passed'
+
+contains
+
+    subroutine ok(st, what)
+        integer(c_int), intent(in) :: st
+        character(len=*), intent(in) :: what
+        if (st /= L8_OK) then
+            fails = fails + 1
+            print '(a, a, a, a)', 'FAIL  ', what, ': ', l8_last_error_message()
+        end if
+    end subroutine
+
+    subroutine check(cond, what)
+        logical, intent(in) :: cond
+        character(len=*), intent(in) :: what
+        if (.not. cond) then
+            fails = fails + 1
+            print '(a, a)', 'FAIL  ', what
+        end if
+    end subroutine
+end program test_fortran

@@ -1,0 +1,348 @@
+/* test_tp.c - the tensor- and sequence-parallel Linear against the layer on
+ * one rank (seeds/004's second script, in C, for both parallel modes).
+ *
+ * A reference layer on one host context sees the whole X [T, K], W [N, K],
+ * b [N] and dY [T, N]; tp ranks (threads joined by the THREADS transport)
+ * each hold their shard of W (column: rows of W; row: columns of W) and of
+ * the activations (with sequence parallelism: rows of X or Y). Two steps:
+ * forward + backward, the recipe update (amaxes MAX-reduced over the TP
+ * group by l8_comm_reduce_amax), begin_step, forward + backward again; the
+ * second step's outputs are compared:
+ *   - bitwise where a rank computes exactly the reference's products from
+ *     the same bytes (column: y and the weight gradient - with or without
+ *     sequence parallelism, the wgrad seeds/004 found scrambled; row: dx and
+ *     the weight gradient; the bias gradient everywhere);
+ *   - within bf16 rounding where the TP layer adds per-rank partial sums
+ *     rounded to bf16 (column: dx; row: y).
+ * The first step's scales are the initial ones; the second step's come from
+ * amaxes that with sequence parallelism each rank saw only a part of: the
+ * comparison checks the reduction made them the reference's.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tests/tests.h"
+#include "runtime/comm.h"
+#include "runtime/fp8.h"
+#include "ops/linear.h"
+
+enum { T = 64, K = 64, N = 64 };
+
+typedef struct tp_case {
+    l8_linear_mode mode;
+    l8_linear_parallel par;
+    int sp;
+    uint64_t salt;
+} tp_case;
+
+/* The outputs of one layer (per rank: its shard), f32. */
+typedef struct result { float y[T * N], dx[T * K], gw[N * K], gb[N]; int ny, ndx, ngw; } result;
+
+static float gen(uint64_t salt, int what, size_t i)
+{
+    l8_rng g;
+    l8_rng_init(&g, salt * 7919u + (uint64_t)what * 104729u + i * 1299709u);
+    l8_rng_next(&g);
+    return l8_rng_float(&g, -1.0f, 1.0f) * (what == 0 ? 2.0f : what == 3 ? 0.5f : 1.0f);
+}
+/* what: 0 X [T, K], 1 W [N, K], 2 b [N], 3 dY [T, N] (step 1), 4 dY (step 2), 5 X step 2 */
+
+static l8_status mk(l8_ctx *ctx, l8_dtype dt, int64_t r, int64_t c, l8_tensor **t, void **p)
+{
+    int64_t shape[2] = { r, c };
+    L8_CHECK(l8_tensor_empty(ctx, dt, c < 0 ? 1 : 2, shape, t));
+    return l8_tensor_data(*t, p);
+}
+
+/* This rank's view of the full problem: which rows/cols of each tensor. */
+typedef struct shard { int64_t n0, n1, k0, k1, tx0, tx1, ty0, ty1; } shard;
+
+static shard shard_of(const tp_case *k, int rank, int tp)
+{
+    shard s = { 0, N, 0, K, 0, T, 0, T };
+    if (k->par == L8_PARALLEL_COLUMN) {
+        s.n0 = N / tp * rank, s.n1 = s.n0 + N / tp;
+        if (k->sp) s.tx0 = T / tp * rank, s.tx1 = s.tx0 + T / tp;
+    } else if (k->par == L8_PARALLEL_ROW) {
+        s.k0 = K / tp * rank, s.k1 = s.k0 + K / tp;
+        if (k->sp) s.ty0 = T / tp * rank, s.ty1 = s.ty0 + T / tp;
+    }
+    return s;
+}
+
+/* Run the two steps on ctx with this rank's shard (tp NULL: the reference).
+ * Host buffers are staged through copies, so any backend works. */
+static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *out)
+{
+    int rank = tp ? l8_comm_rank(tp) : 0, size = tp ? l8_comm_size(tp) : 1;
+    shard s = shard_of(k, rank, size);
+    int64_t nn = s.n1 - s.n0, kk = s.k1 - s.k0, tx = s.tx1 - s.tx0, ty = s.ty1 - s.ty0;
+    l8_gemm_handle *h = NULL;
+    l8_recipe *rec = NULL;
+    l8_linear *lin = NULL;
+    l8_tensor *w = NULL, *gw = NULL, *b = NULL, *gb = NULL, *x = NULL, *y = NULL, *dy = NULL, *dx = NULL;
+    float *hw = calloc((size_t)(N * K), sizeof *hw), *hb = calloc(N, sizeof *hb);
+    uint16_t *hx = calloc((size_t)(T * K), 2), *hy = calloc((size_t)(T * N), 2);
+    l8_stream *st_ = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
+    gc.autotune = 0;
+    l8_status st = hw && hb && hx && hy ? l8_gemm_handle_create(ctx, &gc, &h)
+                                        : L8_FAIL(L8_ERR_OOM, "test: out of memory");
+    if (st == L8_OK) st = l8_recipe_create(ctx, NULL, &rec);
+    if (st == L8_OK && tp) st = l8_recipe_set_reduce(rec, l8_comm_reduce_amax, tp);
+    void *unused;
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &w, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, kk, &gw, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &b, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_F32, nn, -1, &gb, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &x, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &y, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &dy, &unused);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &dx, &unused);
+    if (st != L8_OK) goto out;
+    for (int64_t n = 0; n < nn; n++) {
+        for (int64_t c = 0; c < kk; c++) hw[n * kk + c] = gen(k->salt, 1, (size_t)((s.n0 + n) * K + s.k0 + c));
+        hb[n] = gen(k->salt, 2, (size_t)(s.n0 + n));
+    }
+    st = l8_tensor_copy_from_host(w, hw, sizeof *hw * (size_t)(nn * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(b, hb, sizeof *hb * (size_t)nn, st_);
+    l8_linear_config c = L8_LINEAR_CONFIG_INIT;
+    c.name = "tp";
+    c.mode = k->mode;
+    c.gemm = h;
+    c.recipe = rec;
+    c.weight = w;
+    c.weight_grad = gw;
+    c.bias = b;
+    c.bias_grad = gb;
+    c.tp_comm = tp;
+    c.parallel = tp ? k->par : L8_PARALLEL_NONE;
+    c.sequence_parallel = tp ? k->sp : 0;
+    if (st == L8_OK) st = l8_linear_create(ctx, &c, &lin);
+    for (int step = 0; step < 2 && st == L8_OK; step++) {
+        for (int64_t t = 0; t < tx; t++)
+            for (int64_t q = 0; q < kk; q++)
+                hx[t * kk + q] = l8_bf16_from_f32(gen(k->salt, step ? 5 : 0, (size_t)((s.tx0 + t) * K + s.k0 + q)));
+        for (int64_t t = 0; t < ty; t++)
+            for (int64_t n = 0; n < nn; n++)
+                hy[t * nn + n] = l8_bf16_from_f32(gen(k->salt, step ? 4 : 3, (size_t)((s.ty0 + t) * N + s.n0 + n)));
+        st = l8_tensor_copy_from_host(x, hx, 2 * (size_t)(tx * kk), st_);
+        if (st == L8_OK) st = l8_tensor_copy_from_host(dy, hy, 2 * (size_t)(ty * nn), st_);
+        l8_linear_ctx *sv = NULL;
+        if (st == L8_OK) st = l8_linear_forward(lin, x, y, &sv, NULL);
+        if (st == L8_OK) st = l8_linear_backward(lin, &sv, dy, dx, NULL);
+        l8_linear_ctx_destroy(sv);
+        if (st == L8_OK && step == 0) st = l8_recipe_update(rec, NULL);
+        if (st == L8_OK && step == 0) st = l8_linear_begin_step(lin);
+    }
+    if (st == L8_OK) st = l8_tensor_copy_to_host(y, hy, 2 * (size_t)(ty * nn), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(dx, hx, 2 * (size_t)(tx * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(gw, out->gw, sizeof(float) * (size_t)(nn * kk), st_);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(gb, out->gb, sizeof(float) * (size_t)nn, st_);
+    if (st == L8_OK) st = l8_stream_synchronize(st_);
+    if (st == L8_OK) {
+        for (int64_t i = 0; i < ty * nn; i++) out->y[i] = l8_bf16_to_f32(hy[i]);
+        for (int64_t i = 0; i < tx * kk; i++) out->dx[i] = l8_bf16_to_f32(hx[i]);
+        out->ny = (int)(ty * nn), out->ndx = (int)(tx * kk), out->ngw = (int)(nn * kk);
+    }
+out:
+    l8_linear_destroy(lin);
+    l8_tensor_destroy(w), l8_tensor_destroy(gw), l8_tensor_destroy(b), l8_tensor_destroy(gb);
+    l8_tensor_destroy(x), l8_tensor_destroy(y), l8_tensor_destroy(dy), l8_tensor_destroy(dx);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    free(hw), free(hb), free(hx), free(hy);
+    return st;
+}
+
+static l8_status tp_rank(l8t_job *j, l8_comm *c, l8_ctx *ctx)
+{
+    result *r = calloc(1, sizeof *r);
+    if (!r) return L8_FAIL(L8_ERR_OOM, "test: out of memory");
+    l8_status st = run_layer(j->arg, ctx, c, r);
+    if (st == L8_OK) st = l8t_keep(j, r, sizeof *r);
+    free(r);
+    return st;
+}
+
+/* got[i] vs the reference's element at (row, col) of a [rows, cols] tensor
+ * restricted to [r0, r1) x [c0, c1). exact: bitwise; else within bf16
+ * rounding of partial sums. */
+static void compare(const char *what, const tp_case *k, int tp, int rank, const float *got,
+                    const float *ref, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                    int exact)
+{
+    double scale = 0;
+    for (int64_t i = 0; i < (r1 - r0) * (c1 - c0); i++) scale += fabs(got[i]);
+    scale = scale / (double)((r1 - r0) * (c1 - c0)) + 1e-3;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++) {
+            float g = got[(r - r0) * (c1 - c0) + (c - c0)], e = ref[r * cols + c];
+            int ok = exact ? !memcmp(&g, &e, sizeof g) : fabs(g - e) <= 0.02 * (fabs(e) + scale);
+            ck_assert_msg(ok, "%s %s %s%s tp %d rank %d: %s[%lld, %lld] = %.8g, single rank %.8g "
+                          "(seed %llu)", k->mode == L8_LINEAR_FP8 ? "fp8" : "bf16",
+                          k->par == L8_PARALLEL_COLUMN ? "column" : "row", k->sp ? "SP" : "no SP",
+                          exact ? "" : " (tolerance)", tp, rank, what, (long long)r, (long long)c,
+                          (double)g, (double)e, (unsigned long long)l8_test_seed());
+        }
+}
+
+static void check_tp(const tp_case *k, int tp)
+{
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    result *ref = l8t_xmalloc(sizeof *ref);
+    L8_CK(run_layer(k, ctx, NULL, ref));
+    l8t_job jobs[4];
+    l8t_world_run(tp, L8_COMM_THREADS, tp_rank, k, jobs, 0);
+    l8t_world_ok(jobs, tp);
+    int col = k->par == L8_PARALLEL_COLUMN;
+    for (int r = 0; r < tp; r++) {
+        const result *g = (const result *)jobs[r].out;
+        shard s = shard_of(k, r, tp);
+        compare("y", k, tp, r, g->y, ref->y, N, s.ty0, s.ty1, s.n0, s.n1, col);
+        compare("dx", k, tp, r, g->dx, ref->dx, K, s.tx0, s.tx1, s.k0, s.k1, !col);
+        compare("weight grad", k, tp, r, g->gw, ref->gw, K, s.n0, s.n1, s.k0, s.k1, 1);
+        compare("bias grad", k, tp, r, g->gb, ref->gb, 1, s.n0, s.n1, 0, 1, 1);
+    }
+    l8t_world_free(jobs, tp);
+    free(ref);
+    l8t_ctx_finish(ctx);
+}
+
+START_TEST(test_tp_linear)
+{
+    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
+        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
+            for (int sp = 0; sp <= 1; sp++)
+                for (int tp = 1; tp <= 4; tp *= 2) {
+                    if (l8_test_quick() && tp == 1) continue;
+                    tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                                  l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp) };
+                    check_tp(&k, tp);
+                }
+}
+END_TEST
+
+/* Sequence parallelism with a token count that does not divide by the TP
+ * size is refused, naming it; so are mismatched configurations. */
+static l8_status bad_rows(l8t_job *j, l8_comm *c, l8_ctx *ctx)
+{
+    l8_gemm_handle *h = NULL;
+    l8_tensor *w = NULL, *gw = NULL, *x = NULL, *y = NULL;
+    l8_linear *lin = NULL;
+    void *p;
+    l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
+    l8_status st = l8_gemm_handle_create(ctx, &gc, &h);
+    if (st == L8_OK) st = mk(ctx, L8_F32, 16, 8, &w, &p);
+    if (st == L8_OK) st = mk(ctx, L8_F32, 16, 8, &gw, &p);
+    if (st == L8_OK) st = mk(ctx, L8_BF16, 5, 8, &x, &p);       /* T = 5 tokens */
+    if (st == L8_OK) st = mk(ctx, L8_BF16, 2, 16, &y, &p);
+    l8_linear_config cfg = L8_LINEAR_CONFIG_INIT;
+    cfg.mode = L8_LINEAR_BF16;
+    cfg.gemm = h;
+    cfg.weight = w;
+    cfg.weight_grad = gw;
+    cfg.tp_comm = c;
+    cfg.parallel = L8_PARALLEL_ROW;
+    cfg.sequence_parallel = 1;
+    if (st == L8_OK) st = l8_linear_create(ctx, &cfg, &lin);
+    l8_status want = L8_OK;
+    if (st == L8_OK) want = l8_linear_forward(lin, x, y, NULL, NULL);
+    if (st == L8_OK && want == L8_ERR_INVALID_ARG && strstr(l8_last_error()->message, "divide"))
+        st = L8_OK;
+    else if (st == L8_OK)
+        st = L8_FAIL(L8_ERR_INTERNAL, "T = 5 over 2 ranks was not refused as it should be");
+    l8_linear_destroy(lin);
+    l8_tensor_destroy(w), l8_tensor_destroy(gw), l8_tensor_destroy(x), l8_tensor_destroy(y);
+    l8_gemm_handle_destroy(h);
+    return st;
+}
+
+START_TEST(test_tp_errors)
+{
+    l8t_job jobs[2];
+    l8t_world_run(2, L8_COMM_THREADS, bad_rows, NULL, jobs, 0);
+    l8t_world_ok(jobs, 2);
+    l8t_world_free(jobs, 2);
+    /* configuration mistakes, one rank */
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    l8_comm_id id;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &id));
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    l8_gemm_handle *h = NULL;
+    l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
+    L8_CK(l8_gemm_handle_create(ctx, &gc, &h));
+    l8_tensor *w, *gw;
+    void *p;
+    L8_CK(mk(ctx, L8_F32, 16, 16, &w, &p));
+    L8_CK(mk(ctx, L8_F32, 16, 16, &gw, &p));
+    l8_linear_config cfg = L8_LINEAR_CONFIG_INIT;
+    cfg.mode = L8_LINEAR_BF16;
+    cfg.gemm = h;
+    cfg.weight = w;
+    cfg.weight_grad = gw;
+    l8_linear *lin = NULL;
+    cfg.tp_comm = c;                              /* a group without a mode */
+    L8_CK_ST(l8_linear_create(ctx, &cfg, &lin), L8_ERR_INVALID_ARG);
+    cfg.tp_comm = NULL, cfg.parallel = L8_PARALLEL_COLUMN;   /* a mode without a group */
+    L8_CK_ST(l8_linear_create(ctx, &cfg, &lin), L8_ERR_INVALID_ARG);
+    cfg.parallel = L8_PARALLEL_NONE, cfg.sequence_parallel = 1;
+    L8_CK_ST(l8_linear_create(ctx, &cfg, &lin), L8_ERR_INVALID_ARG);
+    cfg.tp_comm = c, cfg.parallel = (l8_linear_parallel)5;
+    L8_CK_ST(l8_linear_create(ctx, &cfg, &lin), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(lin);
+    l8_tensor_destroy(w), l8_tensor_destroy(gw);
+    l8_gemm_handle_destroy(h);
+    l8_comm_destroy(c);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
+/* On the GPU at TP = 1 (one H200 holds one NCCL rank): every parallel mode
+ * through NCCL equals the plain layer bitwise (the collectives are copies
+ * or nothing, and the dataflow around them must not change a bit). */
+START_TEST(test_gpu_tp_world1)
+{
+    l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
+    l8_comm_id id;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    result *ref = l8t_xmalloc(sizeof *ref), *got = l8t_xmalloc(sizeof *got);
+    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
+        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
+            for (int sp = 0; sp <= 1; sp++) {
+                tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp) };
+                L8_CK(run_layer(&k, ctx, NULL, ref));
+                L8_CK(run_layer(&k, ctx, c, got));
+                compare("y", &k, 1, 0, got->y, ref->y, N, 0, T, 0, N, 1);
+                compare("dx", &k, 1, 0, got->dx, ref->dx, K, 0, T, 0, K, 1);
+                compare("weight grad", &k, 1, 0, got->gw, ref->gw, K, 0, N, 0, K, 1);
+                compare("bias grad", &k, 1, 0, got->gb, ref->gb, 1, 0, N, 0, 1, 1);
+            }
+    L8_CK(l8_comm_check(c));
+    free(ref);
+    free(got);
+    l8_comm_destroy(c);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
+Suite *l8_tp_suite(void)
+{
+    Suite *s = suite_create("tp");
+    TCase *tc = tcase_create("host");
+    tcase_set_tags(tc, "host");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_tp_linear);
+    tcase_add_test(tc, test_tp_errors);
+    suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gpu");
+    tcase_set_tags(tg, "gpu");
+    tcase_set_timeout(tg, 600);
+    tcase_add_test(tg, test_gpu_tp_world1);
+    suite_add_tcase(s, tg);
+    return s;
+}
