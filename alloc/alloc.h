@@ -6,7 +6,7 @@
  * everything device-specific arrives through l8_segment_provider, so this
  * module includes nothing of runtime/ but status.h.
  *
- * Policy (DESIGN.md "Memory"):
+ * Policy:
  *  - requests are rounded up to 512 B; requests <= 1 MiB come from the small
  *    pool (2 MiB segments), larger ones from the large pool;
  *  - best fit with splitting and coalescing inside a segment;
@@ -108,6 +108,11 @@ typedef struct l8_alloc_stats {
     uint64_t cache_hits;                        /* allocations served without a new segment */
     uint64_t retries;                           /* OOM -> release cache -> retry */
     uint64_t ooms;                              /* L8_ERR_OOM returned */
+    uint64_t graph_reserved_bytes;              /* segments held by graph-private pools */
+    uint64_t graph_held_bytes;                  /* blocks freed during a capture, kept until
+                                                   their graph is released */
+    uint64_t capture_refusals;                  /* captured allocations that would have needed
+                                                   a new segment (L8_ERR_STATE) */
 } l8_alloc_stats;
 
 /* Create an allocator over a provider (copied; its user pointer must stay
@@ -172,6 +177,56 @@ typedef struct l8_block_info {
 } l8_block_info;
 L8_NODISCARD l8_status l8_alloc_visit(l8_alloc *a, void (*fn)(void *arg, const l8_block_info *b),
                                        void *arg);
+
+/* ---- CUDA graph capture ----
+ * A captured stream records work instead of running it; the graph replays
+ * that work later with every address frozen. So while a capture is underway:
+ *  - allocations on the captured streams come from a graph-private pool (one
+ *    per graph id and stream and small/large), never from the ordinary pools,
+ *    and stay there: blocks freed during the capture are reused by later
+ *    allocations of the same capture in stream order (as on replay), and the
+ *    pool's segments are kept for the graph's life, invisible to eager code;
+ *  - a captured allocation that no free block of its graph pool fits takes a
+ *    wholly free cached segment of the ordinary pools; it never calls the
+ *    provider: when no cached segment is large enough it fails with
+ *    L8_ERR_STATE. An eager warm-up routed to the pool (strict = 0 below)
+ *    pre-reserves what the capture needs;
+ *  - a block freed during the capture that eager code could otherwise reuse
+ *    (an ordinary block of a captured stream, or any block used on other
+ *    streams) is held until its graph is released: its captured users run at
+ *    replay time;
+ *  - no provider event is created, recorded, queried or waited on (pending
+ *    frees stay pending), and l8_alloc_empty_cache fails with L8_ERR_STATE.
+ * Allocations on other streams during a capture are served as usual.
+ * One capture at a time per allocator. */
+#define L8_ALLOC_MAX_CAPTURE_STREAMS 8
+
+/* Start routing streams[0..n) (1 <= n <= 8) to graph pool *gid: a new pool
+ * when *gid is 0 (its id, > 0, is written back), else the existing pool
+ * *gid (capturing its graph again, e.g. for a graph update). strict = 1:
+ * the driver's capture is about to begin - every rule above holds; call
+ * before cuStreamBeginCapture (pending frees whose events are complete are
+ * processed here, the last moment that may query events). strict = 0: an
+ * eager warm-up of the work
+ * about to be captured - allocations on the streams still go to the graph
+ * pool, which may then grow through the provider, and frees behave as
+ * outside a capture; this pre-reserves what the strict capture will need.
+ * Errors: L8_ERR_INVALID_ARG (NULL, n out of range, *gid not a live graph
+ * pool), L8_ERR_STATE (a capture is underway), L8_ERR_OOM (host memory):
+ * nothing changes. */
+L8_NODISCARD l8_status l8_alloc_capture_begin(l8_alloc *a, const l8_stream_id *streams, int n,
+                                               uint32_t *gid, int strict);
+/* Stop routing (after the driver's capture ended, successfully or not).
+ * The pool stays reserved. Errors: L8_ERR_INVALID_ARG (gid is not the
+ * capture underway). */
+L8_NODISCARD l8_status l8_alloc_capture_end(l8_alloc *a, uint32_t gid);
+/* The graph of pool gid is gone and its last launch has completed: blocks
+ * held for it return to the cache, and the pool's segments go back to the
+ * ordinary pools as soon as they are wholly free (at once for those that
+ * are; live blocks of the pool keep theirs until freed). No provider call.
+ * Errors: L8_ERR_INVALID_ARG (not a live graph pool), L8_ERR_STATE (its
+ * capture is underway). */
+L8_NODISCARD l8_status l8_alloc_graph_release(l8_alloc *a, uint32_t gid);
 
 /* Check every internal invariant (blocks tile their segments, no two free
  * neighbours, free lists match blocks, statistics match blocks). L8_OK or

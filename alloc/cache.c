@@ -202,6 +202,7 @@ static HOT block *block_get(l8_alloc *a)
     b->capxs = 2;
     b->events = 0;
     b->held = 0;
+    b->gheld = 0;
     a->nblocks++;
     return b;
 }
@@ -251,21 +252,33 @@ static HOT void update_peaks_free(l8_alloc *a)
 
 /* ---- pools ---- */
 
-static l8_status pool_get(l8_alloc *a, l8_stream_id stream, int small, pool **out)
+/* The graph pool id for an allocation on stream: the capture's when the
+ * stream is captured, else 0. One compare when no capture is underway. */
+static HOT uint32_t route(const l8_alloc *a, l8_stream_id stream)
+{
+    if (!a->cap_gid) return 0;
+    for (int i = 0; i < a->ncap; i++)
+        if (a->cap_streams[i] == stream) return a->cap_gid;
+    return 0;
+}
+
+static l8_status pool_get(l8_alloc *a, l8_stream_id stream, int small, uint32_t gid, pool **out)
 {
     pool *p = a->last[small];
-    if (p && p->stream == stream) {
+    if (p && p->stream == stream && p->gid == gid) {
         *out = p;
         return L8_OK;
     }
     for (size_t i = 0; i < a->npools; i++) {
         p = a->pools[i];
-        if (p->stream == stream && p->small == small) {
+        if (p->stream == stream && p->small == small && p->gid == gid && !p->released) {
             a->last[small] = p;
             *out = p;
             return L8_OK;
         }
     }
+    pool *home = NULL;
+    if (gid) L8_CHECK(pool_get(a, stream, small, 0, &home));   /* where its segments go later */
     if (a->npools == a->cap_pools) {
         size_t ncap = a->cap_pools ? a->cap_pools * 2 : 8;
         pool **np = realloc(a->pools, ncap * sizeof *np);
@@ -277,6 +290,8 @@ static l8_status pool_get(l8_alloc *a, l8_stream_id stream, int small, pool **ou
     if (!p) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a pool");
     p->stream = stream;
     p->small = small;
+    p->gid = gid;
+    p->home = home;
     a->pools[a->npools++] = p;
     a->last[small] = p;
     *out = p;
@@ -339,6 +354,45 @@ static HOT void absorb_next(l8_alloc *a, block *b, block *n)
     block_put(a, n);
 }
 
+/* ---- graph pools: moving wholly free segments ---- */
+
+/* Drop an empty, released graph pool. */
+static void pool_drop(l8_alloc *a, pool *p)
+{
+    for (size_t i = 0; i < a->npools; i++)
+        if (a->pools[i] == p) {
+            a->pools[i] = a->pools[--a->npools];
+            break;
+        }
+    if (a->last[0] == p) a->last[0] = NULL;
+    if (a->last[1] == p) a->last[1] = NULL;
+    free(p);
+}
+
+/* Move wholly free segment s (one FREE block) from its pool to pool `to`. */
+static void seg_move(l8_alloc *a, segment *s, pool *to)
+{
+    pool *from = s->pool;
+    bin_remove(from, s->head);
+    from->nidle--;
+    from->reserved -= s->bytes;
+    if (from->gid) a->st.graph_reserved_bytes -= s->bytes;
+    s->pool = to;
+    to->nidle++;
+    to->reserved += s->bytes;
+    if (to->gid) a->st.graph_reserved_bytes += s->bytes;
+    bin_insert(to, s->head);
+}
+
+/* A released graph pool's segment became wholly free: back to the ordinary
+ * pool it came from; the pool goes when it holds nothing more. */
+static void seg_go_home(l8_alloc *a, segment *s)
+{
+    pool *p = s->pool;
+    seg_move(a, s, p->home);
+    if (p->reserved == 0) pool_drop(a, p);
+}
+
 /* A LIVE or PENDING block becomes FREE: coalesce and put it in its bin. */
 static HOT void release_block(l8_alloc *a, block *b)
 {
@@ -349,6 +403,7 @@ static HOT void release_block(l8_alloc *a, block *b)
     seg_account(a, s, -1, b->size, 0);
     b->state = B_FREE;
     b->held = 0;
+    b->gheld = 0;
     b->events = 0;
     b->requested = 0;
     b->nxs = 0;
@@ -364,6 +419,7 @@ static HOT void release_block(l8_alloc *a, block *b)
         b = pr;
     }
     bin_insert(p, b);
+    if (p->released && s->busy == 0) seg_go_home(a, s);
 }
 
 /* ---- pending events ---- */
@@ -514,6 +570,7 @@ static l8_status seg_new(l8_alloc *a, pool *p, size_t bytes, size_t need, segmen
     bin_insert(p, b);
     p->nidle++;
     p->reserved += bytes;
+    if (p->gid) a->st.graph_reserved_bytes += bytes;
     a->st.reserved_bytes += bytes;
     a->st.segments++;
     a->st.segment_allocs++;
@@ -555,7 +612,8 @@ static l8_status seg_release_free(l8_alloc *a, pool *only, size_t below, size_t 
     segment *s = a->segs;
     while (s) {
         segment *next = s->next;
-        if (seg_wholly_free(s) && (!only || s->pool == only) && (!below || s->usable < below)) {
+        if (seg_wholly_free(s) && !s->pool->gid && (!only || s->pool == only) &&
+            (!below || s->usable < below)) {
             size_t bytes = s->bytes;
             l8_status st = seg_release(a, s);
             if (st != L8_OK && first == L8_OK) first = st;
@@ -717,6 +775,7 @@ void l8_alloc_destroy(l8_alloc *a)
     }
     for (size_t i = 0; i < a->npools; i++) free(a->pools[i]);
     free(a->pools);
+    free(a->gids);
     free(a->htab);
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_destroy(&a->mu);
@@ -725,10 +784,49 @@ void l8_alloc_destroy(l8_alloc *a)
 
 /* Find a block for `size` on pool p, adding a segment (and going through the
  * OOM path) when needed. */
+/* A captured allocation that its graph pool cannot serve: adopt the
+ * smallest wholly free ordinary segment of the same kind that fits. Never a
+ * provider call: L8_ERR_STATE when there is none. */
+static l8_status graph_adopt(l8_alloc *a, pool *p, size_t size, size_t bytes, l8_stream_id stream,
+                             block **out)
+{
+    segment *best = NULL;
+    for (segment *s = a->segs; s; s = s->next)
+        if (seg_wholly_free(s) && !s->pool->gid && s->pool->small == p->small &&
+            s->usable >= size && (!best || s->usable < best->usable))
+            best = s;
+    if (!best) {
+        a->st.capture_refusals++;
+        char sz[32];
+        l8i_fmt_bytes(sz, sizeof sz, bytes);
+        return L8_FAIL(L8_ERR_STATE, "allocator: %zu bytes (%s) on stream 0x%llx during a graph "
+                       "capture would need a new segment from the driver, which a capture must "
+                       "not call: run the captured work once eagerly first, so the cache holds "
+                       "free segments the graph can take", bytes, sz, (unsigned long long)stream);
+    }
+    seg_move(a, best, p);
+    a->st.cache_hits++;
+    *out = best->head;
+    return L8_OK;
+}
+
 static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
                               l8_stream_id stream, block **out)
 {
     block *b = pool_find(p, size);
+    if (p->gid) {
+        if (b) {
+            a->st.cache_hits++;
+            *out = b;
+            return L8_OK;
+        }
+        if (a->cap_strict) return graph_adopt(a, p, size, bytes, stream, out);
+        /* a warm-up: the pool grows as any pool does (no consolidation) */
+        segment *gs = NULL;
+        L8_CHECK(seg_grow(a, p, size, &gs));
+        *out = gs->head;
+        return L8_OK;
+    }
     if (b && !p->small && b->seg->busy == 0 && p->nidle >= 2) {
         consolidate(a, p, size, &b);
         if (b) {
@@ -742,6 +840,8 @@ static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
     }
     segment *s = NULL;
     l8_status st = seg_grow(a, p, size, &s);
+    if (st == L8_ERR_OOM && a->cap_strict)   /* waiting on events is illegal during a capture */
+        return oom_fail(a, bytes, stream, l8_last_error()->message);
     if (st == L8_ERR_OOM) {
         /* Wait for every pending free; one may fit now. Else give back all
          * cached segments and retry. */
@@ -777,13 +877,14 @@ l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void *
         goto out;
     }
     size_t size = round_up(bytes, MIN_BLOCK);
-    if (a->pend_head) (void)pending_process(a, 0);
+    uint32_t gid = route(a, stream);
+    if (a->pend_head && !a->cap_strict) (void)pending_process(a, 0);
     /* Metadata first: after this point nothing below can fail for want of
      * host memory, so a failure leaves the allocator untouched. */
     st = spare_reserve(a, 2);
     if (st == L8_OK) st = hash_reserve(a);
     pool *p = NULL;
-    if (st == L8_OK) st = pool_get(a, stream, size <= SMALL_SIZE, &p);
+    if (st == L8_OK) st = pool_get(a, stream, size <= SMALL_SIZE, gid, &p);
     if (st == L8_ERR_OOM) {
         st = oom_fail(a, bytes, stream, "host memory for allocator metadata");
         goto out;
@@ -819,8 +920,20 @@ l8_status l8_alloc_free(l8_alloc *a, void *ptr)
     a->st.frees++;
     TRACE(a, L8_TRACE_FREE_REQUESTED, b->seg->pool->stream, b->addr, b->size, b->requested);
     b->requested = 0;
-    if (b->nxs == 0) release_block(a, b);
-    else st = pending_start(a, b);   /* still counted active until the events finish */
+    pool *bp = b->seg->pool;
+    if (a->cap_strict && (b->nxs > 0 || (!bp->gid && route(a, bp->stream)))) {
+        /* captured users of b run at replay: keep it for the graph (no events now) */
+        b->state = B_PENDING;
+        b->held = 1;
+        b->gheld = a->cap_gid;
+        b->events = 0;
+        b->nxs = 0;
+        a->st.graph_held_bytes += b->size;
+    } else if (b->nxs == 0) {
+        release_block(a, b);
+    } else {
+        st = pending_start(a, b);   /* still counted active until the events finish */
+    }
     update_peaks_free(a);
 out:
     pthread_mutex_unlock(&a->mu);
@@ -881,13 +994,19 @@ l8_status l8_alloc_empty_cache(l8_alloc *a)
 {
     L8_ARG(a != NULL);
     pthread_mutex_lock(&a->mu);
+    if (a->cap_strict) {
+        pthread_mutex_unlock(&a->mu);
+        return L8_FAIL(L8_ERR_STATE, "l8_alloc_empty_cache: a graph capture is underway (it "
+                       "would wait on events and free segments)");
+    }
     l8_status st = pending_process(a, 1);
     /* The caller has synchronized: held blocks (an event failed) whose
-     * remaining events are done can come back now. */
+     * remaining events are done can come back now; those held for a graph
+     * wait for l8_alloc_graph_release. */
     for (segment *s = a->segs; s; s = s->next) {
     again:
         for (block *b = s->head; b; b = b->next)
-            if (b->state == B_PENDING && b->held && b->events == 0) {
+            if (b->state == B_PENDING && b->held && !b->gheld && b->events == 0) {
                 release_block(a, b);   /* may merge b away: rescan the segment */
                 goto again;
             }
@@ -923,4 +1042,126 @@ void l8_alloc_reset_peaks(l8_alloc *a)
     s->active_peak = s->active_bytes;
     s->inactive_split_peak = s->inactive_split_bytes;
     pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- CUDA graph capture (alloc.h) ---- */
+
+static int gid_index(const l8_alloc *a, uint32_t gid)
+{
+    for (size_t i = 0; i < a->ngids; i++)
+        if (a->gids[i] == gid) return (int)i;
+    return -1;
+}
+
+l8_status l8_alloc_capture_begin(l8_alloc *a, const l8_stream_id *streams, int n, uint32_t *gid,
+                                 int strict)
+{
+    L8_ARG(a != NULL && streams != NULL && gid != NULL);
+    if (n < 1 || n > L8_ALLOC_MAX_CAPTURE_STREAMS)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_capture_begin: %d streams, not 1..%d", n,
+                       L8_ALLOC_MAX_CAPTURE_STREAMS);
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&a->mu);
+    if (a->cap_gid) {
+        st = L8_FAIL(L8_ERR_STATE, "l8_alloc_capture_begin: the capture of graph pool %u is "
+                     "underway (one at a time)", (unsigned)a->cap_gid);
+        goto out;
+    }
+    uint32_t g = *gid;
+    if (g && gid_index(a, g) < 0) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_capture_begin: %u is not a live graph pool",
+                     (unsigned)g);
+        goto out;
+    }
+    if (!g) {
+        if (a->ngids == a->cap_gids) {
+            size_t ncap = a->cap_gids ? 2 * a->cap_gids : 8;
+            uint32_t *ng = realloc(a->gids, ncap * sizeof *ng);
+            if (!ng) {
+                st = L8_FAIL(L8_ERR_OOM, "l8_alloc_capture_begin: no host memory");
+                goto out;
+            }
+            a->gids = ng;
+            a->cap_gids = ncap;
+        }
+        g = ++a->next_gid;
+        if (!g) g = ++a->next_gid;            /* after 2^32 graphs: skip 0 */
+        a->gids[a->ngids++] = g;
+    }
+    /* the driver's capture has not begun yet: the last chance to query
+     * events, so that blocks a warm-up freed across streams are back */
+    if (strict && a->pend_head) (void)pending_process(a, 0);
+    memcpy(a->cap_streams, streams, (size_t)n * sizeof *streams);
+    a->ncap = n;
+    a->cap_gid = g;
+    a->cap_strict = strict != 0;
+    *gid = g;
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_capture_end(l8_alloc *a, uint32_t gid)
+{
+    L8_ARG(a != NULL);
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&a->mu);
+    if (!gid || a->cap_gid != gid)
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_capture_end: graph pool %u is not being "
+                     "captured", (unsigned)gid);
+    else {
+        a->cap_gid = 0;
+        a->cap_strict = 0;
+        a->ncap = 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+l8_status l8_alloc_graph_release(l8_alloc *a, uint32_t gid)
+{
+    L8_ARG(a != NULL);
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&a->mu);
+    int at = gid ? gid_index(a, gid) : -1;
+    if (at < 0) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "l8_alloc_graph_release: %u is not a live graph pool",
+                     (unsigned)gid);
+        goto out;
+    }
+    if (a->cap_gid == gid) {
+        st = L8_FAIL(L8_ERR_STATE, "l8_alloc_graph_release: graph pool %u is being captured",
+                     (unsigned)gid);
+        goto out;
+    }
+    a->gids[at] = a->gids[--a->ngids];
+    /* its pools first, so blocks released below already find them released */
+    for (size_t i = 0; i < a->npools; i++)
+        if (a->pools[i]->gid == gid) a->pools[i]->released = 1;
+    if (a->last[0] && a->last[0]->released) a->last[0] = NULL;
+    if (a->last[1] && a->last[1]->released) a->last[1] = NULL;
+    for (segment *s = a->segs; s; s = s->next) {
+    again:
+        for (block *b = s->head; b; b = b->next)
+            if (b->state == B_PENDING && b->gheld == gid) {
+                a->st.graph_held_bytes -= b->size;
+                release_block(a, b);   /* may merge b away or move s home: rescan */
+                goto again;
+            }
+    }
+    /* wholly free segments of its pools go home now (release_block moved those it freed) */
+    segment *s = a->segs;
+    while (s) {
+        segment *next = s->next;
+        if (s->pool->gid == gid && seg_wholly_free(s)) seg_go_home(a, s);
+        s = next;
+    }
+    for (size_t i = 0; i < a->npools;) {
+        pool *p = a->pools[i];
+        if (p->gid == gid && p->reserved == 0) pool_drop(a, p);   /* swaps the last in: recheck i */
+        else i++;
+    }
+out:
+    pthread_mutex_unlock(&a->mu);
+    return st;
 }

@@ -52,8 +52,9 @@ typedef struct block {
     l8_stream_id xs_inline[2];
     uint32_t events;              /* PENDING: events not yet complete */
     uint8_t state;
-    uint8_t held;                 /* PENDING until empty_cache (event failure) */
+    uint8_t held;                 /* PENDING until empty_cache (event failure), or graph release */
     uint16_t bin;
+    uint32_t gheld;               /* held for graph pool id gheld (freed during its capture) */
 } block;
 
 struct segment {
@@ -72,6 +73,9 @@ struct segment {
 struct pool {
     l8_stream_id stream;
     int small;
+    uint32_t gid;                 /* 0: an ordinary pool; else a graph-private pool's id */
+    int released;                 /* graph pool whose graph is gone: segments go home when free */
+    pool *home;                   /* graph pool: the ordinary pool of (stream, small) */
     size_t reserved;
     size_t nfree;                 /* blocks in the bins */
     size_t nidle;                 /* wholly free segments */
@@ -115,6 +119,15 @@ struct l8_alloc {
     pend *pend_spare;             /* completed: their events are reused */
     size_t nblocks;
     l8_alloc_stats st;
+    /* graph capture (l8_alloc_capture_begin): while cap_gid != 0, allocations
+     * on cap_streams go to graph pools of id cap_gid, and nothing calls the
+     * provider's events; gids: the ids of live graph pools */
+    uint32_t cap_gid, next_gid;
+    int cap_strict;               /* 1: the driver's capture (no provider calls); 0: a warm-up */
+    l8_stream_id cap_streams[L8_ALLOC_MAX_CAPTURE_STREAMS];
+    int ncap;
+    uint32_t *gids;
+    size_t ngids, cap_gids;
 };
 
 /* The hot path is a handful of these small helpers: inline them. */

@@ -84,6 +84,7 @@ struct l8_pinned {
     void **evpool;                /* completed events ready for reuse */
     size_t nev, evcap;
     l8_pinned_stats st;
+    int capturing;                /* l8_pinned_set_capturing: atomic */
 };
 
 /* ---- size classes ---- */
@@ -453,11 +454,25 @@ static l8_status get_block(l8_pinned *p, size_t bytes, int cls, size_t cbytes, p
     return oom_error(p, bytes, cbytes, why);
 }
 
+/* L8_ERR_STATE while a graph capture is underway (pinned.h). */
+static l8_status not_capturing(const l8_pinned *p, const char *fn)
+{
+    if (!__atomic_load_n(&p->capturing, __ATOMIC_ACQUIRE)) return L8_OK;
+    return L8_FAIL(L8_ERR_STATE, "%s: the pinned pool cannot be used during a CUDA graph capture "
+                   "(events, cuMemHostAlloc, and blocks the graph still copies from)", fn);
+}
+
+void l8_pinned_set_capturing(l8_pinned *p, int on)
+{
+    if (p) __atomic_store_n(&p->capturing, on ? 1 : 0, __ATOMIC_RELEASE);
+}
+
 l8_status l8_pinned_alloc(l8_pinned *p, size_t bytes, void **ptr)
 {
     L8_ARG(p != NULL && ptr != NULL);
     *ptr = NULL;
     if (bytes == 0) return L8_OK;
+    L8_CHECK(not_capturing(p, "l8_pinned_alloc"));
     size_t cbytes = 0;
     int cls = class_of(bytes, &cbytes);
     if (cls < 0)
@@ -505,6 +520,7 @@ l8_status l8_pinned_free(l8_pinned *p, void *ptr)
 {
     L8_ARG(p != NULL);
     if (!ptr) return L8_OK;
+    L8_CHECK(not_capturing(p, "l8_pinned_free"));
     pthread_mutex_lock(&p->mu);
     l8_status st = L8_OK;
     pblock *b = find_containing(p, ptr);
@@ -566,6 +582,7 @@ static int grow_streams(pblock *b)
 l8_status l8_pinned_record_stream(l8_pinned *p, void *ptr, l8_stream_id stream)
 {
     L8_ARG(p != NULL && ptr != NULL);
+    L8_CHECK(not_capturing(p, "l8_pinned_record_stream"));
     pthread_mutex_lock(&p->mu);
     l8_status st = L8_OK;
     pblock *b = find_containing(p, ptr);
@@ -590,6 +607,7 @@ out:
 l8_status l8_pinned_empty_cache(l8_pinned *p)
 {
     L8_ARG(p != NULL);
+    L8_CHECK(not_capturing(p, "l8_pinned_empty_cache"));
     pthread_mutex_lock(&p->mu);
     l8_status st = poll_pending(p, 1);
     /* Stranded blocks: wait for what was recorded, then give them back. */

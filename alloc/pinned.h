@@ -62,6 +62,15 @@ size_t l8_pinned_class_size(size_t bytes);
 L8_NODISCARD l8_status l8_pinned_empty_cache(l8_pinned *p);
 L8_NODISCARD l8_status l8_pinned_get_stats(l8_pinned *p, l8_pinned_stats *stats);
 
+/* CUDA graph capture (runtime/graph.c sets it around a capture): while on,
+ * l8_pinned_alloc (bytes > 0), l8_pinned_free (ptr != NULL),
+ * l8_pinned_record_stream and l8_pinned_empty_cache fail with L8_ERR_STATE
+ * and change nothing. Each would query or record events, or call
+ * cuMemHostAlloc, which a capture forbids, and a block handed back during
+ * a capture could be reused while the graph still copies from it. Pinned
+ * staging belongs outside the captured work. */
+void l8_pinned_set_capturing(l8_pinned *p, int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -99,6 +99,78 @@ void l8_gemm_config_init(l8_gemm_config *cfg)
     if (cfg) *cfg = (l8_gemm_config)L8_GEMM_CONFIG_INIT;
 }
 
+/* The persistent plan cache of a CUDA handle: path from the config, else
+ * L8_GEMM_CACHE; none when both are unset or empty. A file that cannot be
+ * trusted is a warning, never an error (see gemm_cache.c). */
+static l8_status cache_open(l8_gemm_handle *h, const char *cfg_path, int lt_version)
+{
+    const char *path = cfg_path ? cfg_path : getenv("L8_GEMM_CACHE");
+    if (!path || !path[0]) return L8_OK;
+    unsigned sm = 0;
+    L8_CHECK(l8i_sm_count(h->ctx, &sm));
+    l8i_gemm_cache *c = calloc(1, sizeof *c);
+    if (c) c->path = strdup(path);
+    if (!c || !c->path) {
+        free(c);
+        return L8_FAIL(L8_ERR_OOM, "l8_gemm_handle_create: out of host memory for the plan cache");
+    }
+    /* calloc zero-fills: the name is NUL-padded, so the identity compares bytewise */
+    snprintf(c->id.device, sizeof c->id.device, "%s", l8_ctx_device_name(h->ctx));
+    c->id.sm_count = sm;
+    c->id.lt_version = (uint32_t)lt_version;
+    char why[512];
+    int r = l8i_gemm_cache_load(c, why, sizeof why);
+    if (r == L8I_GCACHE_IGNORED)
+        l8i_gemm_warn("GEMM plan cache %s ignored (it will be rewritten after the next tuned"
+                      " plan): %s", path, why);
+    if (l8i_gemm_debug())
+        fprintf(stderr, "lean8: gemm: plan cache %s: %s, %zu entries\n", path,
+                r == L8I_GCACHE_LOADED ? "loaded" : r == L8I_GCACHE_ABSENT ? "no file yet" : "ignored",
+                c->n);
+    h->stats.plan_cache_loaded = c->n;
+    h->pcache = c;
+    return L8_OK;
+}
+
+/* Take pl's algorithm from the plan cache when it has an entry for pl and
+ * cuBLASLt accepts that algorithm for pl's descriptors within the workspace.
+ * 1: pl->algo is set; 0: build the plan as without a cache. */
+static int cache_try(l8_gemm_handle *h, plan *pl, const problem *p)
+{
+    const l8i_gemm_cache_entry *e =
+        l8i_gemm_cache_find(h->pcache, &pl->key, h->ws_bytes, h->precise_reduction);
+    if (!e) return 0;
+    cublasLtMatmulAlgo_t a;
+    cublasLtMatmulHeuristicResult_t r;
+    memcpy(&a, e->algo, sizeof a);
+    memset(&r, 0, sizeof r);
+    cublasStatus_t cs = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (l8i_lt.cublasLtMatmulAlgoCheck)
+        cs = l8i_lt.cublasLtMatmulAlgoCheck(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld, &a, &r);
+    if (cs != CUBLAS_STATUS_SUCCESS || r.workspaceSize > h->ws_bytes) {
+        h->stats.plan_cache_rejected++;
+        l8i_gemm_warn("GEMM plan cache %s: the entry for %s x %s -> %s, M %" PRId64 " N %" PRId64
+                      " K %" PRId64 " was refused (%s, workspace %zu of %zu bytes); choosing again",
+                      h->pcache->path, l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
+                      l8_dtype_name(p->dt_d), p->m, p->n, p->k,
+                      l8i_lt.cublasLtMatmulAlgoCheck ? l8i_lt_status_name(cs)
+                                                     : "no cublasLtMatmulAlgoCheck",
+                      r.workspaceSize, h->ws_bytes);
+        return 0;
+    }
+    unsigned pick = (unsigned)((e->flags >> 8) & 0xff);
+    pl->algo = a;
+    pl->pick = (uint8_t)(pick <= L8I_PICK_SEARCH ? pick : L8I_PICK_TIMED);
+    pl->rank = (int8_t)(uint8_t)((e->flags >> 16) & 0xff);
+    pl->timed = (uint16_t)(e->flags >> 32);
+    pl->cached = 1;
+    h->stats.plan_cache_hits++;
+    if (l8i_gemm_debug())
+        fprintf(stderr, "lean8: gemm: %" PRId64 "x%" PRId64 "x%" PRId64 " from the plan cache\n",
+                p->m, p->n, p->k);
+    return 1;
+}
+
 l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_handle **out)
 {
     L8_ARG(out != NULL);
@@ -136,12 +208,14 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     pthread_mutex_init(&h->lock, NULL);
     l8_status st = L8_OK;
     if (h->cuda) {
-        L8_TRY(st, l8i_lt_load(NULL), fail);
+        int ltv = 0;
+        L8_TRY(st, l8i_lt_load(&ltv), fail);
         L8_TRY(st, l8i_ctx_bind(ctx), fail);
         L8_TRY(st, L8_LT(cublasLtCreate, &h->lt), fail);
         /* the search needs the algorithm-configuration API: without it,
          * mode 2 is mode 1 (no error: an older cuBLASLt still tunes) */
         if (h->autotune == 2 && !l8i_lt_has_algo_config()) h->autotune = 1;
+        L8_TRY(st, cache_open(h, c.plan_cache, ltv), fail);
     }
     *out = h;
     return L8_OK;
@@ -190,6 +264,11 @@ void l8_gemm_handle_destroy(l8_gemm_handle *h)
         }
     }
     if (h->lt && bound) (void)l8i_lt.cublasLtDestroy(h->lt);
+    if (h->pcache) {
+        l8i_gemm_cache_clear(h->pcache);
+        free(h->pcache->path);
+        free(h->pcache);
+    }
     free(h->host_scratch);
     pthread_mutex_destroy(&h->lock);
     free(h);
@@ -630,6 +709,8 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     else pl->lc = pl->ld;
     /* Real pointers before the heuristic: it reads their alignment. */
     L8_TRY(ret, l8i_gemm_set_ptrs(pl, p), out);
+    /* a tuned algorithm from the plan cache replaces the heuristic and tuning */
+    if (h->pcache && cache_try(h, pl, p)) goto out;
 
     L8_TRY(ret, L8_LT(cublasLtMatmulPreferenceCreate, &pref), out);
     uint64_t wsb = h->ws_bytes;

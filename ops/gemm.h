@@ -18,7 +18,7 @@
  * beta != 0 accumulates in place (C is D: same pointer, same layout). There is
  * no separate C matrix.
  *
- * The Linear GEMMs in this form (tokens T, in K, out N; see DESIGN.md):
+ * The Linear GEMMs in this form (tokens T, in K, out N):
  *     fprop  Y[T,N]  = X[T,K] . W[N,K]^T      a = X,  b = W,  trans_b = 1, bias
  *     dgrad  dX[T,K] = dY[T,N] . (W^T)[K,N]^T  a = dY, b = W^T (the [K,N] copy), trans_b = 1
  *     wgrad  dW[N,K] = (dY^T)[N,T] . (X^T)[K,T]^T   a = dY^T, b = X^T, trans_b = 1,
@@ -121,11 +121,33 @@ typedef struct l8_gemm_config {
                                      D's type (bf16/f16), as PyTorch and TransformerEngine
                                      allow: a few output ulps, sometimes faster; 1: partial
                                      sums stay f32 (or no split) */
+    const char *plan_cache;       /* persistent plan cache file (see below); NULL: the
+                                     environment's L8_GEMM_CACHE, if set; "": none. Copied. */
 } l8_gemm_config;
-#define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0 }
+#define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0, NULL }
 /* Fill *cfg with the defaults of L8_GEMM_CONFIG_INIT (size included), for callers
  * that cannot use the macro: bindings. NULL: nothing. */
 void l8_gemm_config_init(l8_gemm_config *cfg);
+
+/* The persistent plan cache (CUDA handles; ignored on the host backend).
+ * With a cache file, every plan the autotuner tunes is recorded there
+ * (algorithm and how it was chosen), keyed by the device name, its SM count,
+ * the cuBLASLt version, and the plan's key (shapes, leading dimensions,
+ * dtypes, transposes, epilogue, fast_accum, beta != 0, the scales present,
+ * pointer alignments) with the workspace size and precise_reduction. A new
+ * plan found in the cache takes the recorded algorithm without running the
+ * heuristic or tuning, whatever autotune says - once its algorithm passes
+ * cublasLtMatmulAlgoCheck for this plan and workspace (else the plan is
+ * built as without a cache). So tuning once makes tuned algorithms the
+ * default for every later handle and process with the same file, and a
+ * resumed run uses the algorithms of the run it resumes. The file is read
+ * when the handle is created and rewritten (atomically: temporary file,
+ * fsync, rename; a CRC-32C over every byte) after each tuned plan; entries
+ * other processes saved meanwhile are kept. A file that is unreadable,
+ * truncated, corrupt, not a plan cache, or from another device or cuBLASLt
+ * version is ignored with a one-line warning on stderr and replaced on the
+ * next save; a failed save is a warning too. Neither fails a call.
+ * L8_GEMM_DEBUG=1 logs cache and search decisions on stderr. */
 
 /* Create a handle for ctx (which must outlive it). cfg may be NULL. On a
  * CUDA context this opens cuBLASLt and creates its handle; the workspaces
@@ -207,6 +229,10 @@ typedef struct l8_gemm_stats {
                                      generated */
     uint64_t search_wins;         /* of autotune_changed: plans whose winner the search
                                      generated */
+    uint64_t plan_cache_loaded;   /* entries read from the plan cache file at create */
+    uint64_t plan_cache_hits;     /* plans built from a plan cache entry (not tuned) */
+    uint64_t plan_cache_rejected; /* cache entries cublasLtMatmulAlgoCheck refused */
+    uint64_t plan_cache_saves;    /* times the plan cache file was written */
 } l8_gemm_stats;
 
 /* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
@@ -225,7 +251,8 @@ int l8_gemm_autotune_enabled(const l8_gemm_handle *h);
  * are cublasLtMatmulTile_t and cublasLtMatmulStages_t ids; "reduction N"
  * follows a split K). After ";": "heuristic #0, not timed" (autotune off or
  * one candidate), "heuristic #R, fastest of N timed", or "search: variant of
- * heuristic #R / another algorithm id, fastest of N timed". On a host
+ * heuristic #R / another algorithm id, fastest of N timed", followed by
+ * " (plan cache)" when the algorithm came from the plan cache. On a host
  * context: "host reference". desc is checked as l8_gemm checks it and its
  * plan looked up by the same key (shapes, strides, dtypes, flags, pointer
  * alignments): pass the desc of a call already made. Builds, enqueues and

@@ -43,6 +43,8 @@ enum {
     L8I_PICK_TIMED = 1,           /* a heuristic result, fastest when timed */
     L8I_PICK_SEARCH = 2           /* a configuration the search generated, fastest when timed */
 };
+/* plan.cached: 1 when the algorithm came from the persistent plan cache
+ * (pick, rank and timed then say how it was chosen when it was tuned). */
 
 typedef struct plan {
     plan_key key;
@@ -60,7 +62,62 @@ typedef struct plan {
     int8_t rank;                  /* the heuristic rank of algo (TIMED) or of the result it
                                      varies (SEARCH); -1: another algorithm id's own pick */
     uint16_t timed;               /* candidates timed for this plan; 0: not tuned */
+    uint8_t cached;               /* 1: algo from the persistent plan cache (gemm_cache.c) */
 } plan;
+
+/* ---- gemm_cache.c: the persistent plan cache (its banner has the format) ---- */
+
+#define L8I_GCACHE_VERSION 1u
+
+/* Who chose the entries. Compared bytewise: zero-filled before use. */
+typedef struct l8i_gemm_cache_id {
+    char device[96];              /* device name, NUL-padded */
+    uint32_t sm_count;
+    uint32_t lt_version;          /* cublasLtGetVersion() */
+} l8i_gemm_cache_id;
+
+/* flags: bit 0 precise_reduction; bits 8..15 pick (L8I_PICK_*); bits 16..23
+ * rank (int8_t); bits 32..47 timed. */
+#define L8I_GCE_PRECISE 1ull
+typedef struct l8i_gemm_cache_entry {
+    plan_key key;
+    uint64_t ws_bytes;            /* the handle's workspace limit when tuned */
+    uint64_t flags;
+    uint64_t algo[8];             /* cublasLtMatmulAlgo_t's bytes */
+} l8i_gemm_cache_entry;
+
+typedef struct l8i_gemm_cache {
+    char *path;                   /* owned */
+    l8i_gemm_cache_id id;
+    l8i_gemm_cache_entry *e;
+    size_t n, cap;
+} l8i_gemm_cache;
+
+/* What l8i_gemm_cache_load found. */
+enum { L8I_GCACHE_LOADED = 0, L8I_GCACHE_ABSENT = 1, L8I_GCACHE_IGNORED = 2 };
+
+/* Replace c's entries with those of the file at c->path when it validates
+ * and its identity equals c->id. Returns L8I_GCACHE_LOADED, ABSENT (no such
+ * file: c empty), or IGNORED (unreadable, truncated, corrupt, not a plan
+ * cache, another version, device or cuBLASLt: c empty, the reason in
+ * why[0..whysz)). Leaves no last error. */
+int l8i_gemm_cache_load(l8i_gemm_cache *c, char *why, size_t whysz);
+/* The entry for key k tuned under workspace limit ws and precise, or NULL. */
+const l8i_gemm_cache_entry *l8i_gemm_cache_find(const l8i_gemm_cache *c, const plan_key *k,
+                                                uint64_t ws, int precise);
+/* Add e, replacing an entry with the same key, ws_bytes and precise flag.
+ * Errors: L8_ERR_OOM (c unchanged). */
+l8_status l8i_gemm_cache_put(l8i_gemm_cache *c, const l8i_gemm_cache_entry *e);
+/* Merge the file's current valid entries that c lacks into c, then replace
+ * the file atomically with c. Errors: L8_ERR_IO, L8_ERR_OOM, L8_ERR_INVALID_ARG
+ * (a path the container refuses); the old file is intact after any error. */
+l8_status l8i_gemm_cache_save(l8i_gemm_cache *c);
+/* Drop c's entries (c->path and c->id stay). */
+void l8i_gemm_cache_clear(l8i_gemm_cache *c);
+/* One line on stderr: "lean8: warning: <message>". */
+void l8i_gemm_warn(const char *fmt, ...) L8_PRINTF(1, 2);
+/* 1 when L8_GEMM_DEBUG is set (not "0"): plan and search decisions on stderr. */
+int l8i_gemm_debug(void);
 
 /* Per stream: cuBLASLt's workspace. */
 typedef struct ws_slot {
@@ -81,6 +138,7 @@ struct l8_gemm_handle {
     plan *buckets[L8I_GEMM_NBUCKETS];
     pthread_mutex_t lock;
     l8_gemm_stats stats;
+    l8i_gemm_cache *pcache;       /* the persistent plan cache; NULL: none (host, or no path) */
     void *host_scratch;           /* host backend: packing memory kept between calls */
     size_t host_scratch_bytes;
 };
@@ -110,6 +168,11 @@ l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stre
 l8_status l8i_gemm_tune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s,
                         cublasLtMatmulPreference_t pref, const cublasLtMatmulHeuristicResult_t *res,
                         int n);
+
+/* After pl was tuned (pl->timed > 0): record its algorithm in h->pcache and
+ * save the file. A failure to save is a warning, not an error (the cache is
+ * an optimization): the GEMM goes on. */
+void l8i_gemm_cache_record(l8_gemm_handle *h, const plan *pl);
 
 /* Write pl's description (see l8_gemm_describe) into buf[0..size), size > 0. */
 void l8i_gemm_plan_describe(const l8_gemm_handle *h, const plan *pl, char *buf, size_t size);

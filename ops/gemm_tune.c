@@ -34,6 +34,7 @@
  * last-error record. The pure part (enumeration, equality, the reduction
  * rule, formatting) touches no library and is tested on the host.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,14 +326,42 @@ typedef struct search {
     int base_rank[L8I_TUNE_BASES];
     l8i_algo_caps caps[L8I_TUNE_BASES];
     l8i_tune_variant raw[L8I_TUNE_MAX_RAW];
+    /* why candidates were not timed (logged with L8_GEMM_DEBUG) */
+    int n_bases_unread;           /* heuristic results whose configuration cfg_read refused */
+    int n_raw;                    /* variants l8i_tune_enumerate generated */
+    int n_apply;                  /* variants cfg_apply could not set */
+    int n_check[4];               /* AlgoCheck: NOT_SUPPORTED, INVALID_VALUE, other, workspace */
+    int n_no_room;                /* variants never checked: L8I_TUNE_MAX_EXTRA reached */
+    int n_kept;
+    int ids_total, ids_seen, ids_fail, ids_dup, ids_kept;   /* other_ids() */
 } search;
 
-static int accepts(l8_gemm_handle *h, const plan *pl, const cublasLtMatmulAlgo_t *a)
+/* cublasLtMatmulAlgoCheck's verdict on a for pl: 1 accepted within the
+ * workspace; 0 refused, counted in w (may be NULL) by reason. */
+static int accepts(l8_gemm_handle *h, const plan *pl, const cublasLtMatmulAlgo_t *a, search *w)
 {
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
-    return l8i_lt.cublasLtMatmulAlgoCheck(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld, a, &r) ==
-           CUBLAS_STATUS_SUCCESS && r.workspaceSize <= h->ws_bytes;
+    cublasStatus_t cs =
+        l8i_lt.cublasLtMatmulAlgoCheck(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld, a, &r);
+    int why = cs == CUBLAS_STATUS_NOT_SUPPORTED ? 0 : cs == CUBLAS_STATUS_INVALID_VALUE ? 1
+            : cs != CUBLAS_STATUS_SUCCESS ? 2 : r.workspaceSize > h->ws_bytes ? 3 : -1;
+    if (why >= 0 && w) w->n_check[why]++;
+    return why < 0;
+}
+
+/* L8_GEMM_DEBUG: what the search generated and why candidates were dropped. */
+static void search_log(const problem *p, const search *w, int n_heur)
+{
+    fprintf(stderr, "lean8: gemm search %" PRId64 "x%" PRId64 "x%" PRId64 ": %d heuristic results"
+            " (%d unreadable); variants: %d generated, %d not settable, AlgoCheck refused %d"
+            " NOT_SUPPORTED + %d INVALID_VALUE + %d other + %d over the workspace, %d not checked"
+            " (limit %d), %d kept; other algorithm ids: %d listed, %d the heuristic's own, %d"
+            " without a usable pick, %d duplicates, %d kept\n",
+            p->m, p->n, p->k, n_heur, w->n_bases_unread, w->n_raw, w->n_apply, w->n_check[0],
+            w->n_check[1], w->n_check[2], w->n_check[3], w->n_no_room,
+            L8I_TUNE_MAX_EXTRA - L8I_TUNE_OTHER_IDS, w->n_kept, w->ids_total, w->ids_seen,
+            w->ids_fail, w->ids_dup, w->ids_kept);
 }
 
 /* The heuristic's own pick for each algorithm id it did not return, up to
@@ -352,9 +381,11 @@ static void other_ids(l8_gemm_handle *h, const plan *pl, const problem *p,
     if (l8i_lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode,
                                                     sizeof mode) != CUBLAS_STATUS_SUCCESS)
         return;
+    w->ids_total = nid;
     for (int i = 0; i < nid && added < max; i++) {
         int seen = 0;
         for (int j = 0; j < w->n_heur_ids && !seen; j++) seen = w->heur_ids[j] == ids[i];
+        w->ids_seen += seen;
         cublasLtMatmulHeuristicResult_t hr;
         memset(&hr, 0, sizeof hr);
         int got = 0;
@@ -364,11 +395,15 @@ static void other_ids(l8_gemm_handle *h, const plan *pl, const problem *p,
             l8i_lt.cublasLtMatmulAlgoGetHeuristic(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld,
                                                   pref, 1, &hr, &got) != CUBLAS_STATUS_SUCCESS ||
             got < 1 || hr.state != CUBLAS_STATUS_SUCCESS || hr.workspaceSize > h->ws_bytes ||
-            !cfg_read(&hr.algo, &cfg) || !l8i_tune_allowed(&cfg, r))
+            !cfg_read(&hr.algo, &cfg) || !l8i_tune_allowed(&cfg, r)) {
+            w->ids_fail += !seen;
             continue;
+        }
         int dup = 0;
         for (int j = 0; j < w->n_known && !dup; j++) dup = l8i_algo_cfg_equal(&cfg, &w->known[j]);
+        w->ids_dup += dup;
         if (dup) continue;
+        w->ids_kept++;
         w->known[w->n_known++] = cfg;
         c->algo[c->n] = hr.algo;
         c->from[c->n++] = -1;
@@ -388,7 +423,10 @@ static void search_run(l8_gemm_handle *h, const plan *pl, const problem *p,
     int nb = 0;
     for (int i = 0; i < n; i++) {
         l8i_algo_cfg cfg;
-        if (!cfg_read(&res[i].algo, &cfg)) continue;
+        if (!cfg_read(&res[i].algo, &cfg)) {
+            w->n_bases_unread++;
+            continue;
+        }
         w->known[w->n_known++] = cfg;
         w->heur_ids[w->n_heur_ids++] = cfg.id;
         if (nb < L8I_TUNE_BASES) {
@@ -405,17 +443,25 @@ static void search_run(l8_gemm_handle *h, const plan *pl, const problem *p,
     }
     int nraw = l8i_tune_enumerate(w->bases, w->caps, nb, w->known, w->n_known, &r, w->raw,
                                   L8I_TUNE_MAX_RAW);
-    int room = L8I_TUNE_MAX_EXTRA - L8I_TUNE_OTHER_IDS;
-    for (int i = 0; i < nraw && room > 0; i++) {
+    int room = L8I_TUNE_MAX_EXTRA - L8I_TUNE_OTHER_IDS, i = 0;
+    w->n_raw = nraw;
+    for (; i < nraw && room > 0; i++) {
         const l8i_tune_variant *v = &w->raw[i];
         cublasLtMatmulAlgo_t a = res[w->base_rank[v->base]].algo;
-        if (!cfg_apply(&a, &w->bases[v->base], &v->cfg) || !accepts(h, pl, &a)) continue;
+        if (!cfg_apply(&a, &w->bases[v->base], &v->cfg)) {
+            w->n_apply++;
+            continue;
+        }
+        if (!accepts(h, pl, &a, w)) continue;
         w->known[w->n_known++] = v->cfg;
         c->algo[c->n] = a;
         c->from[c->n++] = (int8_t)w->base_rank[v->base];
         room--;
+        w->n_kept++;
     }
+    w->n_no_room = nraw - i;
     other_ids(h, pl, p, pref, &r, w, c, L8I_TUNE_OTHER_IDS);
+    if (l8i_gemm_debug()) search_log(p, w, n);
 }
 
 /* ---- timing ---- */
@@ -590,7 +636,35 @@ l8_status l8i_gemm_tune(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream
         search_run(h, pl, p, pref, res, n, w, &c);
         free(w);
     }
-    return c.n > 1 ? time_candidates(h, pl, p, s, &c) : L8_OK;
+    if (c.n < 2) return L8_OK;
+    L8_CHECK(time_candidates(h, pl, p, s, &c));
+    if (l8i_gemm_debug()) {
+        char d[256];
+        l8i_gemm_plan_describe(h, pl, d, sizeof d);
+        fprintf(stderr, "lean8: gemm tuned %" PRId64 "x%" PRId64 "x%" PRId64 ": %s\n", p->m, p->n,
+                p->k, d);
+    }
+    if (h->pcache && pl->timed > 0) l8i_gemm_cache_record(h, pl);
+    return L8_OK;
+}
+
+void l8i_gemm_cache_record(l8_gemm_handle *h, const plan *pl)
+{
+    l8i_gemm_cache_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = pl->key;
+    e.ws_bytes = h->ws_bytes;
+    e.flags = (h->precise_reduction ? L8I_GCE_PRECISE : 0) | (uint64_t)pl->pick << 8 |
+              (uint64_t)(uint8_t)pl->rank << 16 | (uint64_t)pl->timed << 32;
+    memcpy(e.algo, &pl->algo, sizeof e.algo);
+    l8_status st = l8i_gemm_cache_put(h->pcache, &e);
+    if (st == L8_OK) st = l8i_gemm_cache_save(h->pcache);
+    if (st != L8_OK) {
+        l8i_gemm_warn("GEMM plan cache %s not saved: %s", h->pcache->path, l8_last_error_string());
+        l8_error_clear();
+        return;
+    }
+    h->stats.plan_cache_saves++;
 }
 
 /* ---- descriptions ---- */
@@ -623,5 +697,9 @@ void l8i_gemm_plan_describe(const l8_gemm_handle *h, const plan *pl, char *buf, 
     default:
         snprintf(buf, size, "%s; heuristic #0, not timed", cfg);
         break;
+    }
+    if (pl->cached) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, " (plan cache)");
     }
 }

@@ -13,7 +13,7 @@
  * X, Y, dY, dX and gW must start 16-byte aligned (cuBLASLt's FP8 rule; new
  * tensors and parameter-group views are).
  *
- * FP8 mode (L8_LINEAR_FP8, the DESIGN.md table; all GEMMs TN):
+ * FP8 mode (L8_LINEAR_FP8; all GEMMs TN):
  *   once per step  W --cast+transpose--> W8 [N,K] e4m3, W8t [K,N] e4m3     (weight meta)
  *                  b --convert--> b16 [N] bf16                              (fprop epilogue)
  *   forward        X --cast+transpose--> X8 [T,K] e4m3 (freed after fprop),
@@ -52,7 +52,8 @@
  * bias: once per parameter per backward. The event is the layer's and is
  * re-recorded by its next backward: make a stream wait on it
  * (l8_stream_wait_event) or query it inside the callback; do not keep it.
- * A parameter group's l8_params_grad_ready fits with a two-line adapter.
+ * Set grad_ready = l8_params_grad_ready, grad_ready_arg = the parameter
+ * group to report into the group (runtime/params.h: one signature for both).
  *
  * Saved tensors. Forward hands what backward needs to an l8_linear_ctx
  * (FP8: X8t; bf16: X) and, when save hooks are set, calls hooks.save for
@@ -114,6 +115,7 @@
 #include "runtime/status.h"
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
+#include "runtime/params.h"
 #include "ops/gemm.h"
 #include "ops/recipe.h"
 #include "runtime/comm.h"
@@ -138,10 +140,7 @@ typedef enum l8_linear_parallel {
     L8_PARALLEL_ROW = 2           /* weight split along K (in): this rank holds [N, K/tp] */
 } l8_linear_parallel;
 
-/* Parameter `param_id`'s main_grad has its wgrad enqueued; `event` completes
- * when it is written. A non-OK status is returned by l8_linear_backward
- * (after the layer's own work, which stays done). */
-typedef l8_status (*l8_grad_ready_fn)(void *arg, int param_id, l8_event *event);
+/* grad_ready: l8_grad_ready_fn (runtime/params.h). */
 
 /* Save/restore hooks for tensors kept from forward to backward. `name` is
  * "<layer>.x_t" (FP8) or "<layer>.x" (bf16). The tensor is borrowed: hooks

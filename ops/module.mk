@@ -3,6 +3,7 @@ OPS_HEADERS :=
 LIB_SRCS += ops/cast.c
 OPS_HEADERS += ops/cast.h
 LIB_SRCS += ops/gemm.c ops/gemm_tune.c ops/cublaslt.c ops/gemm_host.c ops/launch.c
+LIB_SRCS += ops/gemm_cache.c
 OPS_HEADERS += ops/gemm.h
 LIB_SRCS += ops/loss.c
 OPS_HEADERS += ops/loss.h

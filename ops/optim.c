@@ -51,12 +51,15 @@ typedef struct scalars {
     float bc2s;
     uint32_t pad0;
     double sumsq;
-    uint8_t pad1[24];
+    float lr;                       /* written by push_lr (host), read by the updates */
+    float decay;                    /* 1 - lr * weight_decay (AdamW) */
+    uint8_t pad1[16];
 } scalars;
 _Static_assert(sizeof(scalars) == 64, "scalars are 64 bytes");
 _Static_assert(offsetof(scalars, skip) == 8 && offsetof(scalars, norm) == 12 &&
                offsetof(scalars, clip) == 16 && offsetof(scalars, bc1) == 20 &&
-               offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32,
+               offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32 &&
+               offsetof(scalars, lr) == 40 && offsetof(scalars, decay) == 44,
                "scalar offsets are those of ptx/optim.ptx");
 
 #define SGD_F_WD 1u
@@ -70,6 +73,7 @@ struct l8_optim {
     l8_adamw_config adamw;
     l8_sgd_config sgd;
     float lr;
+    int lr_external;                /* 1: the caller pushes lr (l8_optim_set_lr_external) */
     uint64_t n, nchunks;            /* buffer elements, partials */
     int nstate;
     const char *state_name[2];
@@ -340,6 +344,7 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
         scalars sc;
         memset(&sc, 0, sizeof sc);
         sc.clip = sc.bc1 = sc.bc2s = 1.0f;
+        sc.decay = 1.0f;            /* lr 0: the create functions push the configured rate */
         L8_TRY(st, scalars_write(o, compute, &sc), fail);
     }
     *out = o;
@@ -381,7 +386,12 @@ l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config *cfg, l8_opt
     L8_CHECK(create_common(g, L8_OPTIM_ADAMW, 2, names, op, out));
     (*out)->adamw = c;
     (*out)->lr = c.lr;
-    return L8_OK;
+    l8_status st = l8_optim_push_lr(*out, NULL);
+    if (st != L8_OK) {
+        l8_optim_destroy(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg, l8_optim **out)
@@ -405,7 +415,12 @@ l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg, l8_optim *
     L8_CHECK(create_common(g, L8_OPTIM_SGD, c.momentum > 0.0f ? 1 : 0, names, op, out));
     (*out)->sgd = c;
     (*out)->lr = c.lr;
-    return L8_OK;
+    l8_status st = l8_optim_push_lr(*out, NULL);
+    if (st != L8_OK) {
+        l8_optim_destroy(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -424,6 +439,52 @@ static l8_status need_result(const l8_optim_result *res, const char *op)
     if (res && res->size < sizeof *res)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: res->size %zu, wanted %zu "
                        "(use L8_OPTIM_RESULT_INIT)", op, res->size, sizeof *res);
+    return L8_OK;
+}
+
+/* The rate the update kernels read: lr and AdamW's decay = 1 - lr*wd (the
+ * product and difference rounded to f32 as before, on the host), written
+ * into the step scalars in stream order on s. Device: two 4-byte memsets
+ * (the values travel in the calls, no host buffer is read later, so a
+ * following l8_optim_set_lr cannot race with them). */
+static l8_status push_lr(l8_optim *o, l8_stream *s, void *w)
+{
+    float lr = o->lr, decay = 1.0f;
+    if (o->kind == L8_OPTIM_ADAMW) {
+        float lw = o->lr * o->adamw.weight_decay;   /* rounded, then subtracted */
+        decay = 1.0f - lw;
+    }
+    scalars *sc = w;
+    if (l8_ctx_backend(o->ctx) == L8_BACKEND_HOST) {
+        sc->lr = lr;
+        sc->decay = decay;
+        return L8_OK;
+    }
+    uint32_t bits[2];
+    memcpy(&bits[0], &lr, 4);
+    memcpy(&bits[1], &decay, 4);
+    L8_CHECK(l8i_ctx_bind(o->ctx));
+    L8_CHECK(L8_CU(cuMemsetD32Async, (CUdeviceptr)(uintptr_t)&sc->lr, bits[0], (size_t)1,
+                   l8i_stream_cu(s)));
+    return L8_CU(cuMemsetD32Async, (CUdeviceptr)(uintptr_t)&sc->decay, bits[1], (size_t)1,
+                 l8i_stream_cu(s));
+}
+
+l8_status l8_optim_push_lr(l8_optim *o, l8_stream *s)
+{
+    L8_ARG(o != NULL);
+    L8_CHECK(l8i_resolve_stream("l8_optim_push_lr", o->ctx, &s));
+    void *w;
+    L8_CHECK(l8_storage_data(o->work, &w));
+    if (s != l8_ctx_stream(o->ctx, L8_STREAM_COMPUTE))
+        L8_CHECK(l8_storage_record_stream(o->work, s));
+    return push_lr(o, s, w);
+}
+
+l8_status l8_optim_set_lr_external(l8_optim *o, int external)
+{
+    L8_ARG(o != NULL);
+    o->lr_external = external != 0;
     return L8_OK;
 }
 
@@ -479,9 +540,13 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
                    (o->sgd.nesterov ? SGD_F_NEST : 0u);
     }
     double *part = (double *)((char *)w + SCALARS_BYTES);
+    if (!o->lr_external) L8_CHECK(push_lr(o, s, w));
 
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         scalars *sc = w;
+        /* the rate as the kernels read it: pushed, maybe earlier (external) */
+        aa.lr = sa.lr = sc->lr;
+        aa.decay = sc->decay;
         sumsq_ref(g, bf16, o->n, part, o->nchunks);
         finish_ref(part, o->nchunks, sc, max_norm, beta1, beta2, adamw);
         if (adamw)
@@ -519,14 +584,14 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         if (adamw) {
             uint64_t a_m = dptr(st0), a_v = dptr(st1);
             L8_CHECK(l8i_grid_for(ctx, work, OCC_ADAMW, &grid));
-            void *args[] = { &a_p, &a_g, &a_m, &a_v, &nvec, &gtype, &a_sc, &aa.lr, &aa.beta1,
-                             &aa.beta2, &aa.omb1, &aa.omb2, &aa.eps, &aa.decay };
+            void *args[] = { &a_p, &a_g, &a_m, &a_v, &nvec, &gtype, &a_sc, &aa.beta1,
+                             &aa.beta2, &aa.omb1, &aa.omb2, &aa.eps };
             L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
         } else {
             uint64_t a_b = dptr(st0);
             uint32_t flags = sa.flags;
             L8_CHECK(l8i_grid_for(ctx, work, OCC_SGD, &grid));
-            void *args[] = { &a_p, &a_g, &a_b, &nvec, &gtype, &a_sc, &sa.lr, &sa.wd, &sa.mom,
+            void *args[] = { &a_p, &a_g, &a_b, &nvec, &gtype, &a_sc, &sa.wd, &sa.mom,
                              &sa.omd, &flags };
             L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
         }

@@ -156,6 +156,24 @@ L8_NODISCARD l8_status l8_optim_read_result(l8_optim *o, l8_optim_result *res);
  * L8_ERR_INVALID_ARG (negative or not finite). */
 L8_NODISCARD l8_status l8_optim_set_lr(l8_optim *o, float lr);
 float l8_optim_lr(const l8_optim *o);             /* NaN for NULL */
+
+/* Where the update kernels get the learning rate: from the device step
+ * scalars, written in stream order before they run (for AdamW with the
+ * decay factor 1 - lr*weight_decay, rounded on the host as before).
+ * external = 0 (the default): l8_optim_step writes the rate of the last
+ * l8_optim_set_lr itself, ahead of its kernels. external = 1: it does not;
+ * the caller enqueues l8_optim_push_lr before each step. That is for a step
+ * captured once in a CUDA graph (runtime/graph.h) and launched many times:
+ * whatever l8_optim_step enqueues is frozen at capture, so the new rate of a
+ * schedule must come from a push enqueued outside the graph before each
+ * launch. A step without any push after set_lr uses the rate last pushed.
+ * Errors: L8_ERR_INVALID_ARG (NULL). */
+L8_NODISCARD l8_status l8_optim_set_lr_external(l8_optim *o, int external);
+/* Enqueue on s (NULL: the compute stream) the write of the current rate
+ * (l8_optim_set_lr) into the step scalars: two 4-byte memsets that carry
+ * the values, so set_lr may change the rate at once after the call. Host
+ * backend: written now. Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_optim_push_lr(l8_optim *o, l8_stream *s);
 l8_optim_kind l8_optim_kind_of(const l8_optim *o);
 
 /* ---- state, for checkpoints ---- */

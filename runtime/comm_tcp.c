@@ -454,8 +454,8 @@ static l8_status tcp_send(l8i_xport *x, int peer, const l8i_hdr *h, const void *
     if (st == L8_OK) st = io_full(t->fd[peer], (void *)buf, h->bytes, 1, dl, "send");
     pthread_mutex_unlock(&t->send_mu[peer]);
     if (st != L8_OK)
-        return L8_FAIL(st, "rank %d: sending %s #%u to rank %d failed: %s", x->rank,
-                       l8i_op_name(h->op), h->seq, peer, l8_last_error()->message);
+        return L8_FAIL(st, "rank %d: lost rank %d while sending %s #%u: %s", x->rank, peer,
+                       l8i_op_name(h->op), h->seq, l8_last_error()->message);
     return L8_OK;
 }
 

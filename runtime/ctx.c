@@ -299,6 +299,21 @@ fail:
 void l8_ctx_destroy(l8_ctx *ctx)
 {
     if (!ctx) return;
+    /* Live memory means live objects that will release it into this context
+     * later: refuse, and say so where a void call can be heard. */
+    l8_alloc_stats as = { .size = sizeof as };
+    l8_pinned_stats ps = { .size = sizeof ps };
+    if (l8_alloc_get_stats(ctx->alloc, &as) != L8_OK) as.live_blocks = 0;
+    if (l8_pinned_get_stats(ctx->pinned, &ps) != L8_OK) ps.allocated_bytes = 0;
+    if (as.live_blocks || ps.allocated_bytes) {
+        L8_FAIL(L8_ERR_STATE, "l8_ctx_destroy: %llu device blocks (%llu bytes) and %llu pinned"
+                " bytes are still alive (tensors, parameter groups, GEMM handles, optimizers ...);"
+                " the context was not destroyed: release them first",
+                (unsigned long long)as.live_blocks, (unsigned long long)as.allocated_bytes,
+                (unsigned long long)ps.allocated_bytes);
+        fprintf(stderr, "lean8: %s\n", l8_last_error_string());
+        return;
+    }
     int cuda = ctx->backend == L8_BACKEND_CUDA && ctx->cu_ctx;
     if (cuda && l8i_ctx_bind(ctx) == L8_OK) (void)L8_CU(cuCtxSynchronize);
     l8_pinned_destroy(ctx->pinned);

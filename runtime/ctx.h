@@ -63,8 +63,13 @@ void l8_ctx_config_init(l8_ctx_config *cfg);
 L8_NODISCARD l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out);
 
 /* Synchronize all streams, release the allocator, the pool, the streams and
- * the primary context. Every storage of the context must be released first.
- * NULL: no-op. */
+ * the primary context. NULL: no-op.
+ * Every storage of the context (tensors, parameter groups, GEMM handles,
+ * optimizers, pinned blocks: whatever holds its memory) must be released
+ * first. When some are still alive, the context is NOT destroyed (their later
+ * release would touch freed memory): the last error becomes L8_ERR_STATE
+ * "l8_ctx_destroy: N device blocks ... still alive", the same line goes to
+ * stderr, and the context stays valid; destroy them, then the context. */
 void l8_ctx_destroy(l8_ctx *ctx);
 
 l8_backend l8_ctx_backend(const l8_ctx *ctx);

@@ -44,6 +44,19 @@ static const l8i_sym k_entries[] = {
 #undef E
 };
 
+/* Optional entry points (CUDA graphs): resolved at L8_CU_API_VERSION like the
+ * rest, but a driver without them still loads; then none is set. */
+static const l8i_sym k_graph_entries[] = {
+#define E(fn) { #fn, offsetof(l8_cuda_api, fn), 1 }
+    E(cuStreamBeginCapture), E(cuStreamEndCapture), E(cuStreamIsCapturing),
+    E(cuThreadExchangeStreamCaptureMode), E(cuGraphInstantiateWithFlags), E(cuGraphExecUpdate),
+    E(cuGraphUpload), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuGraphDestroy),
+#undef E
+};
+static int g_has_graphs;
+
+int l8i_cuda_has_graphs(void) { return g_has_graphs; }
+
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static l8_status g_load_status = L8_ERR_NO_DEVICE;
 static char g_load_reason[512] = "not loaded";
@@ -79,6 +92,21 @@ l8_status l8i_sym_table_load(const char *lib, l8i_lookup_fn lookup, void *ctx, c
 
 void *l8i_dlsym_lookup(void *handle, const char *name) { return dlsym(handle, name); }
 
+/* All graph entry points or none (a partial set would be worse than none). */
+static void resolve_graph_entries(void)
+{
+    l8_cuda_api t = l8i_cu;
+    char why[128];
+    size_t n = sizeof k_graph_entries / sizeof k_graph_entries[0];
+    if (l8i_sym_table_load("the driver", driver_lookup, NULL, k_graph_entries, n, &t, why,
+                           sizeof why) != L8_OK)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!*(void **)((char *)&t + k_graph_entries[i].off)) return;
+    l8i_cu = t;
+    g_has_graphs = 1;
+}
+
 static void load_once(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -98,6 +126,7 @@ static void load_once(void)
                            sizeof k_entries / sizeof k_entries[0], &l8i_cu, g_load_reason,
                            sizeof g_load_reason) != L8_OK)
         return;
+    resolve_graph_entries();
     CUresult r = l8i_cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "?";

@@ -62,6 +62,18 @@ typedef struct l8_cuda_api {
     CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
+    /* CUDA graphs (runtime/graph.c). Optional: all NULL when the driver lacks
+     * any of them; l8i_cuda_has_graphs() says which. */
+    CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+    CUresult (*cuGraphUpload)(CUgraphExec, CUstream);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphDestroy)(CUgraph);
 } l8_cuda_api;
 
 /* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the
@@ -69,6 +81,9 @@ typedef struct l8_cuda_api {
 l8_status l8i_cuda_load(void);
 /* The resolved table; valid only after l8i_cuda_load returned L8_OK. */
 extern l8_cuda_api l8i_cu;
+/* 1 when the driver has every graph entry point of the table (after a
+ * successful l8i_cuda_load), else 0. */
+int l8i_cuda_has_graphs(void);
 /* Turn a CUresult into a status and last-error record. */
 l8_status l8i_cu_check(CUresult r, const char *call, const char *file, int line);
 /* Call a driver function through the table: L8_CU(cuMemAlloc, &p, n) -> l8_status. */

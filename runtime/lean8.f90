@@ -40,6 +40,11 @@ module lean8
         L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6
     ! ---- Linear modes (ops/linear.h) ----
     integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
+    ! ---- communicator transports and reductions (runtime/comm.h) ----
+    integer(c_int), parameter, public :: L8_COMM_DEFAULT = 0, L8_COMM_NCCL = 1, L8_COMM_TCP = 2, &
+        L8_COMM_THREADS = 3
+    integer(c_int), parameter, public :: L8_REDUCE_SUM = 0, L8_REDUCE_AVG = 1, L8_REDUCE_MAX = 2
+    integer, parameter, public :: L8_COMM_ID_BYTES = 256
 
     ! ---- handles ----
     type, bind(c), public :: l8_ctx
@@ -72,9 +77,21 @@ module lean8
     type, bind(c), public :: l8_ckpt_reader
         type(c_ptr) :: p = c_null_ptr
     end type
+    type, bind(c), public :: l8_comm
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    ! A communicator's id: plain bytes, to broadcast from the rank that made it,
+    ! e.g. call MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, ierr)
+    type, bind(c), public :: l8_comm_id
+        integer(c_int8_t) :: bytes(L8_COMM_ID_BYTES) = 0_c_int8_t
+    end type
 
-    ! ---- config struct mirrors (private; size set by the C init function,
-    ! checked against c_sizeof by l8_fortran_check_layouts) ----
+    ! ---- config struct mirrors (private) ----
+    ! Each is a prefix of the C struct: the fields this module sets. Their
+    ! size field says how long the mirror is, and the library's struct-size
+    ! rule gives every C field past it its default, so the C structs may grow
+    ! without this module changing. Defaults come from the C init functions
+    ! (init_mirror), never written here twice.
     type, bind(c) :: ctx_config
         integer(c_size_t) :: size
         type(c_ptr) :: device
@@ -117,6 +134,8 @@ module lean8
     public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
     public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
     public :: l8_ckpt_close
+    public :: l8_comm_id_create, l8_comm_init_rank, l8_comm_destroy, l8_comm_rank, l8_comm_size
+    public :: l8_comm_all_reduce, l8_comm_broadcast
     public :: l8_fortran_check_layouts
 
     ! Tensors from and to Fortran arrays: f32 (real(c_float)) of rank 1 to 3,
@@ -153,8 +172,8 @@ module lean8
             type(c_ptr) :: c_version
         end function
         subroutine c_ctx_config_init(cfg) bind(c, name='l8_ctx_config_init')
-            import :: ctx_config
-            type(ctx_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_ctx_create(cfg, out) bind(c, name='l8_ctx_create')
             import :: c_int, ctx_config, c_ptr
@@ -300,8 +319,8 @@ module lean8
             integer(c_int) :: c_recipe_update
         end function
         subroutine c_linear_config_init(cfg) bind(c, name='l8_linear_config_init')
-            import :: linear_config
-            type(linear_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_linear_create(ctx, cfg, out) bind(c, name='l8_linear_create')
             import :: c_ptr, c_int, linear_config
@@ -335,8 +354,8 @@ module lean8
             type(c_ptr), value :: c
         end subroutine
         subroutine c_adamw_config_init(cfg) bind(c, name='l8_adamw_config_init')
-            import :: adamw_config
-            type(adamw_config) :: cfg
+            import :: c_ptr
+            type(c_ptr), value :: cfg
         end subroutine
         function c_optim_create_adamw(g, cfg, out) bind(c, name='l8_optim_create_adamw')
             import :: c_ptr, c_int, adamw_config
@@ -439,13 +458,81 @@ module lean8
         end subroutine
     end interface
 
-    ! ---- communicators ----
-    ! MARKER(comm): l8_comm_init_rank from a unique id that an MPI program
-    ! broadcasts (type, bind(c) :: l8_unique_id with the C id's bytes; rank 0
-    ! gets it, MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, comm), every rank
-    ! inits) goes here once runtime/comm.h defines the C API.
+    ! ---- communicators (runtime/comm.h) ----
+    interface
+        function c_comm_id_create(ctx, transport, id) bind(c, name='l8_comm_id_create')
+            import :: c_ptr, c_int, l8_comm_id
+            type(c_ptr), value :: ctx
+            integer(c_int), value :: transport
+            type(l8_comm_id) :: id
+            integer(c_int) :: c_comm_id_create
+        end function
+        function c_comm_init_rank(ctx, id, rank, world, cfg, out) bind(c, name='l8_comm_init_rank')
+            import :: c_ptr, c_int, l8_comm_id
+            type(c_ptr), value :: ctx, cfg
+            type(l8_comm_id), intent(in) :: id
+            integer(c_int), value :: rank, world
+            type(c_ptr) :: out
+            integer(c_int) :: c_comm_init_rank
+        end function
+        subroutine c_comm_destroy(comm) bind(c, name='l8_comm_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: comm
+        end subroutine
+        function c_comm_rank(comm) bind(c, name='l8_comm_rank')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm
+            integer(c_int) :: c_comm_rank
+        end function
+        function c_comm_size(comm) bind(c, name='l8_comm_size')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm
+            integer(c_int) :: c_comm_size
+        end function
+        function c_comm_all_reduce(comm, send, recv, op, s) bind(c, name='l8_comm_all_reduce')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, send, recv, s
+            integer(c_int), value :: op
+            integer(c_int) :: c_comm_all_reduce
+        end function
+        function c_comm_broadcast(comm, buf, root, s) bind(c, name='l8_comm_broadcast')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, buf, s
+            integer(c_int), value :: root
+            integer(c_int) :: c_comm_broadcast
+        end function
+    end interface
+
+    ! Room for the C init functions to write a whole (grown) struct into.
+    integer, parameter :: SCRATCH_WORDS = 512             ! 4 KiB
 
 contains
+
+    ! ---- config mirrors: the C defaults, cut to the mirror's length ----
+    subroutine init_ctx_config(cfg)
+        type(ctx_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_ctx_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_adamw_config(cfg)
+        type(adamw_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_adamw_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_linear_config(cfg)
+        type(linear_config), intent(out) :: cfg
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
+        scratch = 0
+        call c_linear_config_init(c_loc(scratch))
+        cfg = transfer(scratch, cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
 
     ! ---- strings ----
 
@@ -503,7 +590,7 @@ contains
         character(len=*), intent(in), optional :: device
         type(ctx_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: dev
-        call c_ctx_config_init(cfg)
+        call init_ctx_config(cfg)
         if (present(device)) then
             dev = cstr(device)
             cfg%device = c_loc(dev)
@@ -785,7 +872,7 @@ contains
         type(l8_tensor), intent(in), optional :: bias, bias_grad
         type(linear_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: cname
-        call c_linear_config_init(cfg)
+        call init_linear_config(cfg)
         cname = cstr(name)
         cfg%name = c_loc(cname)
         cfg%gemm = gemm%p
@@ -856,7 +943,7 @@ contains
         type(l8_optim), intent(out) :: opt
         real(c_float), intent(in), optional :: lr, weight_decay, beta1, beta2, eps, max_grad_norm
         type(adamw_config) :: cfg
-        call c_adamw_config_init(cfg)
+        call init_adamw_config(cfg)
         if (present(lr)) cfg%lr = lr
         if (present(weight_decay)) cfg%weight_decay = weight_decay
         if (present(beta1)) cfg%beta1 = beta1
@@ -978,20 +1065,91 @@ contains
         r%p = c_null_ptr
     end subroutine
 
+    ! ---- communicators: an id made on one rank, broadcast, joined by all ----
+    !   if (rank == 0) st = l8_comm_id_create(ctx, id)
+    !   call MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, ierr)
+    !   st = l8_comm_init_rank(ctx, id, rank, world, comm)
+    ! Ranks are 0-based, as MPI's.
+
+    ! A new id (transport absent: NCCL on a GPU context, TCP on the host).
+    integer(c_int) function l8_comm_id_create(ctx, id, transport) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_comm_id), intent(out) :: id
+        integer(c_int), intent(in), optional :: transport
+        integer(c_int) :: t
+        t = L8_COMM_DEFAULT
+        if (present(transport)) t = transport
+        st = c_comm_id_create(ctx%p, t, id)
+    end function
+
+    ! Join as `rank` of `world` (collective; default timeouts).
+    integer(c_int) function l8_comm_init_rank(ctx, id, rank, world, comm) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_comm_id), intent(in) :: id
+        integer, intent(in) :: rank, world
+        type(l8_comm), intent(out) :: comm
+        st = c_comm_init_rank(ctx%p, id, int(rank, c_int), int(world, c_int), c_null_ptr, comm%p)
+    end function
+
+    subroutine l8_comm_destroy(comm)
+        type(l8_comm), intent(inout) :: comm
+        call c_comm_destroy(comm%p)
+        comm%p = c_null_ptr
+    end subroutine
+
+    integer function l8_comm_rank(comm)
+        type(l8_comm), intent(in) :: comm
+        l8_comm_rank = int(c_comm_rank(comm%p))
+    end function
+    integer function l8_comm_size(comm)
+        type(l8_comm), intent(in) :: comm
+        l8_comm_size = int(c_comm_size(comm%p))
+    end function
+
+    ! recv = op over the ranks of send (recv may be send: in place).
+    integer(c_int) function l8_comm_all_reduce(comm, send, recv, op) result(st)
+        type(l8_comm), intent(in) :: comm
+        type(l8_tensor), intent(in) :: send, recv
+        integer(c_int), intent(in) :: op
+        st = c_comm_all_reduce(comm%p, send%p, recv%p, op, c_null_ptr)
+    end function
+    ! buf on every rank = buf on root.
+    integer(c_int) function l8_comm_broadcast(comm, buf, root) result(st)
+        type(l8_comm), intent(in) :: comm
+        type(l8_tensor), intent(in) :: buf
+        integer, intent(in) :: root
+        st = c_comm_broadcast(comm%p, buf%p, int(root, c_int), c_null_ptr)
+    end function
+
     ! ---- self-check ----
 
-    ! 0 when this module's struct mirrors have the C library's sizes (the C
-    ! init functions write sizeof into size); else the number that differ.
+    ! 0 when every struct mirror of this module fits the C library's struct
+    ! (is no longer than it, and the C init function fits the scratch) and
+    ! reads the C defaults in the right places; else the number of problems.
     integer function l8_fortran_check_layouts() result(bad)
         type(ctx_config) :: cc
         type(adamw_config) :: ac
         type(linear_config) :: lc
+        type(l8_comm_id) :: id_mold
+        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
         bad = 0
-        call c_ctx_config_init(cc)
-        call c_adamw_config_init(ac)
-        call c_linear_config_init(lc)
-        if (cc%size /= c_sizeof(cc)) bad = bad + 1
-        if (ac%size /= c_sizeof(ac)) bad = bad + 1
-        if (lc%size /= c_sizeof(lc)) bad = bad + 1
+        scratch = 0
+        call c_ctx_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(cc)) bad = bad + 1
+        scratch = 0
+        call c_adamw_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(ac)) bad = bad + 1
+        scratch = 0
+        call c_linear_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(lc)) bad = bad + 1
+        call init_ctx_config(cc)
+        call init_adamw_config(ac)
+        call init_linear_config(lc)
+        if (c_associated(cc%device) .or. cc%memory_limit /= 0 .or. c_associated(cc%provider)) &
+            bad = bad + 1
+        if (abs(ac%lr - 1e-3) > 1e-9 .or. abs(ac%beta2 - 0.999) > 1e-7) bad = bad + 1
+        if (lc%mode /= L8_LINEAR_FP8 .or. lc%weight_id /= 0 .or. lc%bias_id /= 1 .or. &
+            c_associated(lc%save_hooks)) bad = bad + 1
+        if (c_sizeof(id_mold) /= L8_COMM_ID_BYTES) bad = bad + 1
     end function
 end module lean8

@@ -22,6 +22,8 @@
 #include "runtime/params.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/ddp.h"
+#include "runtime/graph.h"
 #include "runtime/offload.h"
 /* ops/: the umbrella is the one runtime header that names them (for users;
  * runtime code itself never includes ops/) */

@@ -45,7 +45,7 @@ struct l8_params {
     l8_storage *mst, *gst;        /* master f32, main_grad gdt */
     l8_tensor *mflat, *gflat;
     int *ready;                   /* reports per param since the last reset */
-    l8_params_grad_ready_fn cb;
+    l8_grad_ready_fn cb;
     void *cb_arg;
 };
 
@@ -399,7 +399,7 @@ l8_status l8_params_zero_grad(l8_params *g, l8_stream *s)
     return L8_OK;
 }
 
-l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_params_grad_ready_fn fn, void *arg)
+l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_grad_ready_fn fn, void *arg)
 {
     L8_ARG(g != NULL);
     g->cb = fn;
@@ -407,12 +407,13 @@ l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_params_grad_ready_fn fn, 
     return L8_OK;
 }
 
-l8_status l8_params_grad_ready(l8_params *g, int id, l8_event *ev)
+l8_status l8_params_grad_ready(void *group, int id, l8_event *ev)
 {
+    l8_params *g = group;
     L8_CHECK(need_id(g, id, "l8_params_grad_ready"));
     if (g->ready[id] < INT32_MAX)
         g->ready[id]++;
-    return g->cb ? g->cb(g->cb_arg, g, id, ev) : L8_OK;
+    return g->cb ? g->cb(g->cb_arg, id, ev) : L8_OK;
 }
 
 void l8_params_reset_ready(l8_params *g)

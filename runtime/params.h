@@ -42,7 +42,8 @@
  * Grad ready: after a layer has enqueued a parameter's wgrad (into its
  * main_grad view) it calls l8_params_grad_ready(g, id, event). The group
  * counts the report in a per-step table and calls the callback a
- * data-parallel layer installed (l8_params_set_grad_ready_cb). runtime/
+ * data-parallel layer installed (l8_params_set_grad_ready_cb); both have the
+ * one signature l8_grad_ready_fn. runtime/
  * never calls up into ops/: the group owns the callback, layers call it.
  *
  * Streams: the buffers are allocated for the context's compute stream; zero
@@ -160,30 +161,32 @@ l8_tensor *l8_params_grad_flat(const l8_params *g);
  * memory to record a second stream). */
 L8_NODISCARD l8_status l8_params_zero_grad(l8_params *g, l8_stream *s);
 
-/* Called once per report: g, the parameter id, and the event the reporter
- * passed (recorded on the stream after the wgrad work; may be NULL, see
- * l8_params_grad_ready). The event stays the reporter's and may be
- * re-recorded by its next backward: make a stream wait on it
+/* The one grad-ready signature lean8 uses: a layer's report to the group
+ * (l8_linear_config.grad_ready), the group's to its consumer (a
+ * data-parallel reducer, runtime/ddp.h). Parameter param_id's main_grad has
+ * its wgrad enqueued; event (may be NULL: nothing to wait on, e.g. the host
+ * backend) completes when it is written. The event stays the reporter's and
+ * may be re-recorded by its next backward: make a stream wait on it
  * (l8_stream_wait_event) or query it inside the callback; do not keep it.
- * Runs on the reporting thread, inside l8_params_grad_ready. A non-OK
- * status is returned to the reporter. */
-typedef l8_status (*l8_params_grad_ready_fn)(void *arg, l8_params *g, int id, l8_event *ev);
+ * A non-OK status is returned to the reporter. */
+typedef l8_status (*l8_grad_ready_fn)(void *arg, int param_id, l8_event *event);
 
-/* Install (fn NULL: remove) the grad-ready callback. arg is passed through.
+/* Install (fn NULL: remove) the group's consumer of reports; arg is passed
+ * through. Runs on the reporting thread, inside l8_params_grad_ready.
  * Errors: L8_ERR_INVALID_ARG (g NULL). */
-L8_NODISCARD l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_params_grad_ready_fn fn,
-                                                   void *arg);
+L8_NODISCARD l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_grad_ready_fn fn, void *arg);
 
-/* Parameter id's gradient for this step has been enqueued; ev (may be NULL
- * when there is nothing to wait on, e.g. the host backend or a consumer on
- * the compute stream) completes when it is written. Counts the report in
- * the ready table, then calls the callback if one is set and returns its
- * status. Nothing is recorded or waited on here. A parameter may report
- * more than once per step (a tied weight, micro-batches): each report calls
- * the callback; the consumer decides what a repeat means.
- * Errors: L8_ERR_STATE (not finalized), L8_ERR_INVALID_ARG (bad id), or the
- * callback's status (the report is counted either way). */
-L8_NODISCARD l8_status l8_params_grad_ready(l8_params *g, int id, l8_event *ev);
+/* An l8_grad_ready_fn: `group` is the l8_params. A layer configured with
+ * grad_ready = l8_params_grad_ready, grad_ready_arg = the group reports
+ * straight into it. Parameter id's gradient for this step has been
+ * enqueued. Counts the report in the ready table, then calls the group's
+ * consumer if one is set and returns its status. Nothing is recorded or
+ * waited on here. A parameter may report more than once per step (a tied
+ * weight, micro-batches): each report calls the consumer; the consumer
+ * decides what a repeat means.
+ * Errors: L8_ERR_STATE (not finalized), L8_ERR_INVALID_ARG (NULL group, bad
+ * id), or the consumer's status (the report is counted either way). */
+L8_NODISCARD l8_status l8_params_grad_ready(void *group, int id, l8_event *ev);
 
 /* Clear the ready table (start of a step; zero_grad does it too). */
 void l8_params_reset_ready(l8_params *g);

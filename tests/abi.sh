@@ -28,7 +28,7 @@ for s in $(echo "$syms" | grep '^l8_'); do
     if [ -z "$hdr" ]; then bad "$s is exported but declared in no installed header"; continue; fi
     if echo "$funcs" | grep -qx -- "$s"; then
         if ! grep -rqw -- "$s" docs/api/; then
-            bad "$s (declared in $hdr) has no entry in docs/api/ (add it to docs/api/$(basename "$hdr" .h).md)"
+            bad "$s (declared in $hdr) has no entry in docs/api/ (add it to docs/api/$(basename "$hdr" .h).md; tools/apidoc.py writes a page from the header comments)"
         else ndoc=$((ndoc + 1)); fi
     fi
 done

@@ -78,8 +78,11 @@ int main(int argc, char **argv)
     srunner_add_suite(sr, l8_gather_suite());
     srunner_add_suite(sr, l8_comm_suite());
     srunner_add_suite(sr, l8_tp_suite());
+    srunner_add_suite(sr, l8_ddp_suite());
     srunner_add_suite(sr, l8_interleave_suite());
     srunner_add_suite(sr, l8_abi_suite());
+    srunner_add_suite(sr, l8_gemm_cache_suite());
+    srunner_add_suite(sr, l8_graph_suite());
     srunner_add_suite(sr, l8_offload_suite());
     /* Never initialize CUDA before a fork: GPU suites run in this process. */
     if (gpu) srunner_set_fork_status(sr, CK_NOFORK);

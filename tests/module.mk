@@ -7,7 +7,7 @@ TEST_SRCS += tests/test_checkpoint.c
 TEST_SRCS += tests/test_params.c tests/test_optim.c
 TEST_SRCS += tests/test_fmnist.c tools/fmnist.c
 TEST_SRCS += tests/test_recipe.c tests/test_linear.c tests/test_gather.c
-TEST_SRCS += tests/test_comm.c tests/world.c tests/test_tp.c
+TEST_SRCS += tests/test_comm.c tests/world.c tests/test_tp.c tests/test_ddp.c
 TEST_SRCS += tests/test_interleave.c
 TEST_SRCS += tests/test_abi.c
 TEST_SRCS += tools/replay.c
@@ -33,4 +33,6 @@ deps-chromium:
 
 test-trace: $(BUILD)/bin/lean8-trace $(BUILD)/tests/trace-gen deps-chromium
 	$(Q)timeout 600 tests/trace.sh $(BUILD)
+TEST_SRCS += tests/test_gemm_cache.c
+TEST_SRCS += tests/test_graph.c
 TEST_SRCS += tests/test_offload.c

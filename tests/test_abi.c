@@ -1,5 +1,7 @@
-/* test_abi.c - the struct-size rule of every versioned config struct, seen
- * from a caller built against other headers (suite "abi", host).
+/* test_abi.c - what an embedder relies on (suite "abi", host): the
+ * struct-size rule of every versioned config struct, seen from a caller
+ * built against other headers; the config init functions; a context
+ * destroyed too early.
  *
  * An "older" caller is a struct that stops after some field, followed in
  * memory by bytes the library must not read (0xA5: a pointer made of them
@@ -157,6 +159,25 @@ START_TEST(test_config_init_functions)
 }
 END_TEST
 
+/* A context destroyed while a tensor lives is refused and reported, and stays
+ * usable; the tensor's release afterwards is no use-after-free (valgrind). */
+START_TEST(test_ctx_destroy_with_live_tensor)
+{
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    int64_t shape[1] = { 1000 };
+    l8_tensor *t = NULL, *u = NULL;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, shape, &t));
+    l8_error_clear();
+    l8_ctx_destroy(ctx);
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "1 device blocks"));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, shape, &u));       /* the context still works */
+    l8_tensor_destroy(u);
+    l8_tensor_destroy(t);
+    l8t_ctx_finish(ctx);                                      /* now it goes */
+}
+END_TEST
+
 Suite *l8_abi_suite(void)
 {
     Suite *s = suite_create("abi");
@@ -166,6 +187,7 @@ Suite *l8_abi_suite(void)
     tcase_add_test(tc, test_alloc_trace_gemm_older);
     tcase_add_test(tc, test_linear_config_older);
     tcase_add_test(tc, test_config_init_functions);
+    tcase_add_test(tc, test_ctx_destroy_with_live_tensor);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,7 +6,8 @@
 !   3. errors come back as statuses, with the message as a Fortran string;
 !   4. a backward and an optimizer step move the weights, checkpoint save and
 !      load restore them exactly, a checkpoint of another kind is refused;
-!   5. trace tags nest.
+!   5. trace tags nest;
+!   6. a communicator of one rank joins from an id and reduces in place.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -22,6 +23,8 @@ program test_fortran
     type(l8_optim) :: opt
     type(l8_ckpt_writer) :: cw
     type(l8_ckpt_reader) :: cr
+    type(l8_comm) :: comm, nocomm
+    type(l8_comm_id) :: id
     real(c_float) :: x(K, T), wf(K, N), bias(N), y(N, T), want(N, T), back(K, T)
     real(c_float), allocatable :: before(:), after(:), restored(:)
     integer(c_int) :: wid, bid
@@ -29,7 +32,7 @@ program test_fortran
     character(len=256) :: path
     fails = 0
 
-    call check(l8_fortran_check_layouts() == 0, 'struct mirrors have the C sizes')
+    call check(l8_fortran_check_layouts() == 0, 'struct mirrors are prefixes of the C structs')
     call ok(l8_ctx_create(ctx), 'l8_ctx_create')
     print '(a, a, a, a)', 'lean8 ', l8_version(), ' Fortran test on ', l8_ctx_device_name(ctx)
 
@@ -125,6 +128,22 @@ program test_fortran
     open(newunit=i, file=trim(path), status='old')
     close(i, status='delete')
 
+    ! -- 6. a communicator of one rank, on the context's default transport
+    !    (TCP on the host, NCCL on a GPU)
+    call ok(l8_comm_id_create(ctx, id), 'l8_comm_id_create')
+    call check(any(id%bytes /= 0), 'the id has content')
+    call check(l8_comm_init_rank(ctx, id, 1, 1, nocomm) == L8_ERR_INVALID_ARG, &
+               'rank 1 of a world of 1 is refused')
+    call ok(l8_comm_init_rank(ctx, id, 0, 1, comm), 'l8_comm_init_rank')
+    call check(l8_comm_rank(comm) == 0, 'rank 0')
+    call check(l8_comm_size(comm) == 1, 'a world of 1')
+    call ok(l8_comm_all_reduce(comm, xt, xt, L8_REDUCE_SUM), 'l8_comm_all_reduce in place')
+    call ok(l8_comm_broadcast(comm, xt, 0), 'l8_comm_broadcast')
+    back = 0
+    call ok(l8_tensor_to_array(xt, back), 'x after the collectives')
+    call check(all(back == x), 'a sum over one rank and a broadcast leave x as it was')
+    call l8_comm_destroy(comm)
+
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
     call l8_optim_destroy(opt)
     call l8_linear_destroy(lin)
@@ -138,6 +157,7 @@ program test_fortran
     call l8_ctx_destroy(ctx)
     call check(.not. c_associated(ctx%p), 'destroy nulls the handle')
     call l8_ctx_destroy(ctx)                                   ! a null handle: no-op
+    deallocate(before, after, restored)
 
     if (fails > 0) then
         print '(i0, a)', fails, ' Fortran check(s) FAILED'

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "ops/gemm.h"
@@ -1301,6 +1302,103 @@ START_TEST(test_gpu_default_reduction)
 }
 END_TEST
 
+/* The description of c's plan on h (uploads fresh tensors: same key). */
+static void describe_case(l8_ctx *ctx, l8_gemm_handle *h, gcase *c, char *buf, size_t n)
+{
+    dmat A = upload(ctx, &c->A, 1.0f / c->sa, c->sa), B = upload(ctx, &c->B, 1.0f / c->sb, c->sb),
+         D = upload(ctx, &c->D0, c->sd, 1.0f / c->sd);
+    l8_gemm_desc gd = L8_GEMM_DESC_INIT;
+    gd.a = A.view; gd.b = B.view; gd.d = D.view;
+    gd.trans_a = c->md->ta; gd.trans_b = c->md->tb;
+    gd.alpha = c->md->alpha; gd.beta = c->md->beta; gd.fast_accum = c->md->fast;
+    L8_CK(l8_gemm_describe(h, &gd, buf, n));
+    dmat_free(&A); dmat_free(&B); dmat_free(&D);
+}
+
+static l8_gemm_handle *cache_handle(l8_ctx *ctx, const char *path, int autotune)
+{
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    cfg.autotune = autotune;
+    cfg.precise_reduction = 1;
+    cfg.plan_cache = path;
+    l8_gemm_handle *h = NULL;
+    L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    return h;
+}
+
+/* The persistent plan cache: a handle that tunes writes the file; later
+ * handles with the file (tuning or not) build the plan from it without
+ * tuning, say so, and compute bitwise the same D; a corrupt file is
+ * ignored (a warning) and the GEMM still runs and is right. */
+START_TEST(test_gpu_plan_cache_file)
+{
+    l8t_tmpdir td;
+    l8t_tmp_init(&td, "l8gcg");
+    const char *path = l8t_tmp_file(&td, "plans.l8c");
+    l8_ctx *g = make_ctx("cuda:0");
+    const mode *md = &k_gpu_modes[0];             /* fp8 -> bf16, fast accumulation */
+    l8_rng r;
+    l8_rng_init(&r, 0xf11e);
+    gcase c;
+    case_init(&c, md, 1024, 1024, 1024, &r);
+    case_naive(&c);
+    char d0[256], d1[256], want[300];
+
+    l8_gemm_handle *tuner = cache_handle(g, path, 1);
+    result r0 = case_run(&c, g, tuner);
+    l8_gemm_stats s = stats_of(tuner);
+    ck_assert_msg(s.autotuned == 1 && s.plan_cache_saves == 1, "autotuned %llu, saves %llu (the"
+                  " heuristic must offer several algorithms here)", (unsigned long long)s.autotuned,
+                  (unsigned long long)s.plan_cache_saves);
+    describe_case(g, tuner, &c, d0, sizeof d0);
+    ck_assert_msg(strstr(d0, "timed") && !strstr(d0, "(plan cache)"), "tuned: %s", d0);
+    l8_gemm_handle_destroy(tuner);
+
+    /* a new handle, tuning or not, takes the tuned algorithm from the file */
+    for (int at = 1; at >= 0; at--) {
+        l8_gemm_handle *h = cache_handle(g, path, at);
+        ck_assert_uint_eq(stats_of(h).plan_cache_loaded, 1);
+        result r1 = case_run(&c, g, h);
+        s = stats_of(h);
+        ck_assert_uint_eq(s.plan_cache_hits, 1);
+        ck_assert_uint_eq(s.plan_cache_rejected, 0);
+        ck_assert_uint_eq(s.autotuned, 0);
+        ck_assert_uint_eq(s.autotune_trials, 0);
+        ck_assert_uint_eq(s.plan_cache_saves, 0);
+        describe_case(g, h, &c, d1, sizeof d1);
+        snprintf(want, sizeof want, "%s (plan cache)", d0);
+        ck_assert_msg(strcmp(d1, want) == 0, "autotune %d: '%s', wanted '%s'", at, d1, want);
+        ck_assert_msg(memcmp(r0.d, r1.d, c.D0.bytes) == 0, "autotune %d: D differs", at);
+        result_free(&r1);
+        l8_gemm_handle_destroy(h);
+    }
+
+    /* a corrupt file is never trusted */
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, -40, SEEK_END), 0);
+    int ch = fgetc(f);
+    ck_assert_int_eq(fseek(f, -40, SEEK_END), 0);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+    l8_gemm_handle *h = cache_handle(g, path, 0);
+    ck_assert_uint_eq(stats_of(h).plan_cache_loaded, 0);
+    result r2 = case_run(&c, g, h);
+    s = stats_of(h);
+    ck_assert_uint_eq(s.plan_cache_hits, 0);
+    ck_assert_uint_eq(s.autotuned, 0);
+    case_compare(&c, &r2, NULL, md->tol, "heuristic after a corrupt cache");
+    result_free(&r2);
+    l8_gemm_handle_destroy(h);
+
+    result_free(&r0);
+    case_free(&c);
+    done_gpu(g);
+    unlink(path);
+    rmdir(td.dir);
+}
+END_TEST
+
 /* Validation is the same on the GPU; nothing is built for a bad call. */
 START_TEST(test_gpu_errors)
 {
@@ -1354,6 +1452,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tg, test_gpu_autotune_search);
     tcase_add_test(tg, test_gpu_default_reduction);
     tcase_add_test(tg, test_gpu_errors);
+    tcase_add_test(tg, test_gpu_plan_cache_file);
     suite_add_tcase(s, tg);
     return s;
 }

@@ -749,6 +749,50 @@ START_TEST(test_determinism)
 }
 END_TEST
 
+/* A schedule of rates through the device step scalars: set_lr before each
+ * step (default mode), or set_lr + push_lr with l8_optim_set_lr_external
+ * (graph mode), or set_lr without a push in external mode (the rate last
+ * pushed stays: the create-time rate). */
+static snapshot run_schedule(int kind, int external, int push)
+{
+    l8_ctx *ctx = ctx_make();
+    l8_params *g = group_make(ctx, L8_F32, 96, 0x1a7e);
+    l8_optim *o = optim_of(g, kind);
+    if (external) L8_CK(l8_optim_set_lr_external(o, 1));
+    l8_rng r;
+    l8_rng_init(&r, 0x1a7e);
+    float *gr = xmalloc((size_t)nflat(g) * sizeof *gr);
+    for (int s = 0; s < 4; s++) {
+        grads_random(&r, g, gr, 2.0f, 0);
+        grads_upload(g, gr);
+        L8_CK(l8_optim_set_lr(o, 3e-3f * (float)(s + 1)));
+        if (push) L8_CK(l8_optim_push_lr(o, NULL));
+        L8_CK(l8_optim_step(o, NULL, NULL));
+    }
+    snapshot sn = snap(g, o);
+    free(gr);
+    l8_optim_destroy(o);
+    l8_params_destroy(g);
+    ctx_finish(ctx);
+    return sn;
+}
+
+START_TEST(test_lr_external)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        snapshot a = run_schedule(kind, 0, 0), b = run_schedule(kind, 1, 1);
+        snapshot c = run_schedule(kind, 1, 0), d = run_schedule(kind, 0, 1);
+        snap_equal(&a, &b, a.n, "external rate pushed before each step");
+        snap_equal(&a, &d, a.n, "an extra push in the default mode");
+        ck_assert_msg(memcmp(a.p, c.p, (size_t)a.n * sizeof(float)) != 0,
+                      "without pushes the external mode must keep the old rate");
+        snap_free(&a); snap_free(&b); snap_free(&c); snap_free(&d);
+    }
+    L8_CK_ST(l8_optim_set_lr_external(NULL, 1), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_push_lr(NULL, NULL), L8_ERR_INVALID_ARG);
+}
+END_TEST
+
 /* Save master, state and step after k steps; restore into a fresh group and
  * optimizer; both continue bit for bit alike. State views per parameter
  * alias the flat state at the parameter's offset. */
@@ -1171,6 +1215,7 @@ Suite *l8_optim_suite(void)
     tcase_add_test(exact, test_nonfinite_skip);
     tcase_add_test(exact, test_skip_first_step);
     tcase_add_test(exact, test_determinism);
+    tcase_add_test(exact, test_lr_external);
     tcase_add_test(exact, test_resume);
     tcase_add_test(exact, test_streams_and_results);
     TCase *errors = tcase_create("errors");

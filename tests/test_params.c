@@ -389,14 +389,16 @@ typedef struct report {
 } report;
 
 typedef struct recorder {
+    l8_params *g;                 /* the group the callback serves */
     report calls[64];
     int n;
     int fail_id;                  /* return an error for this id; -1 none */
 } recorder;
 
-static l8_status record_cb(void *arg, l8_params *g, int id, l8_event *ev)
+static l8_status record_cb(void *arg, int id, l8_event *ev)
 {
     recorder *rec = arg;
+    l8_params *g = rec->g;
     if (rec->n < 64)
         rec->calls[rec->n++] = (report){ g, id, ev };
     if (id == rec->fail_id)
@@ -417,6 +419,7 @@ START_TEST(test_grad_ready)
     recorder rec;
     memset(&rec, 0, sizeof rec);
     rec.fail_id = -1;
+    rec.g = g;
     L8_CK(l8_params_set_grad_ready_cb(g, record_cb, &rec));
 
     /* backward order, one repeat, one parameter (2: fc1.bias) never reports */

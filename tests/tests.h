@@ -41,8 +41,11 @@ Suite *l8_optim_suite(void);
 Suite *l8_gather_suite(void);
 Suite *l8_comm_suite(void);
 Suite *l8_tp_suite(void);
+Suite *l8_ddp_suite(void);
 Suite *l8_interleave_suite(void);
 Suite *l8_abi_suite(void);
+Suite *l8_gemm_cache_suite(void);
+Suite *l8_graph_suite(void);
 Suite *l8_offload_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */

@@ -10,12 +10,14 @@
 #      and the next save removes its temporary file;
 #   4. bad flags and a missing dataset are clear errors naming the flag, not
 #      crashes; --help and --version exit 0;
-#   5. --tp 2 through lean8-run (host ranks over TCP) trains the same model as
-#      --tp 1: every epoch's loss and test accuracy within FP8 / bf16 rounding
-#      (the row-parallel layer adds per-rank partial sums); --tp without the
-#      ranks is a clear error. On a one-GPU device this part is skipped (NCCL
-#      refuses two ranks on one GPU).
-#   6. --offload (every layer, and all but the last) gives bitwise the losses
+#   5. --tp 2, --dp 2 and --tp 2 --dp 2 through lean8-run (host ranks over
+#      TCP) train the model one rank trains: every epoch's loss and test
+#      accuracy within FP8 / bf16 rounding (partial sums are added in another
+#      order); a --dp 2 run resumed from its checkpoint is bitwise the
+#      uninterrupted one; --tp without the ranks is a clear error. On a
+#      one-GPU device this part is skipped (NCCL refuses two ranks on one GPU).
+#   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise.
+#   7. --offload (every layer, and all but the last) gives bitwise the losses
 #      of the run without it, and really gives device memory back.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
@@ -37,6 +39,17 @@ l1=$(core "$tmp/full.txt" | sed -n 1p | awk '{print $4}')
 l3=$(core "$tmp/full.txt" | sed -n 3p | awk '{print $4}')
 if [ -n "$l1" ] && [ -n "$l3" ] && awk "BEGIN{exit !($l3 < $l1)}"; then ok "loss falls ($l1 -> $l3)"
 else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
+
+# CUDA graphs (the default on a GPU; the host backend runs the same calls
+# eagerly): every epoch line equals --no-graph's, with a partial last batch
+# (2000 = 31 x 64 + 16: warm-up, captures, a warm-up for the new shape)
+for mode in fp8 bf16; do
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 --no-graph > "$tmp/ng.txt" 2>&1 || bad "$mode: --no-graph run exited non-zero"
+    if [ -n "$(core "$tmp/g.txt")" ] && [ "$(core "$tmp/g.txt")" = "$(core "$tmp/ng.txt")" ]; then
+        ok "$mode: graph steps equal eager steps bitwise ($(grep -c 'CUDA graph' "$tmp/g.txt") graph banner)"
+    else bad "$mode: graph and --no-graph differ"; diff <(core "$tmp/g.txt") <(core "$tmp/ng.txt"); cat "$tmp/g.txt"; fi
+done
 
 for mode in fp8 bf16; do
     [ $mode = bf16 ] && L8_DEVICE=$dev "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1
@@ -107,22 +120,34 @@ for c in trunc corrupt bf16; do cmp -s "$tmp/$c.ckpt" "$tmp/keep/$c.ckpt" || sam
 
 run=$(dirname "$bin")/lean8-run
 if [ "$dev" = host ]; then
-    for mode in fp8 bf16; do
-        tpa=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 2 --$mode)
-        "$bin" "${tpa[@]}" > "$tmp/tp1.txt" 2>&1
-        L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${tpa[@]}" --tp 2 > "$tmp/tp2.txt" 2>&1; rc=$?
-        close=$(paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt") | awk -v n=0 '
-            { n++; d = $4 - $13; if (d < 0) d = -d; a = $9 - $18; if (a < 0) a = -a;
-              if (d > 0.02 * $4 || a > 0.01) bad = 1 }
-            END { print (n == 2 && !bad) ? "yes" : "no" }')
-        if [ $rc = 0 ] && [ "$close" = yes ]; then ok "$mode: --tp 2 (lean8-run -n 2) trains as --tp 1: $(core "$tmp/tp2.txt" | tail -1 | awk '{print "loss", $4, "acc", $9}') vs $(core "$tmp/tp1.txt" | tail -1 | awk '{print $4, $9}')"
-        else bad "$mode: --tp 2 differs from --tp 1 (rc $rc)"; paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt"); tail -5 "$tmp/tp2.txt"; fi
+    # name ranks flags: several ranks over TCP on the host train as one rank does
+    for cfg in "tp2 2 --tp 2" "dp2 2 --dp 2" "tp2xdp2 4 --tp 2 --dp 2"; do
+        set -- $cfg; name=$1; n=$2; shift 2
+        for mode in fp8 bf16; do
+            tpa=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 2 --$mode)
+            "$bin" "${tpa[@]}" > "$tmp/tp1.txt" 2>&1
+            L8_DEVICE=host timeout -k 5 120 "$run" -n $n --no-prefix "$bin" "${tpa[@]}" "$@" > "$tmp/tp2.txt" 2>&1; rc=$?
+            close=$(paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt") | awk -v n=0 '
+                { n++; d = $4 - $13; if (d < 0) d = -d; a = $9 - $18; if (a < 0) a = -a;
+                  if (d > 0.02 * $4 || a > 0.01) bad = 1 }
+                END { print (n == 2 && !bad) ? "yes" : "no" }')
+            if [ $rc = 0 ] && [ "$close" = yes ]; then ok "$mode: $* (lean8-run -n $n) trains as one rank: $(core "$tmp/tp2.txt" | tail -1 | awk '{print "loss", $4, "acc", $9}') vs $(core "$tmp/tp1.txt" | tail -1 | awk '{print $4, $9}')"
+            else bad "$mode: $* differs from one rank (rc $rc)"; paste <(core "$tmp/tp1.txt") <(core "$tmp/tp2.txt"); tail -5 "$tmp/tp2.txt"; fi
+        done
     done
+    # --dp resume: rank 0 saves, every rank resumes; bitwise the uninterrupted run
+    dpa=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 3 --dp 2)
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" > "$tmp/dfull.txt" 2>&1
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" --stop-after 2 --save "$tmp/dp.ckpt" > "$tmp/d1.txt" 2>&1
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" --resume "$tmp/dp.ckpt" > "$tmp/d2.txt" 2>&1
+    if [ "$(core "$tmp/dfull.txt")" = "$(core "$tmp/d1.txt"; core "$tmp/d2.txt")" ] && [ -n "$(core "$tmp/d2.txt")" ]; then
+        ok "--dp 2: resume reproduces the uninterrupted run bitwise"
+    else bad "--dp 2: resume differs"; diff <(core "$tmp/dfull.txt") <(core "$tmp/d1.txt"; core "$tmp/d2.txt"); tail -3 "$tmp/d2.txt"; fi
     "$bin" --device host --data "$data" --tp 2 --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?
     if [ $rc != 0 ] && grep -q "lean8-run -n 2" "$tmp/o.txt"; then ok "--tp 2 without two ranks: a clear error"
     else bad "--tp 2 alone: rc $rc"; cat "$tmp/o.txt"; fi
 else
-    echo "  skip  --tp 2: one GPU cannot hold two NCCL ranks (run it on the host backend)"
+    echo "  skip  --tp/--dp: one GPU cannot hold two NCCL ranks (run them on the host backend)"
 fi
 
 if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing dataset accepted"

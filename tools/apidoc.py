@@ -11,9 +11,10 @@ import re
 import sys
 
 PROTO = re.compile(
-    r'((?:/\*(?:(?!\*/).)*\*/\n)*)'                       # comment blocks right above
-    r'((?:L8_NODISCARD )?[A-Za-z_][\w ]*?[\w\*] ?\*?(l8_\w+)\((?:[^;{])*\);)',
-    re.S)
+    r'((?:^[ \t]*/\*(?:(?!\*/).)*\*/\n)*)'               # comment blocks on their own lines above
+    r'^((?:L8_NODISCARD )?[A-Za-z_][\w ]*?[\w\*] ?\*?(l8_\w+)\((?:[^;{])*\);'
+    r'(?:[ \t]*/\*[^\n]*\*/)?)',                          # and a comment on the same line
+    re.S | re.M)
 
 
 def clean_comment(block):
@@ -39,13 +40,23 @@ def page(header):
            'Installed as `include/lean8/%s`; `#include <lean8.h>` brings it in. Each entry '
            'below is the declaration and the contract written beside it in the header.' % name, '']
     rest = text[len(re.match(r'/\*.*?\*/', text, re.S).group(0)):]
+    entries = []                  # [names, decls, comment]; uncommented ones join the one above
+    last_end = -1
     for m in PROTO.finditer(rest):
         comment, decl, fn = m.group(1), m.group(2), m.group(3)
         if decl.lstrip().startswith(('typedef', 'static', 'return')):
             continue
         decl = re.sub(r'\s+', ' ', decl.replace('L8_NODISCARD ', ''))
-        out += ['### `%s`' % fn, '', '```c', decl, '```', '']
-        c = clean_comment(comment) if comment else ''
+        gap = rest[last_end:m.start()]
+        adjacent = entries and not comment and gap.strip() == '' and gap.count('\n') <= 1
+        if adjacent:
+            entries[-1][0].append(fn)
+            entries[-1][1].append(decl)
+        else:
+            entries.append([[fn], [decl], clean_comment(comment) if comment else ''])
+        last_end = m.end()
+    for names, decls, c in entries:
+        out += ['### ' + ', '.join('`%s`' % n for n in names), '', '```c'] + decls + ['```', '']
         if c:
             out += [c, '']
     return '\n'.join(out)

@@ -31,6 +31,7 @@ typedef struct bench_opts {
     const char *json;             /* --json PATH */
     const char *device;           /* --device cuda:0|host (default: best) */
     const char *dump_trace;       /* --dump-trace PATH (alloc) */
+    const char *cache;            /* --cache FILE (gemm): persistent GEMM plan cache */
     int quick;                    /* --quick: fewer repetitions */
 } bench_opts;
 int bench_parse(int argc, char **argv, bench_opts *o);
@@ -48,6 +49,8 @@ int bench_comm_interleave(const bench_opts *o, bench_json *j);
  * launched (WORLD_SIZE > 1) over l8_comm_init_env, else the host transports. */
 int bench_comm_collectives(const bench_opts *o, bench_json *j);
 int bench_trace(const bench_opts *o);
+/* Data parallel: step time without a reducer, reducing after backward, overlapped. */
+int bench_ddp(const bench_opts *o);
 int bench_offload(const bench_opts *o);
 
 #endif

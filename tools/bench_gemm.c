@@ -27,6 +27,15 @@
  * <mode>_<shape>_tuned_config, l8_gemm_describe's text); the table prints
  * both under each row.
  *
+ * --cache FILE: both handles use FILE as their persistent plan cache (see
+ * ops/gemm.h). The first handle stays a default handle (autotune 0): it
+ * reads FILE when it is created and takes every plan found there; the
+ * tuned handle adds the plans it tunes. So a first run fills FILE, and a
+ * second run's "heuristic" column is the default handle with a warm cache
+ * (TARGETS.md's GEMM target); the JSON's plan_cache_hits says how many of
+ * the default handle's plans came from FILE. Without --cache the handles
+ * use L8_GEMM_CACHE when it is set.
+ *
  * Operands are carved out of one storage per role sized for the largest
  * shape and filled once (random values, never zeros), so the run uploads
  * ~1 GiB once instead of per shape.
@@ -237,11 +246,12 @@ int bench_gemm(const bench_opts *o)
     memset(tf, 0, sizeof tf);
     memset(descr, 0, sizeof descr);
     gc.autotune = 0;
+    gc.plan_cache = o->cache;
     if (l8_gemm_handle_create(ctx, &gc, &h[0]) != L8_OK) goto out;
     gc.autotune = env && env[0] == '2' ? 2 : 1;
     if (l8_gemm_handle_create(ctx, &gc, &h[1]) != L8_OK) goto out;
     mode = l8_gemm_autotune_enabled(h[1]);
-    if (bench_json_open(&j, o->json ? o->json : "bench-gemm.json", "gemm", l8_ctx_device_name(ctx)))
+    if (bench_json_open(&j, o->json, "gemm", l8_ctx_device_name(ctx)))
         goto out;
     if (l8_library_info(L8_LIB_CUBLASLT, &ver, &where) == L8_OK) bench_json_num(&j, "cublaslt_version", ver);
     bench_json_num(&j, "autotune_mode", mode);
@@ -263,6 +273,14 @@ int bench_gemm(const bench_opts *o)
         }
     }
     l8_gemm_stats st = { .size = sizeof st };
+    if (l8_gemm_get_stats(h[0], &st) == L8_OK && (o->cache || getenv("L8_GEMM_CACHE"))) {
+        printf("  plan cache: the default handle loaded %llu entries, built %llu of %llu plans"
+               " from them (%llu refused)\n", (unsigned long long)st.plan_cache_loaded,
+               (unsigned long long)st.plan_cache_hits, (unsigned long long)st.plans_created,
+               (unsigned long long)st.plan_cache_rejected);
+        bench_json_num(&j, "plan_cache_loaded", (double)st.plan_cache_loaded);
+        bench_json_num(&j, "plan_cache_hits", (double)st.plan_cache_hits);
+    }
     if (l8_gemm_get_stats(h[1], &st) == L8_OK) {
         printf("  autotune: %llu plans timed, %llu candidates (%llu from the search), %llu picked"
                " another algorithm (%llu from the search)\n", (unsigned long long)st.autotuned,

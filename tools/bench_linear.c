@@ -126,7 +126,7 @@ int bench_linear(const bench_opts *o)
         return 1;
     }
     bench_json j = {0};
-    int rc = bench_json_open(&j, o->json ? o->json : "bench-linear.json", "linear", l8_ctx_device_name(ctx));
+    int rc = bench_json_open(&j, o->json, "linear", l8_ctx_device_name(ctx));
     int reps = o->quick ? 5 : 15, iters = 5;
     printf("== linear: forward + backward (fprop, dgrad, wgrad into f32 main_grad, bias), %s\n",
            l8_ctx_device_name(ctx));

@@ -24,10 +24,13 @@ double bench_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* path NULL (no --json): no file; the bench_json_* calls do nothing. */
 int bench_json_open(bench_json *j, const char *path, const char *bench, const char *device)
 {
-    j->f = fopen(path, "w");
     j->first = 1;
+    j->f = NULL;
+    if (!path) return 0;
+    j->f = fopen(path, "w");
     if (!j->f) { perror(path); return -1; }
     time_t now = time(NULL);
     char date[32];
@@ -75,6 +78,7 @@ int bench_parse(int argc, char **argv, bench_opts *o)
         if (!strcmp(a, "--json") && i + 1 < argc) o->json = argv[++i];
         else if (!strcmp(a, "--device") && i + 1 < argc) o->device = argv[++i];
         else if (!strcmp(a, "--dump-trace") && i + 1 < argc) o->dump_trace = argv[++i];
+        else if (!strcmp(a, "--cache") && i + 1 < argc) o->cache = argv[++i];
         else if (!strcmp(a, "--quick")) o->quick = 1;
         else { fprintf(stderr, "lean8-bench: unknown option %s\n", a); return -1; }
     }

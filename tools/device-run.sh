@@ -13,13 +13,24 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
+#   ddp       lean8-bench ddp (the data-parallel step: no reducer, after backward,
+#             overlapped; at world size 1 the reducer's own overhead)
 #   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
 #             the NCCL watchdog at world size 1 (tests/comm_prog watchdog: an
 #             all-reduce stuck behind a second of GEMMs must be aborted)
-#   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints),
-#             lean8-train fp8/bf16 and tools/bench_torch_mlp.py (needs .data/,
-#             the Fashion-MNIST files carried along: the machine has no
-#             package registry)
+#   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints,
+#             CUDA graph steps equal --no-graph bitwise), lean8-train fp8/bf16
+#             and tools/bench_torch_mlp.py (needs .data/, the Fashion-MNIST
+#             files carried along: the machine has no package registry)
+#   graphs    (not in the default set) the graph comparison on 784-512-512-10,
+#             batch 256: lean8-train fp8 and bf16 with CUDA graphs and with
+#             --no-graph, PyTorch with the whole step in one CUDA graph
+#             (bench_torch_mlp.py --graph), 3 epochs each
+#   gemmcache (not in the default set) lean8-bench gemm twice with one plan
+#             cache file: the first run's tuned handle fills it, the second
+#             run's default handle (autotune 0) reads it - the "heuristic"
+#             column of the second run is the default handle with a warm
+#             cache; ratios against tools/bench_torch_gemm.py
 # GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
 # beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
@@ -34,7 +45,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear offload comm train}
+stages=${*:-gpu memcheck info alloc cast gemm linear offload comm ddp train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -85,6 +96,9 @@ if want offload; then
     step "bench offload" bench-offload.log build/bin/lean8-bench offload --json "$OUT/bench-offload.json"
     step "torch offload" torch-offload.log python3 tools/bench_torch_offload.py "$OUT/bench-offload.json"
 fi
+if want ddp; then
+    step "bench ddp" bench-ddp.log build/bin/lean8-bench ddp --json "$OUT/bench-ddp.json"
+fi
 if want comm; then
     step "bench comm" bench-comm.log build/bin/lean8-bench comm --json "$OUT/bench-comm.json"
     step "nccl watchdog" watchdog.log env L8_COMM_TIMEOUT=0.3 build/tests/comm_prog watchdog
@@ -96,6 +110,25 @@ if want train && [ -d .data ]; then
     step "train 512x512" train-512.log build/bin/lean8-train --data .data --quiet --hidden 512,512 --batch 256
     step "torch mlp" torch-mlp.log python3 tools/bench_torch_mlp.py .data
     step "torch mlp 512x512" torch-mlp-512.log python3 tools/bench_torch_mlp.py .data --hidden 512,512 --batch 256
+fi
+if want graphs && [ -d .data ]; then
+    g=(--data .data --quiet --hidden 512,512 --batch 256 --epochs 3)
+    step "train fp8 graph" graphs-fp8.log build/bin/lean8-train "${g[@]}"
+    step "train fp8 no-graph" graphs-fp8-eager.log build/bin/lean8-train "${g[@]}" --no-graph
+    step "train bf16 graph" graphs-bf16.log build/bin/lean8-train "${g[@]}" --bf16
+    step "train bf16 no-graph" graphs-bf16-eager.log build/bin/lean8-train "${g[@]}" --bf16 --no-graph
+    step "torch mlp graph" graphs-torch.log python3 tools/bench_torch_mlp.py .data --hidden 512,512 \
+        --batch 256 --epochs 3 --graph
+fi
+if want gemmcache; then
+    rm -f "$OUT/gemm-plans.l8c"
+    step "bench gemm (fill cache)" gemm-cache1.log env L8_GEMM_DEBUG=1 L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} \
+        build/bin/lean8-bench gemm --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-fill.json"
+    step "bench gemm (warm cache)" gemm-cache2.log env L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} \
+        build/bin/lean8-bench gemm --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-warm.json"
+    step "torch gemm (cache)" torch-gemm-c.log python3 tools/bench_torch_gemm.py --json "$OUT/bench-gemm-torch-c.json"
+    step "gemm ratios (warm cache)" gemm-cache-ratio.log python3 tools/bench_ratio.py \
+        "$OUT/bench-gemm-warm.json" "$OUT/bench-gemm-torch-c.json"
 fi
 # last: the slowest step, and the one the deadline may cut
 want memcheck && step "gpu suites (memcheck)" memcheck.log env L8_TEST_QUICK=1 \
@@ -119,8 +152,13 @@ for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
 for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|img' "$OUT/$f.log" | tail -n 3; done
+for f in graphs-fp8 graphs-fp8-eager graphs-bf16 graphs-bf16-eager graphs-torch; do
+    [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E 'epoch|graph' "$OUT/$f.log" | tail -n 4; }
+done
+[ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
+for f in gemm-cache2 gemm-cache-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-offload.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-gemm-warm.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0

@@ -1,7 +1,7 @@
 /* lean8-bench - benchmarks, each measured side by side in one run.
  *
  *   lean8-bench alloc [--device D] [--json PATH] [--dump-trace PATH] [--quick]
- *   lean8-bench gemm  [--device D] [--json PATH] [--quick]
+ *   lean8-bench gemm  [--device D] [--json PATH] [--quick] [--cache FILE]
  *   lean8-bench cast  [--device D] [--json PATH] [--quick]
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
  *   lean8-bench comm  [--device D] [--json PATH] [--quick]
@@ -18,13 +18,15 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
+    { "ddp", bench_ddp, "data parallel: an 8-layer FP8 MLP step, none / after backward / overlapped" },
     { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
     { "offload", bench_offload, "activation offload on 8 x (Linear + GELU) vs pinned bandwidth" },
 };
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lean8-bench <benchmark> [--device D] [--json PATH] [--quick]\n");
+    fprintf(stderr, "usage: lean8-bench <benchmark> [--device D] [--json PATH] [--quick]"
+                    " [--cache FILE (gemm)]\n");
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         fprintf(stderr, "  %-8s %s\n", k_cmds[i].name, k_cmds[i].what);
     return 2;

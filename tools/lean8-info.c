@@ -74,7 +74,14 @@ int main(void)
     print_lib("cuBLASLt", L8_LIB_CUBLASLT);
     print_lib("NCCL", L8_LIB_NCCL);
     int n = l8_cuda_device_count();
-    printf("  devices   %d CUDA device(s)%s\n", n, n ? "" : "; the host backend will be used");
+    const char *env = getenv("L8_DEVICE");
+    int wants_cuda = env && !strncmp(env, "cuda", 4);
+    /* what a default context will be, in the same words as its creation below */
+    if (n) printf("  devices   %d CUDA device(s)\n", n);
+    else if (wants_cuda)
+        printf("  devices   0 CUDA devices, and L8_DEVICE=%s asks for one: contexts will fail"
+               " (unset L8_DEVICE or set it to host)\n", env);
+    else printf("  devices   0 CUDA devices: the host backend will be used\n");
     for (int i = 0; i < n; i++) {
         char dev[16];
         l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
@@ -87,7 +94,7 @@ int main(void)
     }
     l8_ctx *ctx = NULL;
     if (l8_ctx_create(NULL, &ctx) != L8_OK) {
-        fprintf(stderr, "lean8-info: no context: %s\n", l8_last_error_string());
+        printf("  default   none: %s\n", l8_last_error_string());
         return 1;
     }
     printf("  default   %s (L8_DEVICE overrides)\n",

@@ -6,7 +6,7 @@
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
  *               [--wd 0.01] [--fp8|--bf16] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
- *               [--limit N] [--quiet] [--offload[=K]]
+ *               [--limit N] [--quiet] [--no-graph] [--offload[=K]]
  *
  * --offload[=K]: every layer's saved activation except the last K layers'
  * (default 1) goes to pinned host memory during the forward and comes back
@@ -24,6 +24,20 @@
  * its batch with l8_gather_rows. Losses and hits stay on the device until
  * the epoch ends, so a step never waits for the GPU: the host enqueues
  * ahead while the GPU runs.
+ *
+ * CUDA graphs (on a GPU, unless --no-graph): a training step - gather,
+ * forward, backward, optimizer, recipe update - is captured once into a
+ * CUDA graph (runtime/graph.h) and replayed for every later step of the
+ * same batch size, one launch instead of ~50. The step reads its rows of
+ * the epoch's order from a static buffer and writes its losses and hits to
+ * static buffers: each step copies its slice of the order in and its
+ * results out around the launch. The learning rate (cosine-decayed every
+ * step) reaches the optimizer through device memory (l8_optim_push_lr,
+ * enqueued before each launch). The first step and the first of another
+ * batch size (the partial last batch) run eagerly as the graph's warm-up,
+ * which reserves its memory, and are then captured. The results are those
+ * of eager execution bit for bit: --no-graph runs every step eagerly, and
+ * tests/train.sh compares the two.
  *
  * Determinism: the data order of epoch e is a permutation drawn from
  * (seed, e), weights are initialized from the seed, and every op is
@@ -61,7 +75,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after, tp;
+    int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, no_graph;
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -80,14 +94,17 @@ typedef struct model {
     int nl;                                   /* layers */
     int64_t dims[MAX_LAYERS + 1];             /* features: dims[0] = 784 ... dims[nl] = 16 */
     int64_t ld[MAX_LAYERS + 1];               /* this rank's: dims[1] / tp with --tp, else dims */
-    l8_comm *world, *tpc;                     /* --tp: the job and its tensor-parallel group */
-    int tp, rank;
+    l8_comm *world, *tpc, *dpc;               /* --tp/--dp: the job, its TP and DP groups */
+    int tp, rank;                             /* rank: in the TP group */
+    int dp, dp_rank, wrank;                   /* wrank: in the job (0 prints) */
+    l8_ddp *ddp;                              /* --dp: the gradient reducer */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
+    l8_tensor *step_order, *step_loss, *step_hit;  /* (B): a graph step's static rows */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *act[MAX_LAYERS + 1];           /* act[0] (B,784) bf16 input; act[i] GELU out */
@@ -107,9 +124,12 @@ static void usage(FILE *f)
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--tp N] [--help] [--version] [--offload[=K]]\n"
+            "                   [--tp N] [--dp N] [--no-graph] [--help] [--version]\n"
+            "                   [--offload[=K]]\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
-            "          fc2 row-parallel, the rest replicated\n");
+            "          fc2 row-parallel, the rest replicated\n"
+            "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
+            "          --batch is the global batch, split between them\n");
 }
 
 /* An integer flag's value: all of v, lo <= value <= hi, no overflow. */
@@ -158,7 +178,7 @@ static int parse_hidden(const char *s, opts *o)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
-                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1 };
+                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1, .dp = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -167,6 +187,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
             o->offload = 1;
@@ -176,6 +197,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
         else if (!strcmp(a, "--tp")) { if (parse_int(a, v, 1, 64, &o->tp)) return -1; i++; }
+        else if (!strcmp(a, "--dp")) { if (parse_int(a, v, 1, 64, &o->dp)) return -1; i++; }
         else if (!strcmp(a, "--epochs")) { if (parse_int(a, v, 0, 1000000, &o->epochs)) return -1; i++; }
         else if (!strcmp(a, "--limit")) { if (parse_int(a, v, 0, INT32_MAX, &o->limit)) return -1; i++; }
         else if (!strcmp(a, "--stop-after")) { if (parse_int(a, v, 0, 1000000, &o->stop_after)) return -1; i++; }
@@ -204,6 +226,11 @@ static int parse(int argc, char **argv, opts *o)
                 "must be multiples of 16\n", o->tp, o->hidden[0], o->tp);
         return -1;
     }
+    if (o->batch % (16 * o->dp)) {
+        fprintf(stderr, "lean8-train: --dp %d splits --batch %d into %d parts that must be "
+                "multiples of 16\n", o->dp, o->batch, o->dp);
+        return -1;
+    }
     if (o->tp > 1 && (o->save || o->resume)) {
         fprintf(stderr, "lean8-train: --save and --resume are not supported with --tp yet (each rank "
                 "holds a shard of fc1 and fc2)\n");
@@ -230,7 +257,7 @@ static void model_free(model *m)
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
     l8_offload_destroy(m->off);
     l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
-                        m->bad };
+                        m->bad, m->step_order, m->step_loss, m->step_hit };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
         l8_tensor_destroy(m->act[i]);
@@ -241,7 +268,9 @@ static void model_free(model *m)
     l8_recipe_destroy(m->recipe);
     l8_gemm_handle_destroy(m->gemm);
     l8_params_destroy(m->params);
+    l8_ddp_destroy(m->ddp);
     l8_comm_destroy(m->tpc);
+    l8_comm_destroy(m->dpc);
     l8_comm_destroy(m->world);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
@@ -310,17 +339,43 @@ static l8_status init_shards(model *m, uint64_t seed)
 }
 
 /* --tp: join the job (lean8-run -n N) and make its tensor-parallel group. */
-static l8_status join_tp(model *m, const opts *o)
+/* --tp/--dp: join the job (lean8-run -n TP*DP) and make its groups (TP
+ * ranks adjacent). */
+static l8_status join(model *m, const opts *o)
 {
     m->tp = o->tp;
-    if (o->tp == 1) return L8_OK;
+    m->dp = o->dp;
+    int world = o->tp * o->dp;
+    if (world == 1) return L8_OK;
     L8_CHECK(l8_comm_init_env(m->ctx, NULL, &m->world));
-    if (l8_comm_size(m->world) != o->tp)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "lean8-train: --tp %d needs %d ranks (lean8-run -n %d); "
-                       "this job has %d", o->tp, o->tp, o->tp, l8_comm_size(m->world));
-    L8_CHECK(l8_comm_grid(m->world, o->tp, &m->tpc, NULL));
+    if (l8_comm_size(m->world) != world)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "lean8-train: --tp %d --dp %d needs %d ranks (lean8-run "
+                       "-n %d); this job has %d", o->tp, o->dp, world, world,
+                       l8_comm_size(m->world));
+    L8_CHECK(l8_comm_grid(m->world, o->tp, &m->tpc, &m->dpc));
     m->rank = l8_comm_rank(m->tpc);
+    m->dp_rank = l8_comm_rank(m->dpc);
+    m->wrank = l8_comm_rank(m->world);
     return L8_OK;
+}
+
+/* --dp: the loss and hit counts of a pass summed over the DP group (each
+ * rank trained on its own images). */
+static l8_status dp_sum(model *m, double *loss, int64_t *hits)
+{
+    if (m->dp == 1) return L8_OK;
+    int64_t one[1] = { 2 };
+    l8_tensor *t = NULL;
+    float v[2] = { (float)*loss, (float)*hits };
+    l8_status st = l8_tensor_empty(m->ctx, L8_F32, 1, one, &t);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(t, v, sizeof v, m->s);
+    if (st == L8_OK) st = l8_comm_all_reduce(m->dpc, t, t, L8_REDUCE_SUM, m->s);
+    if (st == L8_OK) st = l8_tensor_copy_to_host(t, v, sizeof v, m->s);
+    if (st == L8_OK) st = l8_stream_synchronize(m->s);
+    l8_tensor_destroy(t);
+    *loss = v[0];
+    *hits = (int64_t)v[1];
+    return st;
 }
 
 static l8_status model_build(model *m, const opts *o)
@@ -330,7 +385,7 @@ static l8_status model_build(model *m, const opts *o)
     cc.device = o->device;
     L8_CHECK(l8_ctx_create(&cc, &m->ctx));
     m->s = l8_ctx_stream(m->ctx, L8_STREAM_COMPUTE);
-    L8_CHECK(join_tp(m, o));
+    L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
     for (int i = 0; i < o->nhidden; i++) m->dims[i + 1] = o->hidden[i];
@@ -346,7 +401,8 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_optim_create_adamw(m->params, &ac, &m->optim));
     L8_CHECK(l8_gemm_handle_create(m->ctx, NULL, &m->gemm));
     if (o->fp8) L8_CHECK(l8_recipe_create(m->ctx, NULL, &m->recipe));
-    if (o->fp8 && m->tpc) L8_CHECK(l8_recipe_set_reduce(m->recipe, l8_comm_reduce_amax, m->tpc));
+    /* one scale per FP8 role on every rank: the amaxes reduced over the whole job */
+    if (o->fp8 && m->world) L8_CHECK(l8_recipe_set_reduce(m->recipe, l8_comm_reduce_amax, m->world));
     l8_save_hooks hk = L8_SAVE_HOOKS_INIT;
     if (o->offload) {
         l8_offload_config ocfg = L8_OFFLOAD_CONFIG_INIT;
@@ -372,14 +428,19 @@ static l8_status model_build(model *m, const opts *o)
         lc.bias_grad = l8_params_main_grad(m->params, m->bid[i]);
         lc.weight_id = m->wid[i];
         lc.bias_id = m->bid[i];
-        if (m->tpc && i < 2) {    /* fc1 column-, fc2 row-parallel (Megatron's MLP) */
+        if (m->dp > 1) {          /* gradients reported into the group, reduced by m->ddp */
+            lc.grad_ready = l8_params_grad_ready;
+            lc.grad_ready_arg = m->params;
+        }
+        if (m->tp > 1 && i < 2) { /* fc1 column-, fc2 row-parallel (Megatron's MLP) */
             lc.tp_comm = m->tpc;
             lc.parallel = i == 0 ? L8_PARALLEL_COLUMN : L8_PARALLEL_ROW;
         }
         lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
-    int64_t B = o->batch;
+    if (m->dp > 1) L8_CHECK(l8_ddp_create(m->params, m->dpc, NULL, &m->ddp));
+    int64_t B = o->batch / o->dp;     /* this rank's share of a batch */
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
     for (int i = 0; i <= m->nl; i++) {
         if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
@@ -415,13 +476,16 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-/* Views for the batch at rows [at, at + rows) of a pass. */
-static l8_status views_make(model *m, int64_t at, int64_t rows, batch_views *v)
+/* Views for the batch at rows [at, at + rows) of a pass; with stat, the
+ * order, loss and hit rows are those of the static step buffers instead
+ * (at is then ignored: a graph step's addresses never change). */
+static l8_status views_make(model *m, int64_t at, int64_t rows, int stat, batch_views *v)
 {
     l8_status st = L8_OK;
-    st = l8_tensor_narrow(m->order, 0, at, rows, &v->order);
-    if (st == L8_OK) st = l8_tensor_narrow(m->loss, 0, at, rows, &v->loss);
-    if (st == L8_OK) st = l8_tensor_narrow(m->hit, 0, at, rows, &v->hit);
+    if (stat) at = 0;
+    st = l8_tensor_narrow(stat ? m->step_order : m->order, 0, at, rows, &v->order);
+    if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_loss : m->loss, 0, at, rows, &v->loss);
+    if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_hit : m->hit, 0, at, rows, &v->hit);
     v->labels = rows_of(m->labels, rows, &st);
     for (int i = 0; i <= m->nl; i++) {
         if (i < m->nl) v->act[i] = rows_of(m->act[i], rows, &st);
@@ -444,12 +508,12 @@ static l8_status fresh_rows(model *m, int64_t rows, int64_t cols, l8_tensor **t)
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
  * loss[at + r], hit[at + r]. Enqueued on m->s; nothing waits. */
-static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train)
+static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train, int stat)
 {
     batch_views v = {0};
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
-    L8_TRY(st, views_make(m, at, rows, &v), out);
+    L8_TRY(st, views_make(m, at, rows, stat, &v), out);
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.act[0]), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
@@ -473,12 +537,14 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
                                train ? v.grad[m->nl] : NULL, v.loss, v.hit, m->s), out);
     if (train) {
+        if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             L8_TRY(st, l8_linear_backward(m->lin[i], &saved[i], v.grad[i + 1], dx, m->s), out);
             if (i > 0) L8_TRY(st, l8_gelu_backward(v.pre[i - 1], v.grad[i], v.grad[i], m->s), out);
         }
+        if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
         /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
@@ -490,6 +556,77 @@ out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
     views_free(&v);
     return st;
+}
+
+/* One training step as a graph callback: run_batch on the static step
+ * buffers, enqueued on m->s, which is the graph's stream. It lives in the
+ * model: the host backend calls it again at each launch. */
+typedef struct train_step {
+    model *m;
+    int64_t rows;
+} train_step;
+
+static l8_status train_step_fn(void *arg, l8_stream *s)
+{
+    const train_step *t = arg;
+    (void)s;
+    return run_batch(t->m, 0, 0, t->rows, 1, 1);
+}
+
+/* dst[dat, dat + rows) = src[sat, sat + rows), 1-D, enqueued on s. */
+static l8_status copy_rows(l8_tensor *dst, int64_t dat, l8_tensor *src, int64_t sat, int64_t rows,
+                           l8_stream *s)
+{
+    l8_tensor *d = NULL, *v = NULL;
+    l8_status st = l8_tensor_narrow(dst, 0, dat, rows, &d);
+    if (st == L8_OK) st = l8_tensor_narrow(src, 0, sat, rows, &v);
+    if (st == L8_OK) st = l8_tensor_copy(d, v, s);
+    l8_tensor_destroy(d);
+    l8_tensor_destroy(v);
+    return st;
+}
+
+/* The graph state of a run: the graph, the batch size it was captured for
+ * (0: none yet), and the step it runs. */
+typedef struct graph_run {
+    l8_graph *g;
+    int64_t rows;
+    train_step step;
+} graph_run;
+
+/* Drop the graph: the remaining steps run eagerly (same results). */
+static void graph_drop(model *m, graph_run *gr, const char *why)
+{
+    fprintf(stderr, "lean8-train: %s (%s); running the remaining steps eagerly\n", why,
+            l8_last_error_string());
+    l8_error_clear();
+    l8_graph_destroy(gr->g);
+    gr->g = NULL;
+    if (l8_optim_set_lr_external(m->optim, 0) != L8_OK) l8_error_clear();
+}
+
+/* The training step of rows [at, at + rows), with the rate set by
+ * l8_optim_set_lr: eagerly without a graph; with one, the batch's order
+ * into the static buffer, the rate into the optimizer's device scalars,
+ * then a launch - or, for the first step and whenever the batch size
+ * changes, an eager warm-up of the step followed by its capture - and the
+ * losses and hits out to their places in the pass. */
+static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows)
+{
+    if (!gr->g) return run_batch(m, 0, at, rows, 1, 0);
+    L8_CHECK(copy_rows(m->step_order, 0, m->order, at, rows, m->s));
+    L8_CHECK(l8_optim_push_lr(m->optim, m->s));
+    if (rows == gr->rows) {
+        L8_CHECK(l8_graph_launch(gr->g));
+    } else {
+        gr->step.m = m;
+        gr->step.rows = rows;
+        L8_CHECK(l8_graph_warmup(gr->g, train_step_fn, &gr->step));   /* this step runs */
+        if (l8_graph_capture(gr->g, train_step_fn, &gr->step) == L8_OK) gr->rows = rows;
+        else graph_drop(m, gr, "capturing the step failed");
+    }
+    L8_CHECK(copy_rows(m->loss, at, m->step_loss, 0, rows, m->s));
+    return copy_rows(m->hit, at, m->step_hit, 0, rows, m->s);
 }
 
 /* After a pass: wait for it, add up the loss and hits of its first n images
@@ -808,6 +945,7 @@ int main(int argc, char **argv)
     fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
+    graph_run gr = { NULL, 0, { NULL, 0 } };
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
@@ -822,6 +960,20 @@ int main(int argc, char **argv)
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
+    /* the host backend runs the graph API eagerly: the same code path, tested in CI;
+     * NCCL collectives inside a captured step are not verified yet: --tp runs eagerly on GPUs */
+    if (m.tp * m.dp > 1 && l8_graph_native(m.ctx)) o.no_graph = 1;
+    /* offload decides on the host at every step (which device blocks go, pinned
+     * blocks): a captured step could not replay that, so offloaded steps run eagerly */
+    if (o.offload) o.no_graph = 1;
+    if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST)) {
+        CK(l8_graph_create(m.ctx, m.s, &gr.g));
+        CK(l8_optim_set_lr_external(m.optim, 1));
+        m.step_order = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
+        m.step_loss = new2(m.ctx, L8_F32, o.batch / o.dp, 0, &st);
+        m.step_hit = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
+        CK(st);
+    }
     if (o.resume) {
         CK(load_ckpt(&m, &o, o.resume, &start_epoch));
         printf("resumed from %s after epoch %d\n", o.resume, start_epoch);
@@ -845,7 +997,7 @@ int main(int argc, char **argv)
     lh = malloc(sizeof *lh * (size_t)m.R);
     hh = malloc(sizeof *hh * (size_t)m.R);
     if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
-    if (m.rank) {                 /* --tp: rank 0 speaks for the group */
+    if (m.wrank) {                /* --tp/--dp: rank 0 speaks for the job */
         o.quiet = 1;
         if (!freopen("/dev/null", "w", stdout)) { /* nothing to do: keep printing */ }
     }
@@ -854,40 +1006,51 @@ int main(int argc, char **argv)
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
     printf("-%d, batch %d", CLASSES, o.batch);
     if (m.tp > 1) printf(", tensor parallel over %d ranks", m.tp);
+    if (m.dp > 1) printf(", data parallel over %d", m.dp);
     printf("\n  AdamW lr %g wd %g, seed %" PRIu64 ", %lld+%lld images (%.1f MiB on"
            " the device)\n", (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
            (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
                     l8_tensor_nbytes(m.y[1])) / 1048576.0);
+    if (gr.g && l8_graph_native(m.ctx))
+        printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
     for (int e = start_epoch; e < o.epochs; e++) {
         permutation(perm, (int64_t)train.n, o.seed, e);
-        for (int64_t i = 0; i < ntrain; i++) order[i] = (int32_t)perm[i];
+        /* this rank's images: its 1/dp of each global batch (full batches, then
+         * the remainder rounded down to a multiple of 16 per rank) */
+        int64_t lb = o.batch / o.dp, nlocal = 0;
+        for (int64_t b = 0; b < ntrain; b += o.batch) {
+            int64_t rows = ntrain - b < o.batch ? (ntrain - b) / (16 * o.dp) * (16 * o.dp) : o.batch;
+            for (int64_t i = 0; i < rows / o.dp; i++)
+                order[nlocal++] = (int32_t)perm[b + m.dp_rank * (rows / o.dp) + i];
+        }
         double loss = 0, t0 = now_s();
         int64_t hits = 0, seen = 0;
-        CK(upload_order(&m, order, ntrain));
-        /* full batches, then the remainder rounded down to a multiple of 16 */
-        for (int64_t b = 0; b < ntrain; b += o.batch) {
-            int64_t rows = ntrain - b < o.batch ? (ntrain - b) / 16 * 16 : o.batch;
-            if (rows == 0) break;
+        CK(upload_order(&m, order, nlocal));
+        for (int64_t b = 0; b < nlocal; b += lb) {
+            int64_t rows = nlocal - b < lb ? nlocal - b : lb;
             /* cosine decay from lr to 0 over the whole run, by global step */
-            double prog = ((double)e * (double)ntrain + (double)b) / ((double)o.epochs * (double)ntrain);
+            double prog = ((double)e * (double)ntrain + (double)(b * o.dp)) /
+                          ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
-            CK(run_batch(&m, 0, b, rows, 1));
+            CK(train_batch(&m, &gr, b, rows));
             seen += rows;
-            if (bar && (b / o.batch) % 16 == 0) progress(e + 1, seen, ntrain, t0);
+            if (bar && (b / lb) % 16 == 0) progress(e + 1, seen * o.dp, ntrain, t0);
         }
         CK(pass_results(&m, seen, lh, hh, &loss, &hits));
+        CK(dp_sum(&m, &loss, &hits));
+        seen *= o.dp;
         double dt = now_s() - t0;
         if (bar) fprintf(stderr, "\r%*s\r", 79, "");
         double tl = 0;
         int64_t th = 0;
         for (int64_t i = 0; i < m.R; i++) order[i] = i < ntest ? (int32_t)i : 0;
         CK(upload_order(&m, order, m.R));
-        for (int64_t b = 0; b < ntest; b += o.batch) {
-            int64_t rows = ntest - b < o.batch ? ntest - b : o.batch;
-            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0));    /* FP8 GEMMs: pad */
+        for (int64_t b = 0; b < ntest; b += o.batch / o.dp) {     /* every rank: the whole test set */
+            int64_t rows = ntest - b < o.batch / o.dp ? ntest - b : o.batch / o.dp;
+            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0, 0));    /* FP8 GEMMs: pad */
         }
         CK(pass_results(&m, ntest, lh, hh, &tl, &th));
         test_acc = (double)th / (double)ntest;
@@ -898,7 +1061,7 @@ int main(int argc, char **argv)
                e + 1, loss / (double)seen, (double)hits / (double)seen, test_acc, (double)seen / dt,
                as.allocated_peak / 1048576.0);
         fflush(stdout);
-        if (o.save) CK(save_ckpt(&m, &o, e + 1, o.save));
+        if (o.save && !m.wrank) CK(save_ckpt(&m, &o, e + 1, o.save));   /* --dp: one copy */
         if (o.stop_after && e + 1 >= o.stop_after) break;    /* an interruption, for resume */
     }
     if (m.off) {
@@ -914,6 +1077,7 @@ fail:
     free(order);
     free(lh);
     free(hh);
+    l8_graph_destroy(gr.g);
     model_free(&m);
     fmnist_free(&train);
     fmnist_free(&test);

@@ -9,7 +9,7 @@ TRAIN_SRCS += tools/fmnist.c
 TOOLS += lean8-run
 # tools/replay.c: the training-like allocation workload (tests and lean8-bench alloc; not library code)
 BENCH_SRCS += tools/replay.c
-BENCH_SRCS += tools/bench_comm.c
+BENCH_SRCS += tools/bench_comm.c tools/bench_ddp.c
 # lean8-trace: the memory tracer (several files, hence its own link rule)
 TOOLS += lean8-trace
 TRACE_TOOL_SRCS := tools/lean8-trace.c tools/trace_model.c tools/trace_plot.c tools/trace_export.c

@@ -1,0 +1,125 @@
+/* ddp.h - data parallel: the gradients of a parameter group averaged over a
+ * data-parallel communicator in buckets, overlapped with backward.
+ *
+ * The reducer cuts the group's contiguous main_grad buffer into buckets:
+ * consecutive parameters in buffer order (the REVERSE of registration, so
+ * the gradients backward produces first fill bucket 0), each bucket about
+ * bucket_elems elements (closed at a parameter boundary; every bucket starts
+ * and ends on the 128-element boundaries of the group's layout). Every
+ * parameter's main_grad stays the group's view into that buffer for the
+ * group's whole life: the reducer reduces in place.
+ *
+ * A step:
+ *   l8_ddp_begin_micro_batch(d, last)     before each micro-batch's backward
+ *                                         (optional with one micro-batch)
+ *   ... backward: layers report through l8_params_grad_ready ...
+ *   l8_ddp_finish(d, s)                   before the optimizer step
+ * The reducer installs itself as the group's grad-ready consumer
+ * (l8_params_set_grad_ready_cb); configure each Linear with grad_ready =
+ * l8_params_grad_ready, grad_ready_arg = the group. On a report during the
+ * LAST micro-batch it makes the comm stream wait on the reporter's event
+ * and, when every parameter of a bucket has reported (overlap on), launches
+ * the bucket's all-reduce (average) on the comm stream - in bucket order, so
+ * every rank issues the same collectives in the same order whatever order
+ * its reports come in. Reports of earlier micro-batches only accumulate
+ * (the Linear writes main_grad with beta = 0 on a step's first backward, 1
+ * after): nothing is reduced before the last micro-batch, and the caller
+ * says which one that is - a flag, not a guess.
+ *
+ * finish launches the buckets still pending and makes stream s wait on the
+ * comm stream; the host never waits. A parameter that did not report in the
+ * step (an unused branch, a frozen or skipped layer) gets a zeroed main_grad
+ * before its bucket is reduced - never a stale one, never a missing one - or,
+ * with strict = 1, finish fails naming every such parameter.
+ * l8_ddp_mark_unused declares one early, so its bucket need not wait for
+ * finish. A parameter reported twice in one micro-batch is an error naming
+ * it (a tied weight must report once).
+ *
+ * overlap = 0 launches every bucket at finish: the same collectives on the
+ * same data, hence the same bits (tests check it). On a host context the
+ * collectives run inside the report (the host transports are synchronous),
+ * so ranks are threads or processes that run the same steps.
+ *
+ * Thread safety: one thread drives a reducer (the one running backward).
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_STATE (a report out of place, a
+ * double report, strict and a parameter missing), and the communicator's.
+ * A failed collective fails the communicator (comm.h): every later finish
+ * returns that error.
+ */
+#ifndef L8_DDP_H
+#define L8_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/status.h"
+#include "runtime/ctx.h"
+#include "runtime/params.h"
+#include "runtime/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct l8_ddp l8_ddp;
+
+/* Megatron-LM's default: 40M elements (160 MB of f32 gradients). */
+#define L8_DDP_BUCKET_DEFAULT 40000000
+
+typedef struct l8_ddp_config {
+    size_t size;                  /* sizeof(l8_ddp_config) */
+    int64_t bucket_elems;         /* target elements per bucket; 0: L8_DDP_BUCKET_DEFAULT */
+    int overlap;                  /* 1: launch buckets during backward; 0: all at finish */
+    int strict;                   /* 1: a parameter that never reports fails finish */
+} l8_ddp_config;
+#define L8_DDP_CONFIG_INIT { sizeof(l8_ddp_config), 0, 1, 0 }
+void l8_ddp_config_init(l8_ddp_config *cfg);
+
+/* A reducer for finalized group g over dp (of g's context); it becomes g's
+ * grad-ready consumer (replacing any other) until destroyed. g and dp must
+ * outlive it. Errors: L8_ERR_INVALID_ARG (NULL, not finalized, another
+ * context, bucket_elems < 0, overlap/strict not 0 or 1), L8_ERR_OOM. */
+L8_NODISCARD l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg,
+                                     l8_ddp **out);
+
+/* Uninstall from the group, free. Collectives already enqueued stay
+ * enqueued (stream-ordered). NULL: no-op. */
+void l8_ddp_destroy(l8_ddp *d);
+
+/* The next backward is a micro-batch; last = 1 for the step's last one
+ * (whose reports launch the reductions). Without a call every backward
+ * counts as a step's only (last) micro-batch. Errors: L8_ERR_INVALID_ARG. */
+L8_NODISCARD l8_status l8_ddp_begin_micro_batch(l8_ddp *d, int last);
+
+/* Parameter id gets no gradient this step: its main_grad is zeroed on the
+ * comm stream and it counts as reported (its bucket may launch). Call it
+ * during the last micro-batch (after begin_micro_batch, before finish).
+ * Errors: L8_ERR_INVALID_ARG (bad id), L8_ERR_STATE (it reported already). */
+L8_NODISCARD l8_status l8_ddp_mark_unused(l8_ddp *d, int id);
+
+/* End of backward: zero the main_grad of parameters that did not report
+ * (strict: fail instead, naming them), launch the remaining buckets, make s
+ * (NULL: compute stream) wait for every bucket. Resets the step.
+ * Errors: L8_ERR_STATE (strict and a parameter missing: nothing launched
+ * for its bucket or later ones; the step is reset), the collectives'. */
+L8_NODISCARD l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s);
+
+/* Buckets and what happened in the last finished step. */
+typedef struct l8_ddp_stats {
+    size_t size;                  /* sizeof(l8_ddp_stats), set by the caller */
+    int buckets;
+    int64_t largest_bucket;       /* elements */
+    uint64_t steps;               /* finishes */
+    int launched_in_backward;     /* last step: buckets launched by reports / mark_unused */
+    int launched_at_finish;       /* last step: buckets launched by finish */
+    int zeroed;                   /* last step: parameters zeroed for not reporting */
+} l8_ddp_stats;
+L8_NODISCARD l8_status l8_ddp_get_stats(const l8_ddp *d, l8_ddp_stats *out);
+
+/* Bucket b's range in the grad buffer: elements [*first, *first + *n).
+ * Errors: L8_ERR_INVALID_ARG (bad b). */
+L8_NODISCARD l8_status l8_ddp_bucket(const l8_ddp *d, int b, int64_t *first, int64_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* L8_DDP_H */
