@@ -7,7 +7,7 @@
 #                   the build/ptx/*.ptx generated from ptx/*.ptx.in)
 #   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
 #   make info       lean8-info: devices, libraries, allocator self-check
-#   make bench      lean8-bench alloc, cast, gemm
+#   make bench      lean8-bench alloc, cast, gemm, offload
 #   make install    PREFIX=/usr/local DESTDIR=
 #   V=1             print full command lines
 .DEFAULT_GOAL := all
@@ -67,7 +67,8 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/bin/%)
 HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h runtime/checkpoint.h runtime/params.h runtime/fp8.h runtime/comm.h runtime/ddp.h \
              runtime/graph.h \
-             alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS)
+             alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS) \
+             runtime/offload.h
 
 all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests
 
@@ -278,6 +279,7 @@ info: $(BUILD)/bin/lean8-info
 
 bench: $(BUILD)/bin/lean8-bench
 	$(BUILD)/bin/lean8-bench alloc && $(BUILD)/bin/lean8-bench cast && $(BUILD)/bin/lean8-bench gemm
+	$(BUILD)/bin/lean8-bench offload
 
 clean:
 	rm -rf $(BUILD)

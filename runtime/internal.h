@@ -21,6 +21,17 @@
  * not contiguous". */
 l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
 
+/* ---- tensor.c: storage residency, driven by offload.c ---- */
+struct l8_storage;
+/* The stream the storage's blocks are allocated on (and freed against). */
+l8_stream *l8i_storage_stream(const struct l8_storage *st);
+/* The device block now held (NULL in HOST state or for 0 bytes). */
+void *l8i_storage_block(const struct l8_storage *st);
+/* Publish a new residency in one atomic store: state, the device block
+ * (8-byte aligned; NULL when released) and whether l8_storage_data may hand
+ * it out. The caller owns the transitions (offload.c, under its lock). */
+void l8i_storage_set(struct l8_storage *st, l8_storage_state state, void *block, int readable);
+
 /* ---- ctx.c: contexts and kernels ---- */
 /* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.
  * L8_ERR_INVALID_ARG ("<fn>: the stream belongs to another context") when *s

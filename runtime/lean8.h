@@ -24,6 +24,7 @@
 #include "runtime/comm.h"
 #include "runtime/ddp.h"
 #include "runtime/graph.h"
+#include "runtime/offload.h"
 /* ops/: the umbrella is the one runtime header that names them (for users;
  * runtime code itself never includes ops/) */
 #include "runtime/fp8.h"

@@ -5,3 +5,4 @@ LIB_SRCS += runtime/interleave.c
 LIB_SRCS += runtime/ddp.c
 LIB_SRCS += runtime/comm.c runtime/comm_host.c runtime/comm_threads.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/bootstrap.c
 LIB_SRCS += runtime/graph.c
+LIB_SRCS += runtime/offload.c

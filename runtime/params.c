@@ -277,6 +277,8 @@ l8_status l8_params_finalize(l8_params *g)
                                         "params.master", &g->mst), fail);
     L8_TRY(st, l8_storage_create_tagged(g->ctx, (size_t)total * gsz, NULL, "params.main_grad",
                                         &g->gst), fail);
+    l8_storage_set_resident(g->mst, 1);     /* parameters are never offloaded */
+    l8_storage_set_resident(g->gst, 1);
     L8_TRY(st, zero_storage(g->ctx, g->mst), fail);
     L8_TRY(st, zero_storage(g->ctx, g->gst), fail);
     for (int i = 0; i < g->n; i++) {

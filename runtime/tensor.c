@@ -41,12 +41,32 @@
 
 struct l8_storage {
     atomic_int refs;
+    atomic_int resident;          /* 1: never offloaded (parameters) */
     l8_ctx *ctx;
     l8_stream *stream;            /* allocation stream: the block lives on its free list */
     size_t bytes;
-    void *ptr;                    /* valid while state == DEVICE; NULL when bytes == 0 */
-    l8_storage_state state;
+    /* Where the bytes are, read and written as one word so a reader never
+     * sees a pointer of one state with another state: the device block (at
+     * least 512-B aligned, NULL when there is none) | state << 1 | readable.
+     * readable: l8_storage_data may hand the block out (DEVICE, or IN_FLIGHT
+     * to the host: the device bytes are still valid). Offload (offload.c)
+     * moves it through l8i_storage_set. */
+    _Atomic uintptr_t where;
 };
+
+#define WHERE_PTR(w) ((void *)((w) & ~(uintptr_t)7))
+#define WHERE_STATE(w) ((l8_storage_state)(((w) >> 1) & 3))
+#define WHERE_READABLE(w) ((int)((w) & 1))
+
+static uintptr_t where_pack(void *ptr, l8_storage_state state, int readable)
+{
+    return (uintptr_t)ptr | ((uintptr_t)state << 1) | (readable ? 1u : 0u);
+}
+
+static void *sptr(const l8_storage *st)
+{
+    return WHERE_PTR(atomic_load_explicit(&((l8_storage *)st)->where, memory_order_acquire));
+}
 
 struct l8_fp8_meta {
     atomic_int refs;
@@ -198,16 +218,23 @@ l8_status l8_storage_create(l8_ctx *ctx, size_t bytes, l8_stream *s, l8_storage 
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_storage_create: %zu bytes exceeds INT64_MAX", bytes);
     l8_storage *st = calloc(1, sizeof *st);
     if (!st) return L8_FAIL(L8_ERR_OOM, "l8_storage_create: out of host memory for a storage");
-    l8_status ret = l8_ctx_malloc(ctx, bytes, s, &st->ptr);
+    void *ptr = NULL;
+    l8_status ret = l8_ctx_malloc(ctx, bytes, s, &ptr);
     if (ret != L8_OK) {
         free(st);
         return ret;
     }
+    if ((uintptr_t)ptr & 7) {     /* the allocator promises 512 B: the state bits need 8 */
+        if (l8_ctx_free(ctx, ptr) != L8_OK) { /* in the last error; reporting the first */ }
+        free(st);
+        return L8_FAIL(L8_ERR_INTERNAL, "l8_storage_create: block %p is not 8-byte aligned", ptr);
+    }
     atomic_init(&st->refs, 1);
+    atomic_init(&st->resident, 0);
     st->ctx = ctx;
     st->stream = s;
     st->bytes = bytes;
-    st->state = L8_STORAGE_DEVICE;
+    atomic_init(&st->where, where_pack(ptr, L8_STORAGE_DEVICE, 1));
     *out = st;
     return L8_OK;
 }
@@ -242,7 +269,8 @@ void l8_storage_release(l8_storage *st)
      * allocation stream (or recorded streams) finishes first. A failure here
      * means the allocator no longer knows the block (an internal fault); it is
      * in the last error and a void release can do nothing more. */
-    if (st->ptr && l8_ctx_free(st->ctx, st->ptr) != L8_OK) {
+    void *ptr = sptr(st);
+    if (ptr && l8_ctx_free(st->ctx, ptr) != L8_OK) {
         /* recorded in l8_last_error() */
     }
     free(st);
@@ -253,17 +281,44 @@ int l8_storage_refcount(const l8_storage *st) { return st ? atomic_load(&st->ref
 l8_ctx *l8_storage_ctx(const l8_storage *st) { return st ? st->ctx : NULL; }
 l8_storage_state l8_storage_state_of(const l8_storage *st)
 {
-    return st ? st->state : L8_STORAGE_DEVICE;
+    return st ? WHERE_STATE(atomic_load_explicit(&((l8_storage *)st)->where,
+                                                 memory_order_acquire)) : L8_STORAGE_DEVICE;
 }
+
+void l8_storage_set_resident(l8_storage *st, int resident)
+{
+    if (st) atomic_store(&st->resident, resident ? 1 : 0);
+}
+
+int l8_storage_is_resident(const l8_storage *st)
+{
+    return st ? atomic_load(&((l8_storage *)st)->resident) : 0;
+}
+
+static const char *k_state_names[] = { "on the device", "offloaded to the host",
+                                       "in flight between host and device" };
 
 l8_status l8_storage_data(const l8_storage *st, void **ptr)
 {
     L8_ARG(st != NULL && ptr != NULL);
-    if (st->state != L8_STORAGE_DEVICE)
-        return L8_FAIL(L8_ERR_STATE, "storage of %zu bytes is not on the device (state %d)",
-                       st->bytes, (int)st->state);
-    *ptr = st->ptr;
+    uintptr_t w = atomic_load_explicit(&((l8_storage *)st)->where, memory_order_acquire);
+    if (!WHERE_READABLE(w))
+        return L8_FAIL(L8_ERR_STATE, "storage of %zu bytes is not on the device: it is %s"
+                       " (restore it first, e.g. l8_offload_restore)", st->bytes,
+                       k_state_names[WHERE_STATE(w)]);
+    *ptr = WHERE_PTR(w);
     return L8_OK;
+}
+
+/* ---- residency, for offload.c (runtime/internal.h) ---- */
+
+l8_stream *l8i_storage_stream(const l8_storage *st) { return st->stream; }
+
+void *l8i_storage_block(const l8_storage *st) { return sptr(st); }
+
+void l8i_storage_set(l8_storage *st, l8_storage_state state, void *block, int readable)
+{
+    atomic_store_explicit(&st->where, where_pack(block, state, readable), memory_order_release);
 }
 
 l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s)
@@ -272,12 +327,14 @@ l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s)
     if (l8_stream_ctx(s) != st->ctx)
         return L8_FAIL(L8_ERR_INVALID_ARG,
                        "l8_storage_record_stream: the stream belongs to another context");
-    if (st->state != L8_STORAGE_DEVICE)
-        return L8_FAIL(L8_ERR_STATE, "l8_storage_record_stream: storage is not on the device");
+    uintptr_t w = atomic_load_explicit(&st->where, memory_order_acquire);
+    if (!WHERE_READABLE(w))
+        return L8_FAIL(L8_ERR_STATE, "l8_storage_record_stream: storage is not on the device (%s)",
+                       k_state_names[WHERE_STATE(w)]);
     /* Nothing to protect for an empty storage; the allocation stream is
      * already ordered with the free. */
-    if (!st->ptr || l8_stream_handle(s) == l8_stream_handle(st->stream)) return L8_OK;
-    return l8_alloc_record_stream(l8_ctx_allocator(st->ctx), st->ptr, l8_stream_handle(s));
+    if (!WHERE_PTR(w) || l8_stream_handle(s) == l8_stream_handle(st->stream)) return L8_OK;
+    return l8_alloc_record_stream(l8_ctx_allocator(st->ctx), WHERE_PTR(w), l8_stream_handle(s));
 }
 
 /* ---- FP8 metadata ---- */
@@ -295,7 +352,7 @@ static l8_status meta_write(l8_fp8_meta *m, const float v[3])
     float blk[META_FLOATS] = {0};
     for (int i = 0; i < 3; i++) blk[i * META_STRIDE] = v[i];
     l8_stream *s = l8_ctx_stream(m->st->ctx, L8_STREAM_COMPUTE);
-    L8_CHECK(l8_memcpy_htod(s, m->st->ptr, blk, sizeof blk));
+    L8_CHECK(l8_memcpy_htod(s, sptr(m->st), blk, sizeof blk));
     return l8_stream_synchronize(s);
 }
 
@@ -309,6 +366,7 @@ l8_status l8_fp8_meta_create(l8_ctx *ctx, l8_fp8_meta **out)
     l8_fp8_meta *m = calloc(1, sizeof *m);
     if (!m) return L8_FAIL(L8_ERR_OOM, "l8_fp8_meta_create: out of host memory");
     L8_TRY(ret, l8_storage_create(ctx, META_FLOATS * sizeof(float), NULL, &m->st), fail);
+    l8_storage_set_resident(m->st, 1);      /* GEMMs hold its pointers: never offloaded */
     L8_TRY(ret, meta_write(m, init), fail);
     atomic_init(&m->refs, 1);
     *out = m;
@@ -333,14 +391,14 @@ void l8_fp8_meta_release(l8_fp8_meta *m)
 }
 
 /* Meta storages are never offloaded, so the pointer is stable. */
-float *l8_fp8_meta_scale(const l8_fp8_meta *m) { return m ? (float *)m->st->ptr : NULL; }
+float *l8_fp8_meta_scale(const l8_fp8_meta *m) { return m ? (float *)sptr(m->st) : NULL; }
 float *l8_fp8_meta_scale_inv(const l8_fp8_meta *m)
 {
-    return m ? (float *)m->st->ptr + META_STRIDE : NULL;
+    return m ? (float *)sptr(m->st) + META_STRIDE : NULL;
 }
 float *l8_fp8_meta_amax(const l8_fp8_meta *m)
 {
-    return m ? (float *)m->st->ptr + 2 * META_STRIDE : NULL;
+    return m ? (float *)sptr(m->st) + 2 * META_STRIDE : NULL;
 }
 
 l8_status l8_fp8_meta_get(l8_fp8_meta *m, float *scale, float *scale_inv, float *amax)
@@ -348,7 +406,7 @@ l8_status l8_fp8_meta_get(l8_fp8_meta *m, float *scale, float *scale_inv, float 
     L8_ARG(m != NULL);
     float v[META_FLOATS];
     l8_stream *s = l8_ctx_stream(m->st->ctx, L8_STREAM_COMPUTE);
-    L8_CHECK(l8_memcpy_dtoh(s, v, m->st->ptr, sizeof v));
+    L8_CHECK(l8_memcpy_dtoh(s, v, sptr(m->st), sizeof v));
     L8_CHECK(l8_stream_synchronize(s));
     if (scale) *scale = v[0];
     if (scale_inv) *scale_inv = v[META_STRIDE];

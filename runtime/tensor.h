@@ -58,7 +58,10 @@ typedef struct l8_storage l8_storage;
 typedef struct l8_tensor l8_tensor;
 typedef struct l8_fp8_meta l8_fp8_meta;
 
-/* Where a storage's bytes are. Offload (later) moves between these. */
+/* Where a storage's bytes are. Offload (runtime/offload.h) moves a storage
+ * DEVICE -> IN_FLIGHT (copy to the host; the device bytes stay valid and
+ * readable) -> HOST (device memory released) -> IN_FLIGHT (copy back; not
+ * readable until restored) -> DEVICE. Every view follows its storage. */
 typedef enum l8_storage_state {
     L8_STORAGE_DEVICE = 0,        /* on the context's device (or host backend memory) */
     L8_STORAGE_HOST = 1,          /* copied out; device memory released */
@@ -82,9 +85,16 @@ void l8_storage_release(l8_storage *st);
 size_t l8_storage_bytes(const l8_storage *st);
 int l8_storage_refcount(const l8_storage *st);
 l8_ctx *l8_storage_ctx(const l8_storage *st);
+/* Read atomically: a reader on another thread sees one consistent state. */
 l8_storage_state l8_storage_state_of(const l8_storage *st);
-/* Current device pointer (NULL for a 0-byte storage). Errors: L8_ERR_STATE
- * (not on the device), L8_ERR_INVALID_ARG. */
+/* Resident storages are never offloaded (parameter groups mark their master
+ * and main_grad buffers, FP8 metadata is always resident). NULL: no-op / 0. */
+void l8_storage_set_resident(l8_storage *st, int resident);
+int l8_storage_is_resident(const l8_storage *st);
+/* Current device pointer (NULL for a 0-byte storage); also while a copy to
+ * the host is in flight (the device bytes are valid; do not write them
+ * before the restore). Errors: L8_ERR_STATE (offloaded to the host, or on
+ * its way back: restore it first), L8_ERR_INVALID_ARG. */
 L8_NODISCARD l8_status l8_storage_data(const l8_storage *st, void **ptr);
 /* The storage is (also) used on stream s: its memory is not reused before
  * that work completes. A no-op for its own allocation stream.

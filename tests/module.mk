@@ -35,3 +35,4 @@ test-trace: $(BUILD)/bin/lean8-trace $(BUILD)/tests/trace-gen deps-chromium
 	$(Q)timeout 600 tests/trace.sh $(BUILD)
 TEST_SRCS += tests/test_gemm_cache.c
 TEST_SRCS += tests/test_graph.c
+TEST_SRCS += tests/test_offload.c

@@ -17,6 +17,8 @@
 #      uninterrupted one; --tp without the ranks is a clear error. On a
 #      one-GPU device this part is skipped (NCCL refuses two ranks on one GPU).
 #   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise.
+#   7. --offload (every layer, and all but the last) gives bitwise the losses
+#      of the run without it, and really gives device memory back.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -32,6 +34,7 @@ dev=${TRAIN_DEVICE:-host}
 args=(--device "$dev" --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet)
 
 L8_DEVICE=$dev "$bin" "${args[@]}" --epochs 3 > "$tmp/full.txt" 2>&1 || bad "uninterrupted run exited non-zero"
+cp "$tmp/full.txt" "$tmp/full-fp8.txt"
 l1=$(core "$tmp/full.txt" | sed -n 1p | awk '{print $4}')
 l3=$(core "$tmp/full.txt" | sed -n 3p | awk '{print $4}')
 if [ -n "$l1" ] && [ -n "$l3" ] && awk "BEGIN{exit !($l3 < $l1)}"; then ok "loss falls ($l1 -> $l3)"
@@ -56,6 +59,20 @@ for mode in fp8 bf16; do
         ok "$mode: resume reproduces the uninterrupted run bitwise"
     else bad "$mode: resume differs"; diff <(core "$tmp/full.txt") <(core "$tmp/part1.txt"; core "$tmp/part2.txt"); fi
 done
+
+# --offload: $tmp/full.txt is the bf16 run now, full-fp8.txt the FP8 one
+for mode in fp8 bf16; do
+    ref="$tmp/full.txt"; [ $mode = fp8 ] && ref="$tmp/full-fp8.txt"
+    for k in 0 1; do
+        "$bin" "${args[@]}" --$mode --epochs 3 --offload=$k > "$tmp/off.txt" 2>&1 || bad "$mode --offload=$k exited non-zero"
+        if [ "$(core "$tmp/off.txt")" = "$(core "$ref")" ] && [ -n "$(core "$ref")" ] &&
+           grep -Eq '^offload: .* [1-9][0-9]* device blocks given back' "$tmp/off.txt"; then
+            ok "$mode --offload=$k: bitwise the losses without offload ($(grep -o '[0-9]* copies out ([0-9.]* MiB)' "$tmp/off.txt"))"
+        else bad "$mode --offload=$k differs or offloaded nothing"; diff <(core "$ref") <(core "$tmp/off.txt"); grep '^offload' "$tmp/off.txt"; fi
+    done
+done
+if "$bin" "${args[@]}" --offload=-1 > "$tmp/o.txt" 2>&1; then bad "--offload=-1 accepted"
+else ok "--offload=-1 refused"; fi
 
 for mode in fp8 bf16; do
     "$bin" "${args[@]}" --$mode --epochs 1 --save "$tmp/$mode.ckpt" > /dev/null 2>&1 || bad "$mode save"

@@ -51,5 +51,6 @@ int bench_comm_collectives(const bench_opts *o, bench_json *j);
 int bench_trace(const bench_opts *o);
 /* Data parallel: step time without a reducer, reducing after backward, overlapped. */
 int bench_ddp(const bench_opts *o);
+int bench_offload(const bench_opts *o);
 
 #endif

@@ -12,7 +12,7 @@
 #   memcheck  the GPU suites in quick mode under compute-sanitizer (runs last)
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
-#   alloc cast gemm linear    lean8-bench NAME and its PyTorch script
+#   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
 #   ddp       lean8-bench ddp (the data-parallel step: no reducer, after backward,
 #             overlapped; at world size 1 the reducer's own overhead)
 #   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
@@ -45,7 +45,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear comm ddp train}
+stages=${*:-gpu memcheck info alloc cast gemm linear offload comm ddp train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -91,6 +91,10 @@ fi
 if want linear; then
     step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
     step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
+fi
+if want offload; then
+    step "bench offload" bench-offload.log build/bin/lean8-bench offload --json "$OUT/bench-offload.json"
+    step "torch offload" torch-offload.log python3 tools/bench_torch_offload.py "$OUT/bench-offload.json"
 fi
 if want ddp; then
     step "bench ddp" bench-ddp.log build/bin/lean8-bench ddp --json "$OUT/bench-ddp.json"
@@ -143,6 +147,7 @@ done
 [ -f "$OUT/bench-alloc.log" ] && grep -A40 '^== alloc' "$OUT/bench-alloc.log" | head -n 30
 [ -f "$OUT/torch-alloc.log" ] && tail -n 5 "$OUT/torch-alloc.log"
 for f in bench-cast torch-cast gemm-ratio bench-comm; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
+for f in bench-offload torch-offload; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
@@ -153,7 +158,7 @@ done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
 for f in gemm-cache2 gemm-cache-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-gemm-warm.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-gemm-warm.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0

@@ -6,6 +6,7 @@
  *   lean8-bench linear [--device D] [--json PATH] [--quick]
  *   lean8-bench comm  [--device D] [--json PATH] [--quick]
  *   lean8-bench trace [--json PATH] [--quick]
+ *   lean8-bench offload [--device D] [--json PATH] [--quick]
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
     { "ddp", bench_ddp, "data parallel: an 8-layer FP8 MLP step, none / after backward / overlapped" },
     { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
+    { "offload", bench_offload, "activation offload on 8 x (Linear + GELU) vs pinned bandwidth" },
 };
 
 static int usage(void)

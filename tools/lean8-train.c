@@ -6,7 +6,12 @@
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
  *               [--wd 0.01] [--fp8|--bf16] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
- *               [--limit N] [--quiet] [--no-graph]
+ *               [--limit N] [--quiet] [--no-graph] [--offload[=K]]
+ *
+ * --offload[=K]: every layer's saved activation except the last K layers'
+ * (default 1) goes to pinned host memory during the forward and comes back
+ * one layer ahead of its backward (runtime/offload.h); losses are bitwise
+ * those of a run without it.
  *
  * Model: 784 -> hidden... -> 10 (the head is padded to 16 outputs, as FP8
  * GEMMs need multiples of 16; the padding logits are ignored by the loss and
@@ -52,6 +57,7 @@
 #include "runtime/lean8.h"
 #include "runtime/params.h"
 #include "runtime/checkpoint.h"
+#include "runtime/offload.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/linear.h"
@@ -70,6 +76,7 @@
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
     int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, no_graph;
+    int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
     const char *device, *save, *resume, *data;
@@ -103,6 +110,8 @@ typedef struct model {
     l8_tensor *act[MAX_LAYERS + 1];           /* act[0] (B,784) bf16 input; act[i] GELU out */
     l8_tensor *pre[MAX_LAYERS];               /* (B, dims[i+1]) bf16 Linear outputs */
     l8_tensor *grad[MAX_LAYERS + 1];          /* (B, dims[i]) bf16 gradients */
+    l8_offload *off;                          /* --offload: NULL without */
+    int off_keep;                             /* layers at the end that keep their activations */
 } model;
 
 #define CK(x) do { l8_status st_ = (x); if (st_ != L8_OK) { \
@@ -116,6 +125,7 @@ static void usage(FILE *f)
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
             "                   [--tp N] [--dp N] [--no-graph] [--help] [--version]\n"
+            "                   [--offload[=K]]\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n"
             "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
@@ -178,6 +188,11 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
+        else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
+        else if (!strncmp(a, "--offload=", 10)) {
+            o->offload = 1;
+            if (parse_int("--offload", a + 10, 0, MAX_LAYERS, &o->offload_keep)) return -1;
+        }
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
@@ -240,6 +255,7 @@ static l8_tensor *new2(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status
 static void model_free(model *m)
 {
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
+    l8_offload_destroy(m->off);
     l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
                         m->bad, m->step_order, m->step_loss, m->step_hit };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
@@ -387,6 +403,17 @@ static l8_status model_build(model *m, const opts *o)
     if (o->fp8) L8_CHECK(l8_recipe_create(m->ctx, NULL, &m->recipe));
     /* one scale per FP8 role on every rank: the amaxes reduced over the whole job */
     if (o->fp8 && m->world) L8_CHECK(l8_recipe_set_reduce(m->recipe, l8_comm_reduce_amax, m->world));
+    l8_save_hooks hk = L8_SAVE_HOOKS_INIT;
+    if (o->offload) {
+        l8_offload_config ocfg = L8_OFFLOAD_CONFIG_INIT;
+        ocfg.min_bytes = 0;               /* this MLP's activations are all small: take them all */
+        L8_CHECK(l8_offload_create(m->ctx, &ocfg, &m->off));
+        m->off_keep = o->offload_keep;
+        hk.save = l8_offload_save;
+        hk.restore = l8_offload_restore;
+        hk.release = l8_offload_release;
+        hk.arg = m->off;
+    }
     for (int i = 0; i < m->nl; i++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", i + 1);
@@ -409,6 +436,7 @@ static l8_status model_build(model *m, const opts *o)
             lc.tp_comm = m->tpc;
             lc.parallel = i == 0 ? L8_PARALLEL_COLUMN : L8_PARALLEL_ROW;
         }
+        lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
     if (m->dp > 1) L8_CHECK(l8_ddp_create(m->params, m->dpc, NULL, &m->ddp));
@@ -467,6 +495,15 @@ static l8_status views_make(model *m, int64_t at, int64_t rows, int stat, batch_
     return st;
 }
 
+/* --offload: *t becomes a new (rows, cols) bf16 tensor of its own storage. */
+static l8_status fresh_rows(model *m, int64_t rows, int64_t cols, l8_tensor **t)
+{
+    int64_t sh[2] = { rows, cols };
+    l8_tensor_destroy(*t);
+    *t = NULL;
+    return l8_tensor_empty(m->ctx, L8_BF16, 2, sh, t);
+}
+
 /* Forward (and with train, backward and the optimizer step) of the batch at
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
@@ -477,12 +514,23 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
+    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.act[0]), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     if (train)
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
     for (int i = 0; i < m->nl; i++) {
+        int off = train && m->off && i < m->nl - m->off_keep;
+        if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
         L8_TRY(st, l8_linear_forward(m->lin[i], v.act[i], v.pre[i], train ? &saved[i] : NULL, m->s), out);
+        if (off) {
+            /* bf16 saves a view of its input: hand the saved view the input
+             * alone (a fresh tensor for the next layer's) so that offload
+             * may give its device memory back */
+            l8_tensor_destroy(v.act[i]);
+            v.act[i] = NULL;
+            if (i + 1 < m->nl) L8_TRY(st, fresh_rows(m, rows, m->ld[i + 1], &v.act[i + 1]), out);
+        }
         if (i + 1 < m->nl) L8_TRY(st, l8_gelu(v.pre[i], v.act[i + 1], m->s), out);
     }
     /* mean loss over the batch: gradient scale 1/rows */
@@ -492,6 +540,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
+            if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             L8_TRY(st, l8_linear_backward(m->lin[i], &saved[i], v.grad[i + 1], dx, m->s), out);
             if (i > 0) L8_TRY(st, l8_gelu_backward(v.pre[i - 1], v.grad[i], v.grad[i], m->s), out);
         }
@@ -914,6 +963,9 @@ int main(int argc, char **argv)
     /* the host backend runs the graph API eagerly: the same code path, tested in CI;
      * NCCL collectives inside a captured step are not verified yet: --tp runs eagerly on GPUs */
     if (m.tp * m.dp > 1 && l8_graph_native(m.ctx)) o.no_graph = 1;
+    /* offload decides on the host at every step (which device blocks go, pinned
+     * blocks): a captured step could not replay that, so offloaded steps run eagerly */
+    if (o.offload) o.no_graph = 1;
     if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST)) {
         CK(l8_graph_create(m.ctx, m.s, &gr.g));
         CK(l8_optim_set_lr_external(m.optim, 1));
@@ -1011,6 +1063,13 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (o.save && !m.wrank) CK(save_ckpt(&m, &o, e + 1, o.save));   /* --dp: one copy */
         if (o.stop_after && e + 1 >= o.stop_after) break;    /* an interruption, for resume */
+    }
+    if (m.off) {
+        l8_offload_stats os = { .size = sizeof os };
+        CK(l8_offload_get_stats(m.off, &os));
+        printf("offload: %llu saves, %llu copies out (%.1f MiB), %llu back, %llu device blocks given back\n",
+               (unsigned long long)os.saves, (unsigned long long)os.copies_out, os.bytes_out / 1048576.0,
+               (unsigned long long)os.copies_in, (unsigned long long)os.released);
     }
     rc = 0;
 fail:

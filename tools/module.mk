@@ -19,3 +19,4 @@ $(BUILD)/bin/lean8-trace: $(TRACE_TOOL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 # lean8-bench trace: the recorder's cost and lean8-trace's replay and plot
 BENCH_SRCS += tools/bench_trace.c tools/trace_model.c tools/trace_plot.c
+BENCH_SRCS += tools/bench_offload.c
