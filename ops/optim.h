@@ -137,9 +137,9 @@ L8_NODISCARD l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cf
 void l8_optim_destroy(l8_optim *o);
 
 /* One step over the whole group (sharded: over the shard's ranges, see
- * l8_optim_set_shard; with a norm hook the norm is the group's), enqueued on s (NULL: the compute stream;
- * it must already be ordered after the gradients, e.g. after the data-
- * parallel layer's finish). Updates master weights (=) and state (=) in
+ * l8_optim_set_shard; with a norm hook the norm is the group's), enqueued
+ * on s (NULL: the compute stream; it must already be ordered after the
+ * gradients, e.g. after the data-parallel layer's finish). Updates master weights (=) and state (=) in
  * place from main_grad (read only; not zeroed).
  * res NULL: nothing blocks; read the outcome later with
  * l8_optim_read_result. res given: the host waits for s and fills res (one
@@ -338,7 +338,8 @@ L8_NODISCARD l8_status l8_optim_save(l8_optim *o, l8_ckpt_writer *w);
  * world size, rank, ranges) and every section's presence, dtype and shape,
  * so a loader that restores several components can check them all first.
  * Errors: L8_ERR_INVALID_ARG (the message names the file and what differs:
- * "written by 4 ranks ... this optimizer is a shard of 2 ranks"). */
+ * "checkpoint F was written by 4 ranks (the ZeRO-1 shard of rank 0 of 4
+ * ranks), this run has 2 ranks (...): refused"). */
 L8_NODISCARD l8_status l8_optim_check_load(const l8_optim *o, const l8_ckpt_reader *r);
 /* Restore state and step from r (checked first as l8_optim_check_load: on
  * a refusal nothing changes). Blocking. Errors: those of check_load,
