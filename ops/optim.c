@@ -743,7 +743,8 @@ l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out)
     if (at == UINT64_MAX)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: parameter %d (%s, elements "
                        "[%lld, %lld)) is not wholly inside one range of this optimizer's shard",
-                       id, l8_params_name(o->g, id), (long long)off, (long long)(off + (int64_t)pn));
+                       id, l8_params_name(o->g, id), (long long)off,
+                       (long long)(off + (int64_t)pn));
     int nd = l8_params_ndim(o->g, id);
     int64_t shape[L8_MAX_DIMS];
     for (int d = 0; d < nd; d++)

@@ -52,11 +52,64 @@
  * host step bit for bit (NaN payloads aside); resuming from a checkpoint
  * (master, state, step) continues bit for bit.
  *
+ * ZeRO-1: a shard of the group, the norm over all shards.
+ *
+ * A data-parallel run with a sharded optimizer (ZeRO stage 1, Megatron's
+ * distributed optimizer) gives each of its `world` ranks a disjoint part of
+ * the group's flat buffers: after the gradient reduce-scatter, rank r holds
+ * the reduced gradient of its ranges only, steps only them, and an
+ * all-gather of the updated master ranges makes every rank whole again (the
+ * caller's collectives: this optimizer does not communicate except through
+ * the norm hook). The state (exp_avg, exp_avg_sq, momentum_buffer) exists
+ * for the shard's elements only, compacted: range 0 first, then range 1...,
+ * so memory per rank is about 1/world of the unsharded optimizer's.
+ *
+ * Sharded step, on stream s as l8_optim_step:
+ *   1. l8_optim_sumsq over each range (one launch per range; chunks of 4096
+ *      from the range's start), partials of all ranges in range order
+ *   2. l8_optim_finish adds them in that fixed order (f64); with a norm
+ *      hook it writes this rank's partial sum, rounded to f32, into an f32
+ *      [1] device tensor, calls the hook to SUM it over the group in place,
+ *      and a second l8_optim_finish widens the sum to f64 and decides (norm,
+ *      skip, clip, step) exactly as the unsharded step: every rank sees the
+ *      same bits, so every rank skips or applies the same step with the
+ *      same clip coefficient
+ *   3. the update kernel, one launch per range with offset pointers (the
+ *      kernel is the unsharded one: per element the arithmetic is the same)
+ * So with clipping off a sharded step gives the unsharded step's weights
+ * and state bit for bit (the norm only decides the skip). With clipping on
+ * the coefficient comes from a norm summed in another order and rounding:
+ * per-rank f64 partial -> f32 (relative error <= 2^-24) -> summed in f32
+ * over the ranks (host transports: in rank order 0..p-1, the same bits on
+ * every rank; NCCL: its own fixed order) -> f64 -> sqrt -> f32, so the norm
+ * is within a few f32 ulps of the unsharded one (relative ~(p + 2) 2^-24)
+ * and the weights within about as much of the unsharded update (the test
+ * states its bound). A sum of squares above FLT_MAX (a norm above
+ * ~1.8e19) becomes +Inf in f32: with a hook such a step counts as not
+ * finite and is skipped (unsharded it would be clipped). Without a hook the
+ * sharded norm is this shard's own (f64 to the end): right for a world of 1
+ * only. The hook also serves an unsharded optimizer whose group is split
+ * across tensor-parallel ranks (each rank's partial covers its own
+ * parameters; a parameter replicated on every TP rank is then counted once
+ * per rank, as the caller arranges).
+ *
+ * Checkpoints (l8_optim_save / l8_optim_load). Sections: "optim.<state
+ * name>" (tensor f32 [l8_optim_shard_numel]) for each state buffer,
+ * "optim.step" (u64), and for a sharded optimizer "optim.shard": the
+ * layout, docs/checkpoint-format.md. An unsharded
+ * optimizer writes exactly the sections lean8-train wrote before sharding
+ * existed. A sharded checkpoint resumes only on the same layout: the same
+ * world size, rank and ranges (bitwise: state and step are restored
+ * exactly; the master weights are the caller's section). Resharding (N
+ * ranks -> M) is not supported: refused with a message naming both.
+ *
  * Common rules: an optimizer belongs to one finalized group, which must
- * outlive it (destroy the optimizer first). Memory is allocated at create,
- * zeroed, never per step: one f32 buffer per state, tagged "optim.exp_avg",
- * "optim.exp_avg_sq" or "optim.momentum_buffer", and 256 B of step scalars
- * plus 8 B per 4096 elements of partials, "optim.scalars". Not thread-safe:
+ * outlive it (destroy the optimizer first). Memory is allocated at create
+ * (and at l8_optim_set_shard), zeroed, never per step: one f32 buffer per
+ * state, tagged "optim.exp_avg", "optim.exp_avg_sq" or
+ * "optim.momentum_buffer", and 256 B of step scalars plus 8 B per 4096
+ * elements of partials, "optim.scalars" (a shard with more partials than
+ * that holds gets them in "optim.partials"). Not thread-safe:
  * one thread drives an optimizer. Errors: L8_ERR_INVALID_ARG (bad config,
  * NULL, stream of another context), L8_ERR_STATE (group not finalized),
  * L8_ERR_OOM, L8_ERR_CUDA. A failed call changes nothing unless the last
@@ -139,8 +192,9 @@ void l8_optim_destroy(l8_optim *o);
 /* One step over the whole group (sharded: over the shard's ranges, see
  * l8_optim_set_shard; with a norm hook the norm is the group's), enqueued
  * on s (NULL: the compute stream; it must already be ordered after the
- * gradients, e.g. after the data-parallel layer's finish). Updates master weights (=) and state (=) in
- * place from main_grad (read only; not zeroed).
+ * gradients, e.g. after the data-parallel layer's finish). Updates master
+ * weights (=) and state (=) in place from main_grad (read only; not
+ * zeroed).
  * res NULL: nothing blocks; read the outcome later with
  * l8_optim_read_result. res given: the host waits for s and fills res (one
  * 64-byte read per step). On the host backend the step runs at once.
@@ -209,46 +263,8 @@ L8_NODISCARD l8_status l8_optim_set_step(l8_optim *o, uint64_t step);
 l8_tensor *l8_optim_grad_norm(const l8_optim *o);
 l8_tensor *l8_optim_skip_flag(const l8_optim *o);
 
-/* ---- ZeRO-1: a shard of the group, the norm over all shards ----
- *
- * A data-parallel run with a sharded optimizer (ZeRO stage 1, Megatron's
- * distributed optimizer) gives each of its `world` ranks a disjoint part of
- * the group's flat buffers: after the gradient reduce-scatter, rank r holds
- * the reduced gradient of its ranges only, steps only them, and an
- * all-gather of the updated master ranges makes every rank whole again (the
- * caller's collectives: this optimizer does not communicate except through
- * the norm hook). The state (exp_avg, exp_avg_sq, momentum_buffer) exists
- * for the shard's elements only, compacted: range 0 first, then range 1...,
- * so memory per rank is about 1/world of the unsharded optimizer's.
- *
- * Sharded step, on stream s as l8_optim_step:
- *   1. l8_optim_sumsq over each range (one launch per range; chunks of 4096
- *      from the range's start), partials of all ranges in range order
- *   2. l8_optim_finish adds them in that fixed order (f64); with a norm
- *      hook it writes this rank's partial sum, rounded to f32, into an f32
- *      [1] device tensor, calls the hook to SUM it over the group in place,
- *      and a second l8_optim_finish widens the sum to f64 and decides (norm,
- *      skip, clip, step) exactly as the unsharded step: every rank sees the
- *      same bits, so every rank skips or applies the same step with the
- *      same clip coefficient
- *   3. the update kernel, one launch per range with offset pointers (the
- *      kernel is the unsharded one: per element the arithmetic is the same)
- * So with clipping off a sharded step gives the unsharded step's weights
- * and state bit for bit (the norm only decides the skip). With clipping on
- * the coefficient comes from a norm summed in another order and rounding:
- * per-rank f64 partial -> f32 (relative error <= 2^-24) -> summed in f32
- * over the ranks (host transports: in rank order 0..p-1, the same bits on
- * every rank; NCCL: its own fixed order) -> f64 -> sqrt -> f32, so the norm
- * is within a few f32 ulps of the unsharded one (relative ~(p + 2) 2^-24)
- * and the weights within about as much of the unsharded update (the test
- * states its bound). A sum of squares above FLT_MAX (a norm above
- * ~1.8e19) becomes +Inf in f32: with a hook such a step counts as not
- * finite and is skipped (unsharded it would be clipped). Without a hook the
- * sharded norm is this shard's own (f64 to the end): right for a world of 1
- * only. The hook also serves an unsharded optimizer whose group is split
- * across tensor-parallel ranks (each rank's partial covers its own
- * parameters; a parameter replicated on every TP rank is then counted once
- * per rank, as the caller arranges). */
+/* ---- ZeRO-1: a shard of the group, the norm over all shards (see the
+ * top of this file) ---- */
 
 /* Most ranges one shard may have. */
 #define L8_OPTIM_MAX_RANGES 1024
@@ -311,24 +327,16 @@ size_t l8_optim_state_bytes(const l8_optim *o);
  * (weights, state, step counter) has changed, the status is returned. */
 typedef l8_status (*l8_optim_norm_reduce_fn)(void *arg, l8_tensor *partial, l8_stream *s);
 
-/* Install (fn NULL: remove) the norm hook; arg is passed through. Any time
- * (the next step uses it). Errors: L8_ERR_INVALID_ARG (o NULL). */
+/* Install (fn NULL: remove) the norm hook (l8_optim_norm_reduce_fn above:
+ * SUM-reduce the f32 [1] partial in place over the group, on or after s;
+ * a non-OK status fails the step, nothing changed); arg is passed through.
+ * Any time (the next step uses it). Over a communicator: fn = l8_comm_reduce_sum
+ * (runtime/comm.h), arg = the l8_comm. Errors: L8_ERR_INVALID_ARG (o NULL). */
 L8_NODISCARD l8_status l8_optim_set_norm_reduce(l8_optim *o, l8_optim_norm_reduce_fn fn,
                                                 void *arg);
 
-/* An l8_optim_norm_reduce_fn whose arg is an l8_comm (runtime/comm.h):
- * l8_comm_all_reduce(comm, partial, partial, L8_REDUCE_SUM, s). */
-L8_NODISCARD l8_status l8_optim_norm_reduce_comm(void *comm, l8_tensor *partial, l8_stream *s);
 
-/* ---- checkpoints (runtime/checkpoint.h) ----
- * Sections: "optim.<state name>" (tensor f32 [l8_optim_shard_numel]) for
- * each state buffer, "optim.step" (u64), and for a sharded optimizer
- * "optim.shard": the layout, docs/checkpoint-format.md. An unsharded
- * optimizer writes exactly the sections lean8-train wrote before sharding
- * existed. A sharded checkpoint resumes only on the same layout: the same
- * world size, rank and ranges (bitwise: state and step are restored
- * exactly; the master weights are the caller's section). Resharding (N
- * ranks -> M) is not supported: refused with a message naming both. */
+/* ---- checkpoints (runtime/checkpoint.h; see the top of this file) ---- */
 
 /* Write o's sections into w. Blocking: waits for the stream of the last
  * step. Errors: those of l8_ckpt_write_tensor / _section, L8_ERR_INVALID_ARG

@@ -20,7 +20,6 @@
 #include <string.h>
 #include "ops/optim.h"
 #include "ops/optim_internal.h"
-#include "runtime/comm.h"
 #include "runtime/internal.h"
 
 #define ALIGN ((int64_t)L8_PARAMS_ALIGN_ELEMS)
@@ -168,12 +167,6 @@ l8_status l8_optim_set_norm_reduce(l8_optim *o, l8_optim_norm_reduce_fn fn, void
     o->reduce = fn;
     o->reduce_arg = fn ? arg : NULL;
     return L8_OK;
-}
-
-l8_status l8_optim_norm_reduce_comm(void *comm, l8_tensor *partial, l8_stream *s)
-{
-    L8_ARG(comm != NULL && partial != NULL);
-    return l8_comm_all_reduce(comm, partial, partial, L8_REDUCE_SUM, s);
 }
 
 /* ------------------------------------------------------------------------ */

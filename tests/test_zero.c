@@ -6,7 +6,7 @@
  * scatter leaves valid in its own ranges is all the sharded step reads);
  * the buffer is cut into buckets and each bucket into one slice per rank,
  * as a data-parallel reducer does; rank r steps its slices with the norm
- * hook all-reducing the sum of squares (l8_optim_norm_reduce_comm), then the
+ * hook all-reducing the sum of squares (l8_comm_reduce_sum), then the
  * ranks broadcast their updated master slices so every rank is whole again.
  * The reference is the unsharded optimizer on the same gradients.
  *
@@ -236,7 +236,7 @@ static l8_status zero_rank(l8t_job *j, l8_comm *c, l8_ctx *ctx)
     L8_TRY(st, optim_make(g, zc, &o), out);
     L8_TRY(st, l8_optim_set_shard(o, nr, off, num), out);
     L8_TRY(st, l8_optim_set_shard_rank(o, j->rank, j->world), out);
-    L8_TRY(st, l8_optim_set_norm_reduce(o, l8_optim_norm_reduce_comm, c), out);
+    L8_TRY(st, l8_optim_set_norm_reduce(o, l8_comm_reduce_sum, c), out);
     zo.n = l8_params_buffer_numel(g);
     gr = malloc((size_t)zo.n * sizeof *gr);
     if (!gr) { st = L8_FAIL(L8_ERR_OOM, "test: host memory"); goto out; }
@@ -749,7 +749,6 @@ START_TEST(test_zero_errors)
     L8_CK_ST(l8_optim_shard_range(o, -1, &a, &k), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_optim_shard_range(o, 0, NULL, &k), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_optim_set_norm_reduce(NULL, hook_fail, NULL), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_optim_norm_reduce_comm(NULL, l8_optim_grad_norm(o), NULL), L8_ERR_INVALID_ARG);
     ck_assert_int_eq(l8_optim_shard_count(NULL), -1);
     ck_assert_int_eq(l8_optim_shard_numel(NULL), -1);
     ck_assert_uint_eq(l8_optim_state_bytes(NULL), 0);
@@ -867,7 +866,7 @@ static l8_status ck_make(l8_ctx *ctx, l8_comm *c, const l8t_job *j, const zcase 
     L8_CHECK(optim_make(*g, zc, o));
     L8_CHECK(l8_optim_set_shard(*o, nr, off, num));
     L8_CHECK(l8_optim_set_shard_rank(*o, j->rank, j->world));
-    return l8_optim_set_norm_reduce(*o, l8_optim_norm_reduce_comm, c);
+    return l8_optim_set_norm_reduce(*o, l8_comm_reduce_sum, c);
 }
 
 static l8_status ckpt_rank(l8t_job *j, l8_comm *c, l8_ctx *ctx)
