@@ -1155,7 +1155,7 @@ static void gpu_shard_case(l8_ctx *gc, l8_ctx *hc, int kind, l8_dtype gdt, int h
     /* five ranges: one unit, a partial chunk, several chunks, the end */
     int64_t u = n / UNIT;
     int64_t off[5] = { 0, 3 * UNIT, (u / 4) * UNIT, (u / 2) * UNIT, (u - 7) * UNIT };
-    int64_t num[5] = { UNIT, 37 * UNIT, (u / 8) * UNIT, (u / 4 - 1) * UNIT, 7 * UNIT };
+    int64_t num[5] = { UNIT, 30 * UNIT, (u / 8) * UNIT, (u / 4 - 1) * UNIT, 7 * UNIT };
     for (int d = 0; d < 2; d++) {
         L8_CK(l8_optim_set_shard(pr.o[d], 5, off, num));
         if (hook)
