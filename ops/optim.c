@@ -16,10 +16,19 @@
  * IEEE f32/f64 arithmetic with round-to-nearest, which x86-64 SSE and the
  * GPU's .rn operations both give. Hence GPU == host, bit for bit.
  *
+ * Every launch goes over a list of ranges of the group's buffers: one,
+ * [0, n), for the whole group (exactly the three launches above), or the
+ * shard's (ops/optim_shard.c): one sumsq and one update launch per range,
+ * with offset pointers, state compacted range after range. With a norm
+ * hook l8_optim_finish runs twice around it (flags 2: this rank's sum out
+ * as f32; flags 4: the hook's sum in).
+ *
  * Memory (allocated at create, never per step):
  *   state k   f32 [n] each, zeroed        tags "optim.exp_avg", ...
+ *             (sharded: f32 [shard numel], reallocated by set_shard)
  *   work      256 B of step scalars, then f64 [nchunks] partials
- *             ("optim.scalars")
+ *             ("optim.scalars"; a shard with more partials gets its own
+ *             "optim.partials")
  */
 #include <math.h>
 #include <stddef.h>
@@ -28,10 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/optim.h"
+#include "ops/optim_internal.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
 
-#define CHUNK 4096u            /* elements per partial (the kernel's 256 x 4 x 4) */
+#define CHUNK L8I_OPTIM_CHUNK
 #define RED_THREADS 256u       /* l8_optim_sumsq / l8_optim_finish: .reqntid 256 */
 #define UPD_THREADS 256u
 /* Resident CTAs per SM from `ptxas -v` (sm_90, 256 threads): sumsq 26
@@ -39,50 +49,24 @@
 #define OCC_SUMSQ 8u
 #define OCC_ADAMW 6u
 #define OCC_SGD 8u
-#define SCALARS_BYTES 256u     /* the scalars, padded so the partials stay aligned */
+#define SCALARS_BYTES L8I_OPTIM_SCALARS_BYTES
 
-/* The step scalars; ptx/optim.ptx uses these byte offsets. */
-typedef struct scalars {
-    uint64_t step;
-    uint32_t skip;
-    float norm;
-    float clip;
-    float bc1;
-    float bc2s;
-    uint32_t pad0;
-    double sumsq;
-    float lr;                       /* written by push_lr (host), read by the updates */
-    float decay;                    /* 1 - lr * weight_decay (AdamW) */
-    uint8_t pad1[16];
-} scalars;
+typedef l8i_optim_scalars scalars;
 _Static_assert(sizeof(scalars) == 64, "scalars are 64 bytes");
 _Static_assert(offsetof(scalars, skip) == 8 && offsetof(scalars, norm) == 12 &&
                offsetof(scalars, clip) == 16 && offsetof(scalars, bc1) == 20 &&
                offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32 &&
-               offsetof(scalars, lr) == 40 && offsetof(scalars, decay) == 44,
+               offsetof(scalars, lr) == 40 && offsetof(scalars, decay) == 44 &&
+               offsetof(scalars, psum) == 48,
                "scalar offsets are those of ptx/optim.ptx");
 
 #define SGD_F_WD 1u
 #define SGD_F_MOM 2u
 #define SGD_F_NEST 4u
 
-struct l8_optim {
-    l8_optim_kind kind;
-    l8_params *g;
-    l8_ctx *ctx;
-    l8_adamw_config adamw;
-    l8_sgd_config sgd;
-    float lr;
-    int lr_external;                /* 1: the caller pushes lr (l8_optim_set_lr_external) */
-    uint64_t n, nchunks;            /* buffer elements, partials */
-    int nstate;
-    const char *state_name[2];
-    l8_storage *state_st[2];
-    l8_tensor *state[2];            /* f32 [n] */
-    l8_storage *work;               /* scalars + partials */
-    l8_tensor *norm_t, *skip_t;     /* 0-dim views of the scalars */
-    l8_stream *last;                /* stream of the last step */
-};
+/* l8_optim_finish's p_flags beyond bit 0 (AdamW) */
+#define FIN_PARTIAL_OUT 2u     /* write this rank's sum (f32) to scalars.psum and stop */
+#define FIN_REDUCED_IN 4u      /* the sum is scalars.psum (the hook's), not the partials */
 
 /* ------------------------------------------------------------------------ */
 /* host reference                                                            */
@@ -144,7 +128,7 @@ static double pow_sq(double b, uint64_t t)
 
 /* l8_optim_finish */
 static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float max_norm,
-                       float beta1, float beta2, int adamw)
+                       float beta1, float beta2, int adamw, unsigned mode)
 {
     double acc[RED_THREADS];
     for (unsigned t = 0; t < RED_THREADS; t++) {
@@ -156,6 +140,12 @@ static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float 
     double s = acc[0];
     for (unsigned t = 1; t < RED_THREADS; t++)
         s = s + acc[t];
+    if (mode & FIN_PARTIAL_OUT) {
+        sc->psum = (float)s;
+        return;
+    }
+    if (mode & FIN_REDUCED_IN)
+        s = (double)sc->psum;
     sc->sumsq = s;
     double norm = sqrt(s);
     float normf = (float)norm;
@@ -286,6 +276,22 @@ static l8_status scalars_write(l8_optim *o, l8_stream *s, const scalars *in)
 
 static int finite_nonneg(float x) { return isfinite(x) && x >= 0.0f; }
 
+l8_status l8i_optim_partials(const l8_optim *o, double **out)
+{
+    void *w;
+    if (o->part_st) {
+        L8_CHECK(l8_storage_data(o->part_st, &w));
+        *out = w;
+        return L8_OK;
+    }
+    L8_CHECK(l8_storage_data(o->work, &w));
+    *out = (double *)((char *)w + SCALARS_BYTES);
+    return L8_OK;
+}
+
+/* p + k elements of 4 bytes, or NULL for no buffer (SGD without momentum) */
+static void *f32_at(void *p, uint64_t k) { return p ? (char *)p + k * sizeof(float) : NULL; }
+
 /* ------------------------------------------------------------------------ */
 /* create / destroy                                                          */
 
@@ -299,7 +305,11 @@ void l8_optim_destroy(l8_optim *o)
     }
     l8_tensor_destroy(o->norm_t);
     l8_tensor_destroy(o->skip_t);
+    l8_tensor_destroy(o->psum_t);
     l8_storage_release(o->work);
+    l8_storage_release(o->part_st);
+    if (o->range != &o->whole)
+        free(o->range);
     free(o);
 }
 
@@ -319,6 +329,12 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
     o->ctx = ctx;
     o->n = (uint64_t)l8_params_buffer_numel(g);
     o->nchunks = (o->n + CHUNK - 1) / CHUNK;
+    o->part_cap = o->nchunks;
+    o->whole = (l8i_optim_range){ 0, o->n, 0, 0 };
+    o->range = &o->whole;
+    o->nrange = 1;
+    o->sn = o->n;
+    o->shard_rank = -1;
     o->nstate = nstate;
     o->last = compute;
     int64_t n = (int64_t)o->n;
@@ -340,6 +356,11 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
                                       &o->norm_t), fail);
     L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, skip), L8_I32, 0, NULL, NULL,
                                       &o->skip_t), fail);
+    {
+        int64_t one = 1;
+        L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, psum), L8_F32, 1, &one, NULL,
+                                          &o->psum_t), fail);
+    }
     {
         scalars sc;
         memset(&sc, 0, sizeof sc);
@@ -488,6 +509,53 @@ l8_status l8_optim_set_lr_external(l8_optim *o, int external)
     return L8_OK;
 }
 
+/* Host backend: the kernels' arithmetic, range by range. */
+static l8_status step_host(l8_optim *o, l8_stream *s, void *p, void *g, int bf16, void *w,
+                           double *part, void *st0, void *st1, const adamw_args *aa0,
+                           const sgd_args *sa0, float max_norm)
+{
+    scalars *sc = w;
+    adamw_args aa = *aa0;
+    sgd_args sa = *sa0;
+    int adamw = o->kind == L8_OPTIM_ADAMW;
+    size_t gsz = bf16 ? 2 : 4;
+    /* the rate as the kernels read it: pushed, maybe earlier (external) */
+    aa.lr = sa.lr = sc->lr;
+    aa.decay = sc->decay;
+    for (int i = 0; i < o->nrange; i++) {
+        const l8i_optim_range *r = &o->range[i];
+        sumsq_ref((char *)g + r->off * gsz, bf16, r->numel, part + r->chunk,
+                  (r->numel + CHUNK - 1) / CHUNK);
+    }
+    if (o->reduce) {
+        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_PARTIAL_OUT);
+        L8_CHECK(o->reduce(o->reduce_arg, o->psum_t, s));
+        finish_ref(part, 0, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_REDUCED_IN);
+    } else {
+        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, 0);
+    }
+    for (int i = 0; i < o->nrange; i++) {
+        const l8i_optim_range *r = &o->range[i];
+        float *pr = (float *)p + r->off;
+        const void *gr = (const char *)g + r->off * gsz;
+        if (adamw)
+            adamw_ref(pr, gr, bf16, f32_at(st0, r->base), f32_at(st1, r->base), r->numel, sc,
+                      &aa);
+        else
+            sgd_ref(pr, gr, bf16, f32_at(st0, r->base), r->numel, sc, &sa);
+    }
+    return L8_OK;
+}
+
+/* l8_optim_finish on s; flags bit 0 AdamW, FIN_* the hook's two halves. */
+static l8_status launch_finish(l8_stream *s, CUfunction f, uint64_t a_part,
+                               uint64_t nch, uint64_t a_sc, float max_norm, float beta1,
+                               float beta2, uint32_t flags)
+{
+    void *args[] = { &a_part, &nch, &a_sc, &max_norm, &beta1, &beta2, &flags };
+    return l8i_launch(s, f, 1, 1, 1, RED_THREADS, 1, 1, 0, args);
+}
+
 l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
 {
     static const char *op = "l8_optim_step";
@@ -505,13 +573,18 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         L8_CHECK(l8_storage_record_stream(l8_tensor_storage(mflat), s));
         L8_CHECK(l8_storage_record_stream(l8_tensor_storage(gflat), s));
         L8_CHECK(l8_storage_record_stream(o->work, s));
+        if (o->part_st)
+            L8_CHECK(l8_storage_record_stream(o->part_st, s));
         for (int k = 0; k < o->nstate; k++)
             L8_CHECK(l8_storage_record_stream(o->state_st[k], s));
     }
+    o->touched = 1;
     void *p, *g, *w, *st0 = NULL, *st1 = NULL;
+    double *part;
     L8_CHECK(l8_tensor_data(mflat, &p));
     L8_CHECK(l8_tensor_data(gflat, &g));
     L8_CHECK(l8_storage_data(o->work, &w));
+    L8_CHECK(l8i_optim_partials(o, &part));
     if (o->nstate > 0)
         L8_CHECK(l8_tensor_data(o->state[0], &st0));
     if (o->nstate > 1)
@@ -539,23 +612,13 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         sa.flags = (sa.wd != 0.0f ? SGD_F_WD : 0u) | (o->nstate ? SGD_F_MOM : 0u) |
                    (o->sgd.nesterov ? SGD_F_NEST : 0u);
     }
-    double *part = (double *)((char *)w + SCALARS_BYTES);
     if (!o->lr_external) L8_CHECK(push_lr(o, s, w));
 
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
-        scalars *sc = w;
-        /* the rate as the kernels read it: pushed, maybe earlier (external) */
-        aa.lr = sa.lr = sc->lr;
-        aa.decay = sc->decay;
-        sumsq_ref(g, bf16, o->n, part, o->nchunks);
-        finish_ref(part, o->nchunks, sc, max_norm, beta1, beta2, adamw);
-        if (adamw)
-            adamw_ref(p, g, bf16, st0, st1, o->n, sc, &aa);
-        else
-            sgd_ref(p, g, bf16, st0, o->n, sc, &sa);
+        L8_CHECK(step_host(o, s, p, g, bf16, w, part, st0, st1, &aa, &sa, max_norm));
         o->last = s;
         if (res)
-            result_of(sc, res);
+            result_of(w, res);
         return L8_OK;
     }
 
@@ -564,31 +627,47 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
     L8_CHECK(l8i_kernel(ctx, "optim", "l8_optim_sumsq", &fsum));
     L8_CHECK(l8i_kernel(ctx, "optim", "l8_optim_finish", &ffin));
     L8_CHECK(l8i_kernel(ctx, "optim", adamw ? "l8_adamw_update" : "l8_sgd_update", &fupd));
-    uint64_t a_g = dptr(g), a_part = dptr(part), a_sc = dptr(w), a_p = dptr(p);
-    uint64_t nn = o->n, nch = o->nchunks, nvec = o->n / 4;
+    uint64_t a_sc = dptr(w);
+    uint64_t gsz = bf16 ? 2 : 4;
     uint32_t gtype = bf16 ? 1u : 0u;
+    uint32_t fadam = adamw ? 1u : 0u;
     unsigned grid;
     o->last = s;                  /* from here work may be enqueued on s */
-    if (nch > 0) {
+    for (int i = 0; i < o->nrange; i++) {
+        const l8i_optim_range *r = &o->range[i];
+        uint64_t a_g = dptr(g) + r->off * gsz, a_part = dptr(part + r->chunk);
+        uint64_t nn = r->numel, nch = (r->numel + CHUNK - 1) / CHUNK;
+        if (nch == 0)
+            continue;
         L8_CHECK(l8i_grid_for(ctx, nch, OCC_SUMSQ, &grid));
         void *args[] = { &a_g, &nn, &gtype, &a_part, &nch };
         L8_CHECK(l8i_launch(s, fsum, grid, 1, 1, RED_THREADS, 1, 1, 0, args));
     }
-    {
-        uint32_t flags = adamw ? 1u : 0u;
-        void *args[] = { &a_part, &nch, &a_sc, &max_norm, &beta1, &beta2, &flags };
-        L8_CHECK(l8i_launch(s, ffin, 1, 1, 1, RED_THREADS, 1, 1, 0, args));
+    if (o->reduce) {
+        L8_CHECK(launch_finish(s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1, beta2,
+                               fadam | FIN_PARTIAL_OUT));
+        L8_CHECK(o->reduce(o->reduce_arg, o->psum_t, s));
+        L8_CHECK(launch_finish(s, ffin, dptr(part), 0, a_sc, max_norm, beta1, beta2,
+                               fadam | FIN_REDUCED_IN));
+    } else {
+        L8_CHECK(launch_finish(s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1, beta2,
+                               fadam));
     }
-    if (nvec > 0) {
+    for (int i = 0; i < o->nrange; i++) {
+        const l8i_optim_range *r = &o->range[i];
+        uint64_t nvec = r->numel / 4;
+        if (nvec == 0)
+            continue;
+        uint64_t a_p = dptr(p) + r->off * 4, a_g = dptr(g) + r->off * gsz;
         uint64_t work = (nvec + UPD_THREADS - 1) / UPD_THREADS;
         if (adamw) {
-            uint64_t a_m = dptr(st0), a_v = dptr(st1);
+            uint64_t a_m = dptr(f32_at(st0, r->base)), a_v = dptr(f32_at(st1, r->base));
             L8_CHECK(l8i_grid_for(ctx, work, OCC_ADAMW, &grid));
             void *args[] = { &a_p, &a_g, &a_m, &a_v, &nvec, &gtype, &a_sc, &aa.beta1,
                              &aa.beta2, &aa.omb1, &aa.omb2, &aa.eps };
             L8_CHECK(l8i_launch(s, fupd, grid, 1, 1, UPD_THREADS, 1, 1, 0, args));
         } else {
-            uint64_t a_b = dptr(st0);
+            uint64_t a_b = dptr(f32_at(st0, r->base));
             uint32_t flags = sa.flags;
             L8_CHECK(l8i_grid_for(ctx, work, OCC_SGD, &grid));
             void *args[] = { &a_p, &a_g, &a_b, &nvec, &gtype, &a_sc, &sa.wd, &sa.mom,
@@ -654,11 +733,23 @@ l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out)
     if (off < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: parameter id %d is out of "
                        "range (%d registered)", id, l8_params_count(o->g));
+    /* sharded: the range that holds the whole parameter */
+    uint64_t pn = (uint64_t)l8_params_numel(o->g, id), at = UINT64_MAX;
+    for (int i = 0; i < o->nrange; i++) {
+        const l8i_optim_range *r = &o->range[i];
+        if ((uint64_t)off >= r->off && (uint64_t)off + pn <= r->off + r->numel)
+            at = r->base + ((uint64_t)off - r->off);
+    }
+    if (at == UINT64_MAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: parameter %d (%s, elements "
+                       "[%lld, %lld)) is not wholly inside one range of this optimizer's shard",
+                       id, l8_params_name(o->g, id), (long long)off,
+                       (long long)(off + (int64_t)pn));
     int nd = l8_params_ndim(o->g, id);
     int64_t shape[L8_MAX_DIMS];
     for (int d = 0; d < nd; d++)
         shape[d] = l8_params_dim(o->g, id, d);
-    return l8_tensor_from_storage(o->state_st[k], (size_t)off * sizeof(float), L8_F32, nd, shape,
+    return l8_tensor_from_storage(o->state_st[k], (size_t)at * sizeof(float), L8_F32, nd, shape,
                                   NULL, out);
 }
 
@@ -677,7 +768,9 @@ l8_status l8_optim_set_step(l8_optim *o, uint64_t step)
     scalars sc;
     L8_CHECK(scalars_read(o, o->last, &sc));
     sc.step = step;
-    return scalars_write(o, o->last, &sc);
+    L8_CHECK(scalars_write(o, o->last, &sc));
+    o->touched = 1;
+    return L8_OK;
 }
 
 l8_tensor *l8_optim_grad_norm(const l8_optim *o) { return o ? o->norm_t : NULL; }

@@ -52,11 +52,64 @@
  * host step bit for bit (NaN payloads aside); resuming from a checkpoint
  * (master, state, step) continues bit for bit.
  *
+ * ZeRO-1: a shard of the group, the norm over all shards.
+ *
+ * A data-parallel run with a sharded optimizer (ZeRO stage 1, Megatron's
+ * distributed optimizer) gives each of its `world` ranks a disjoint part of
+ * the group's flat buffers: after the gradient reduce-scatter, rank r holds
+ * the reduced gradient of its ranges only, steps only them, and an
+ * all-gather of the updated master ranges makes every rank whole again (the
+ * caller's collectives: this optimizer does not communicate except through
+ * the norm hook). The state (exp_avg, exp_avg_sq, momentum_buffer) exists
+ * for the shard's elements only, compacted: range 0 first, then range 1...,
+ * so memory per rank is about 1/world of the unsharded optimizer's.
+ *
+ * Sharded step, on stream s as l8_optim_step:
+ *   1. l8_optim_sumsq over each range (one launch per range; chunks of 4096
+ *      from the range's start), partials of all ranges in range order
+ *   2. l8_optim_finish adds them in that fixed order (f64); with a norm
+ *      hook it writes this rank's partial sum, rounded to f32, into an f32
+ *      [1] device tensor, calls the hook to SUM it over the group in place,
+ *      and a second l8_optim_finish widens the sum to f64 and decides (norm,
+ *      skip, clip, step) exactly as the unsharded step: every rank sees the
+ *      same bits, so every rank skips or applies the same step with the
+ *      same clip coefficient
+ *   3. the update kernel, one launch per range with offset pointers (the
+ *      kernel is the unsharded one: per element the arithmetic is the same)
+ * So with clipping off a sharded step gives the unsharded step's weights
+ * and state bit for bit (the norm only decides the skip). With clipping on
+ * the coefficient comes from a norm summed in another order and rounding:
+ * per-rank f64 partial -> f32 (relative error <= 2^-24) -> summed in f32
+ * over the ranks (host transports: in rank order 0..p-1, the same bits on
+ * every rank; NCCL: its own fixed order) -> f64 -> sqrt -> f32, so the norm
+ * is within a few f32 ulps of the unsharded one (relative ~(p + 2) 2^-24)
+ * and the weights within about as much of the unsharded update (the test
+ * states its bound). A sum of squares above FLT_MAX (a norm above
+ * ~1.8e19) becomes +Inf in f32: with a hook such a step counts as not
+ * finite and is skipped (unsharded it would be clipped). Without a hook the
+ * sharded norm is this shard's own (f64 to the end): right for a world of 1
+ * only. The hook also serves an unsharded optimizer whose group is split
+ * across tensor-parallel ranks (each rank's partial covers its own
+ * parameters; a parameter replicated on every TP rank is then counted once
+ * per rank, as the caller arranges).
+ *
+ * Checkpoints (l8_optim_save / l8_optim_load). Sections: "optim.<state
+ * name>" (tensor f32 [l8_optim_shard_numel]) for each state buffer,
+ * "optim.step" (u64), and for a sharded optimizer "optim.shard": the
+ * layout, docs/checkpoint-format.md. An unsharded
+ * optimizer writes exactly the sections lean8-train wrote before sharding
+ * existed. A sharded checkpoint resumes only on the same layout: the same
+ * world size, rank and ranges (bitwise: state and step are restored
+ * exactly; the master weights are the caller's section). Resharding (N
+ * ranks -> M) is not supported: refused with a message naming both.
+ *
  * Common rules: an optimizer belongs to one finalized group, which must
- * outlive it (destroy the optimizer first). Memory is allocated at create,
- * zeroed, never per step: one f32 buffer per state, tagged "optim.exp_avg",
- * "optim.exp_avg_sq" or "optim.momentum_buffer", and 256 B of step scalars
- * plus 8 B per 4096 elements of partials, "optim.scalars". Not thread-safe:
+ * outlive it (destroy the optimizer first). Memory is allocated at create
+ * (and at l8_optim_set_shard), zeroed, never per step: one f32 buffer per
+ * state, tagged "optim.exp_avg", "optim.exp_avg_sq" or
+ * "optim.momentum_buffer", and 256 B of step scalars plus 8 B per 4096
+ * elements of partials, "optim.scalars" (a shard with more partials than
+ * that holds gets them in "optim.partials"). Not thread-safe:
  * one thread drives an optimizer. Errors: L8_ERR_INVALID_ARG (bad config,
  * NULL, stream of another context), L8_ERR_STATE (group not finalized),
  * L8_ERR_OOM, L8_ERR_CUDA. A failed call changes nothing unless the last
@@ -71,6 +124,7 @@
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
 #include "runtime/params.h"
+#include "runtime/checkpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -135,15 +189,17 @@ L8_NODISCARD l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cf
  * no-op. */
 void l8_optim_destroy(l8_optim *o);
 
-/* One step over the whole group, enqueued on s (NULL: the compute stream;
- * it must already be ordered after the gradients, e.g. after the data-
- * parallel layer's finish). Updates master weights (=) and state (=) in
- * place from main_grad (read only; not zeroed).
+/* One step over the whole group (sharded: over the shard's ranges, see
+ * l8_optim_set_shard; with a norm hook the norm is the group's), enqueued
+ * on s (NULL: the compute stream; it must already be ordered after the
+ * gradients, e.g. after the data-parallel layer's finish). Updates master
+ * weights (=) and state (=) in place from main_grad (read only; not
+ * zeroed).
  * res NULL: nothing blocks; read the outcome later with
  * l8_optim_read_result. res given: the host waits for s and fills res (one
  * 64-byte read per step). On the host backend the step runs at once.
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA, L8_ERR_OOM (host memory to record
- * a second stream). */
+ * a second stream), or the norm hook's status (nothing changed). */
 L8_NODISCARD l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res);
 
 /* The outcome of the last step (before any: step 0, not skipped, norm 0,
@@ -183,11 +239,15 @@ l8_optim_kind l8_optim_kind_of(const l8_optim *o);
 int l8_optim_state_count(const l8_optim *o);
 const char *l8_optim_state_name(const l8_optim *o, int k);   /* NULL: bad k */
 /* State buffer k as a whole-buffer view: f32, 1-D
- * [l8_params_buffer_numel], the group's layout. Borrowed: valid until
- * l8_optim_destroy. NULL: bad k. Restore it with l8_tensor_copy_from_host. */
+ * [l8_params_buffer_numel], the group's layout; sharded: f32
+ * [l8_optim_shard_numel], the ranges one after the other. Borrowed: valid
+ * until l8_optim_destroy or l8_optim_set_shard. NULL: bad k. Restore it
+ * with l8_tensor_copy_from_host. */
 l8_tensor *l8_optim_state(const l8_optim *o, int k);
 /* State buffer k of parameter id as a new view with the parameter's shape
- * (owned by the caller). Errors: L8_ERR_INVALID_ARG, L8_ERR_OOM. */
+ * (owned by the caller). Sharded: only for a parameter that lies wholly
+ * inside one range of the shard. Errors: L8_ERR_INVALID_ARG (bad k or id,
+ * a parameter not wholly in the shard), L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out);
 /* Steps applied so far (blocking read: waits for the last step's stream).
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
@@ -202,6 +262,97 @@ L8_NODISCARD l8_status l8_optim_set_step(l8_optim *o, uint64_t step);
  * skipped). */
 l8_tensor *l8_optim_grad_norm(const l8_optim *o);
 l8_tensor *l8_optim_skip_flag(const l8_optim *o);
+
+/* ---- ZeRO-1: a shard of the group, the norm over all shards (see the
+ * top of this file) ---- */
+
+/* Most ranges one shard may have. */
+#define L8_OPTIM_MAX_RANGES 1024
+
+/* From now on o updates only elements [offset[i], offset[i] + numel[i]) of
+ * the group's flat buffers, i < n, and its state exists only for them.
+ * Ranges: sorted, disjoint, numel >= 1, offset and numel multiples of
+ * L8_PARAMS_ALIGN_ELEMS (128), inside l8_params_buffer_numel; 0 <= n <=
+ * L8_OPTIM_MAX_RANGES (n 0: an empty shard that updates nothing but still
+ * takes part in the norm hook). Arrays are copied; they may be NULL when n
+ * is 0. Call it after create and before the first step or any restore of
+ * state (l8_optim_set_step, l8_optim_load) - a data-parallel reducer calls
+ * it with the ranges its reduce-scatter leaves on this rank (one per
+ * bucket); it may be called again before that step to change the ranges.
+ * There is no way back to the whole group (create a new optimizer).
+ * Effects: the state buffers are replaced by zeroed compact ones
+ * (f32 [l8_optim_shard_numel]), so views from l8_optim_state taken before
+ * are invalid; the learning rate, the step counter and the step scalars
+ * (grad_norm, skip_flag views) are kept. The old buffers are released
+ * stream-ordered. Blocking: waits for the compute stream.
+ * Errors: L8_ERR_INVALID_ARG (NULL, n, a range that breaks a rule: the
+ * message names it), L8_ERR_STATE (a step or a restore happened already),
+ * L8_ERR_OOM, L8_ERR_CUDA. On error o is unchanged. */
+L8_NODISCARD l8_status l8_optim_set_shard(l8_optim *o, int n, const int64_t *offset,
+                                          const int64_t *numel);
+
+/* Which data-parallel rank of how many ranks this shard belongs to (0 <=
+ * rank < world). Recorded by l8_optim_save for a sharded optimizer so that
+ * l8_optim_load can refuse a checkpoint written by another number of ranks
+ * (or by another rank) with a message naming both; without it a sharded
+ * checkpoint records world 0 ("not given") and only the ranges are
+ * compared. Any time. Errors: L8_ERR_INVALID_ARG. */
+L8_NODISCARD l8_status l8_optim_set_shard_rank(l8_optim *o, int rank, int world);
+
+/* 1 when l8_optim_set_shard was called, else 0 (also for NULL). */
+int l8_optim_is_sharded(const l8_optim *o);
+/* The shard's ranges (unsharded: 1, the whole buffer [0, buffer_numel)).
+ * -1 for NULL. */
+int l8_optim_shard_count(const l8_optim *o);
+/* Range i of the shard as group elements. Errors: L8_ERR_INVALID_ARG (NULL,
+ * i out of range). */
+L8_NODISCARD l8_status l8_optim_shard_range(const l8_optim *o, int i, int64_t *offset,
+                                            int64_t *numel);
+/* Elements of each state buffer: the sum of the ranges' numel (unsharded:
+ * l8_params_buffer_numel). -1 for NULL. */
+int64_t l8_optim_shard_numel(const l8_optim *o);
+/* Device bytes of the state buffers: state_count x shard_numel x 4 (the
+ * step scalars and norm partials, 256 B + 8 B per 4096 elements, are not
+ * counted). 0 for NULL. */
+size_t l8_optim_state_bytes(const l8_optim *o);
+
+/* The norm hook: SUM-reduce `partial` in place over the group (every rank
+ * of the data-parallel group, and of the tensor-parallel one where the
+ * group is split), enqueued on s or ordered after it, so that work
+ * enqueued on s afterwards sees the sum. partial is an f32 [1] tensor on
+ * the optimizer's context (device memory; host memory on a host context)
+ * holding this rank's sum of squares, rounded from f64. Called once per
+ * step, inside l8_optim_step, on the calling thread; every rank must step
+ * (the hook is a collective). A non-OK status fails the step: nothing
+ * (weights, state, step counter) has changed, the status is returned. */
+typedef l8_status (*l8_optim_norm_reduce_fn)(void *arg, l8_tensor *partial, l8_stream *s);
+
+/* Install (fn NULL: remove) the norm hook (l8_optim_norm_reduce_fn above:
+ * SUM-reduce the f32 [1] partial in place over the group, on or after s;
+ * a non-OK status fails the step, nothing changed); arg is passed through.
+ * Any time (the next step uses it). Over a communicator: fn = l8_comm_reduce_sum
+ * (runtime/comm.h), arg = the l8_comm. Errors: L8_ERR_INVALID_ARG (o NULL). */
+L8_NODISCARD l8_status l8_optim_set_norm_reduce(l8_optim *o, l8_optim_norm_reduce_fn fn,
+                                                void *arg);
+
+
+/* ---- checkpoints (runtime/checkpoint.h; see the top of this file) ---- */
+
+/* Write o's sections into w. Blocking: waits for the stream of the last
+ * step. Errors: those of l8_ckpt_write_tensor / _section, L8_ERR_INVALID_ARG
+ * (NULL). */
+L8_NODISCARD l8_status l8_optim_save(l8_optim *o, l8_ckpt_writer *w);
+/* Would l8_optim_load accept r? Checks the layout (unsharded vs sharded,
+ * world size, rank, ranges) and every section's presence, dtype and shape,
+ * so a loader that restores several components can check them all first.
+ * Errors: L8_ERR_INVALID_ARG (the message names the file and what differs:
+ * "checkpoint F was written by 4 ranks (the ZeRO-1 shard of rank 0 of 4
+ * ranks), this run has 2 ranks (...): refused"). */
+L8_NODISCARD l8_status l8_optim_check_load(const l8_optim *o, const l8_ckpt_reader *r);
+/* Restore state and step from r (checked first as l8_optim_check_load: on
+ * a refusal nothing changes). Blocking. Errors: those of check_load,
+ * l8_ckpt_read_tensor, l8_optim_set_step. */
+L8_NODISCARD l8_status l8_optim_load(l8_optim *o, const l8_ckpt_reader *r);
 
 #ifdef __cplusplus
 }

@@ -36,3 +36,4 @@ test-trace: $(BUILD)/bin/lean8-trace $(BUILD)/tests/trace-gen deps-chromium
 TEST_SRCS += tests/test_gemm_cache.c
 TEST_SRCS += tests/test_graph.c
 TEST_SRCS += tests/test_offload.c
+TEST_SRCS += tests/test_zero.c

@@ -793,7 +793,6 @@ static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *
     l8_ckpt_writer *w = NULL;
     l8_status st;
     run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = o->fp8, .nl = m->nl };
-    uint64_t step = 0;
     run_hyper hy = hyper_of(o);
     for (int i = 0; i <= m->nl; i++) rs.dims[i] = (int32_t)m->dims[i];
     clean_stale_temps(path);
@@ -801,13 +800,8 @@ static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *
     L8_TRY(st, l8_ckpt_write_section(w, "run", &rs, sizeof rs), fail);
     L8_TRY(st, l8_ckpt_write_section(w, "run.hyper", &hy, sizeof hy), fail);
     L8_TRY(st, l8_ckpt_write_tensor(w, "params.master", l8_params_master_flat(m->params)), fail);
-    for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
-        char name[64];
-        snprintf(name, sizeof name, "optim.%s", l8_optim_state_name(m->optim, k));
-        L8_TRY(st, l8_ckpt_write_tensor(w, name, l8_optim_state(m->optim, k)), fail);
-    }
-    L8_TRY(st, l8_optim_get_step(m->optim, &step), fail);
-    L8_TRY(st, l8_ckpt_write_section(w, "optim.step", &step, sizeof step), fail);
+    /* optim.<state>, optim.step (and a ZeRO-1 shard's layout) */
+    L8_TRY(st, l8_optim_save(m->optim, w), fail);
     if (m->recipe) {
         l8_tensor *hist = NULL, *scale = NULL, *amax = NULL;
         st = l8_recipe_state(m->recipe, &hist, &scale, &amax, NULL);
@@ -887,25 +881,19 @@ static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch
     l8_tensor *hist = NULL, *scale = NULL, *amax = NULL;
     float *mv = NULL;
     run_state rs;
-    uint64_t step;
     l8_status st;
     L8_CHECK(l8_ckpt_open(path, &r));
     L8_TRY(st, l8_ckpt_expect(r, CKPT_KIND, CKPT_VERSION), out);
     L8_TRY(st, l8_ckpt_read_section_into(r, "run", &rs, sizeof rs), out);
     L8_TRY(st, check_run(r, &rs, m, o, path), out);
     L8_TRY(st, l8_ckpt_check_tensor(r, "params.master", l8_params_master_flat(m->params)), out);
-    for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
-        char name[64];
-        snprintf(name, sizeof name, "optim.%s", l8_optim_state_name(m->optim, k));
-        L8_TRY(st, l8_ckpt_check_tensor(r, name, l8_optim_state(m->optim, k)), out);
-    }
+    L8_TRY(st, l8_optim_check_load(m->optim, r), out);
     if (m->recipe) {
         L8_TRY(st, l8_recipe_state(m->recipe, &hist, &scale, &amax, NULL), out);
         L8_TRY(st, l8_ckpt_check_tensor(r, "recipe.amax_history", hist), out);
         L8_TRY(st, l8_ckpt_check_tensor(r, "recipe.scale", scale), out);
         L8_TRY(st, l8_ckpt_check_tensor(r, "recipe.amax", amax), out);
     }
-    L8_TRY(st, l8_ckpt_read_section_into(r, "optim.step", &step, sizeof step), out);
     if (m->recipe) {
         int n = l8_recipe_count(m->recipe);
         mv = malloc(sizeof(float) * 3 * (size_t)(n ? n : 1));
@@ -914,12 +902,7 @@ static l8_status load_ckpt(model *m, const opts *o, const char *path, int *epoch
     }
     /* all checked: now load */
     L8_TRY(st, l8_ckpt_read_tensor(r, "params.master", l8_params_master_flat(m->params)), out);
-    for (int k = 0; k < l8_optim_state_count(m->optim); k++) {
-        char name[64];
-        snprintf(name, sizeof name, "optim.%s", l8_optim_state_name(m->optim, k));
-        L8_TRY(st, l8_ckpt_read_tensor(r, name, l8_optim_state(m->optim, k)), out);
-    }
-    L8_TRY(st, l8_optim_set_step(m->optim, step), out);
+    L8_TRY(st, l8_optim_load(m->optim, r), out);
     if (m->recipe) {
         L8_TRY(st, l8_ckpt_read_tensor(r, "recipe.amax_history", hist), out);
         L8_TRY(st, l8_ckpt_read_tensor(r, "recipe.scale", scale), out);
