@@ -30,6 +30,8 @@ typedef struct ddp_case {
     int overlap, strict, micro, unused, frozen, double_report, steps;
     int64_t bucket;
     uint64_t salt;
+    int zero;                     /* ZeRO-1: reduce-scatter, sharded optimizer, gather */
+    int pad_world;                /* the group's pad_to = 128 x this (0: default) */
 } ddp_case;
 
 typedef struct net {
@@ -90,7 +92,9 @@ static l8_status net_make(l8_ctx *ctx, l8_comm *dp, const ddp_case *k, net *n)
     n->ctx = ctx;
     n->extra = -1;
     int64_t w1[2] = { H, K }, b1[1] = { H }, w2[2] = { N, H }, b2[1] = { N }, ex[2] = { 8, 8 };
-    L8_CHECK(l8_params_create(ctx, NULL, &n->g));
+    l8_params_config pc = L8_PARAMS_CONFIG_INIT;
+    pc.pad_to = k->pad_world ? (int64_t)L8_PARAMS_ALIGN_ELEMS * k->pad_world : 0;
+    L8_CHECK(l8_params_create(ctx, &pc, &n->g));
     L8_CHECK(l8_params_add(n->g, "fc1.weight", 2, w1, &n->w1));
     L8_CHECK(l8_params_add(n->g, "fc1.bias", 1, b1, &n->b1));
     if (k->unused) L8_CHECK(l8_params_add(n->g, "head.unused", 2, ex, &n->extra));
@@ -118,7 +122,15 @@ static l8_status net_make(l8_ctx *ctx, l8_comm *dp, const ddp_case *k, net *n)
         dc.bucket_elems = k->bucket;
         dc.overlap = k->overlap;
         dc.strict = k->strict;
+        dc.zero1 = k->zero;
         L8_CHECK(l8_ddp_create(n->g, dp, &dc, &n->ddp));
+    }
+    if (dp && k->zero) {          /* this rank's ranges; the norm over all of them */
+        int64_t off[64], num[64];
+        int nr = 0;
+        L8_CHECK(l8_ddp_shard_ranges(n->ddp, 64, &nr, off, num));
+        L8_CHECK(l8_optim_set_shard(n->o, nr, off, num));
+        L8_CHECK(l8_optim_set_norm_reduce(n->o, l8_comm_reduce_sum, dp));
     }
     return L8_OK;
 }
@@ -171,6 +183,7 @@ static l8_status net_step(net *n, const ddp_case *k, int step, int row0, int row
     }
     if (st == L8_OK && n->ddp) st = l8_ddp_finish(n->ddp, NULL);
     if (st == L8_OK) st = l8_optim_step(n->o, NULL, NULL);
+    if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_gather_params(n->ddp, NULL);
     if (st == L8_OK && n->r) st = l8_recipe_update(n->r, NULL);
     if (st == L8_OK) st = l8_stream_synchronize(cs);
     l8_tensor_destroy(x), l8_tensor_destroy(y1), l8_tensor_destroy(y2);
@@ -179,7 +192,7 @@ static l8_status net_step(net *n, const ddp_case *k, int step, int row0, int row
 }
 
 /* All master weights (buffer order) after the steps, and the reducer's stats. */
-typedef struct out { l8_ddp_stats ds; int64_t n; float w[]; } out;
+typedef struct out { l8_ddp_stats ds; size_t state_bytes; int64_t n; float w[]; } out;
 
 static l8_status keep_weights(l8t_job *j, net *n)
 {
@@ -187,6 +200,7 @@ static l8_status keep_weights(l8t_job *j, net *n)
     out *o = calloc(1, sizeof *o + sizeof(float) * (size_t)total);
     if (!o) return L8_FAIL(L8_ERR_OOM, "test: out of memory");
     o->n = total;
+    o->state_bytes = l8_optim_state_bytes(n->o);
     o->ds.size = sizeof o->ds;
     l8_status st = n->ddp ? l8_ddp_get_stats(n->ddp, &o->ds) : L8_OK;
     if (st == L8_OK)
@@ -232,7 +246,7 @@ START_TEST(test_ddp_overlap_bitwise)
     for (int t = L8_COMM_TCP; t <= L8_COMM_THREADS; t++)
         for (int w = 2; w <= 4; w += 2)
             for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++) {
-                ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed() + (uint64_t)mode };
+                ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed() + (uint64_t)mode, 0, 0 };
                 l8t_job a[4], b[4];
                 l8t_world_run(w, t, rank_fn, &k, a, 0);
                 k.overlap = 0;
@@ -257,6 +271,37 @@ START_TEST(test_ddp_overlap_bitwise)
 }
 END_TEST
 
+/* ZeRO-1 equals plain data parallel bitwise (the same averaged gradients;
+ * SGD without clipping is elementwise), with 1/p of the optimizer state. */
+START_TEST(test_ddp_zero1)
+{
+    for (int t = L8_COMM_TCP; t <= L8_COMM_THREADS; t++)
+        for (int w = 2; w <= 4; w += 2)
+            for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++) {
+                ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 300,
+                               l8_test_seed() + 5 * (uint64_t)mode, 0, w };
+                l8t_job a[4], z[4];
+                l8t_world_run(w, t, rank_fn, &k, a, 0);
+                k.zero = 1;
+                l8t_world_run(w, t, rank_fn, &k, z, 0);
+                l8t_world_ok(a, w);
+                l8t_world_ok(z, w);
+                for (int r = 0; r < w; r++) {
+                    const out *pa = rank_out(a, r), *pz = rank_out(z, r);
+                    ck_assert_msg(pz->ds.buckets >= 2, "%d buckets", pz->ds.buckets);
+                    ck_assert_msg(!memcmp(pa->w, pz->w, sizeof(float) * (size_t)pa->n),
+                                  "transport %d world %d mode %d rank %d: ZeRO-1 differs from plain DP",
+                                  t, w, mode, r);
+                    ck_assert_msg(pz->state_bytes * (size_t)w <= pa->state_bytes + 4096,
+                                  "rank %d: ZeRO-1 state %zu bytes, plain %zu (world %d)", r,
+                                  pz->state_bytes, pa->state_bytes, w);
+                }
+                l8t_world_free(a, w);
+                l8t_world_free(z, w);
+            }
+}
+END_TEST
+
 static void close_to(const out *got, const out *want, const char *what)
 {
     ck_assert_int_eq(got->n, want->n);
@@ -271,7 +316,7 @@ START_TEST(test_ddp_equals_one_rank)
 {
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
         for (int w = 2; w <= 4; w += 2) {
-            ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 2, 0, l8_test_seed() + 11 };
+            ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 2, 0, l8_test_seed() + 11, 0, 0 };
             out *ref = reference(&k);
             l8t_job jobs[4];
             l8t_world_run(w, L8_COMM_THREADS, rank_fn, &k, jobs, 0);
@@ -320,7 +365,7 @@ START_TEST(test_ddp_seed000_scenarios)
 {
     l8t_job jobs[2];
     /* an unused parameter: zeroed, the step completes, no hang */
-    ddp_case k = { L8_LINEAR_BF16, 1, 0, 0, 1, 0, 0, 1, 100, l8_test_seed() };
+    ddp_case k = { L8_LINEAR_BF16, 1, 0, 0, 1, 0, 0, 1, 100, l8_test_seed(), 0, 0 };
     l8t_world_run(2, L8_COMM_THREADS, unused_fn, &k, jobs, 5000);
     l8t_world_ok(jobs, 2);
     ck_assert_int_eq(rank_out(jobs, 0)->ds.zeroed, 1);
@@ -407,7 +452,7 @@ START_TEST(test_gpu_ddp_world1)
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++) {
         /* every parameter reports (an unused one would hold its bucket and the
          * later ones until finish: buckets launch in order) */
-        ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed() };
+        ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed(), 0, 0 };
         net a, b;
         L8_CK(net_make(ctx, c, &k, &a));
         L8_CK(net_make(ctx, NULL, &k, &b));
@@ -445,6 +490,7 @@ Suite *l8_ddp_suite(void)
     tcase_add_test(tc, test_ddp_overlap_bitwise);
     tcase_add_test(tc, test_ddp_equals_one_rank);
     tcase_add_test(tc, test_ddp_seed000_scenarios);
+    tcase_add_test(tc, test_ddp_zero1);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("gpu");
     tcase_set_tags(tg, "gpu");
