@@ -143,6 +143,21 @@ if [ "$dev" = host ]; then
     if [ "$(core "$tmp/dfull.txt")" = "$(core "$tmp/d1.txt"; core "$tmp/d2.txt")" ] && [ -n "$(core "$tmp/d2.txt")" ]; then
         ok "--dp 2: resume reproduces the uninterrupted run bitwise"
     else bad "--dp 2: resume differs"; diff <(core "$tmp/dfull.txt") <(core "$tmp/d1.txt"; core "$tmp/d2.txt"); tail -3 "$tmp/d2.txt"; fi
+    # --zero1: the same run as plain --dp (bitwise), its per-rank checkpoints resume bitwise,
+    # and a resume by another number of ranks is refused naming both
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" --zero1 > "$tmp/zfull.txt" 2>&1
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" --zero1 --stop-after 2 --save "$tmp/z.ckpt" > "$tmp/z1.txt" 2>&1
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 2 --no-prefix "$bin" "${dpa[@]}" --zero1 --resume "$tmp/z.ckpt" > "$tmp/z2.txt" 2>&1
+    if [ "$(core "$tmp/zfull.txt")" = "$(core "$tmp/dfull.txt")" ] && [ -n "$(core "$tmp/zfull.txt")" ]; then
+        ok "--dp 2 --zero1 trains bitwise as --dp 2"
+    else bad "--zero1 differs from plain --dp"; diff <(core "$tmp/dfull.txt") <(core "$tmp/zfull.txt"); tail -3 "$tmp/zfull.txt"; fi
+    if [ "$(core "$tmp/zfull.txt")" = "$(core "$tmp/z1.txt"; core "$tmp/z2.txt")" ] && [ -n "$(core "$tmp/z2.txt")" ] && [ -f "$tmp/z.ckpt.rank1" ]; then
+        ok "--zero1: per-rank checkpoints resume bitwise"
+    else bad "--zero1 resume differs"; diff <(core "$tmp/zfull.txt") <(core "$tmp/z1.txt"; core "$tmp/z2.txt"); tail -3 "$tmp/z2.txt"; fi
+    zra=(--device host --data "$data" --limit 2048 --hidden 64,32 --batch 64 --seed 7 --quiet --epochs 3 --dp 4 --zero1)
+    L8_DEVICE=host timeout -k 5 120 "$run" -n 4 "$bin" "${zra[@]}" --resume "$tmp/z.ckpt" > "$tmp/o.txt" 2>&1; rc=$?
+    if [ $rc != 0 ] && grep -q "written by 2 ranks.*this run has 4 ranks" "$tmp/o.txt"; then ok "--zero1: a 2-rank checkpoint resumed by 4 ranks is refused, naming both"
+    else bad "--zero1 resume by 4 ranks: rc $rc"; head -5 "$tmp/o.txt"; fi
     "$bin" --device host --data "$data" --tp 2 --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?
     if [ $rc != 0 ] && grep -q "lean8-run -n 2" "$tmp/o.txt"; then ok "--tp 2 without two ranks: a clear error"
     else bad "--tp 2 alone: rc $rc"; cat "$tmp/o.txt"; fi

@@ -75,7 +75,7 @@
 
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
-    int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, no_graph;
+    int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, zero1, no_graph;
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -98,6 +98,7 @@ typedef struct model {
     int tp, rank;                             /* rank: in the TP group */
     int dp, dp_rank, wrank;                   /* wrank: in the job (0 prints) */
     l8_ddp *ddp;                              /* --dp: the gradient reducer */
+    int zero1;                                /* --zero1: sharded optimizer */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_tensor *labels;                        /* (B) i32 */
@@ -124,12 +125,14 @@ static void usage(FILE *f)
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
             "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--tp N] [--dp N] [--no-graph] [--help] [--version]\n"
+            "                   [--tp N] [--dp N [--zero1]] [--no-graph] [--help] [--version]\n"
             "                   [--offload[=K]]\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n"
             "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
-            "          --batch is the global batch, split between them\n");
+            "          --batch is the global batch, split between them\n"
+            "  --zero1 with --dp: ZeRO-1, each rank keeps 1/N of the optimizer state; with\n"
+            "          --save each rank writes PATH.rank<r> and --resume reads it\n");
 }
 
 /* An integer flag's value: all of v, lo <= value <= hi, no overflow. */
@@ -188,6 +191,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
+        else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
             o->offload = 1;
@@ -229,6 +233,11 @@ static int parse(int argc, char **argv, opts *o)
     if (o->batch % (16 * o->dp)) {
         fprintf(stderr, "lean8-train: --dp %d splits --batch %d into %d parts that must be "
                 "multiples of 16\n", o->dp, o->batch, o->dp);
+        return -1;
+    }
+    if (o->zero1 && (o->dp < 2 || o->tp > 1)) {
+        fprintf(stderr, "lean8-train: --zero1 shards the optimizer over --dp ranks: it needs --dp 2 "
+                "or more and no --tp\n");
         return -1;
     }
     if (o->tp > 1 && (o->save || o->resume)) {
@@ -391,7 +400,9 @@ static l8_status model_build(model *m, const opts *o)
     for (int i = 0; i < o->nhidden; i++) m->dims[i + 1] = o->hidden[i];
     m->dims[m->nl] = HEAD;
     for (int i = 0; i <= m->nl; i++) m->ld[i] = i == 1 ? m->dims[1] / m->tp : m->dims[i];
-    L8_CHECK(l8_params_create(m->ctx, NULL, &m->params));
+    l8_params_config pc = L8_PARAMS_CONFIG_INIT;
+    if (o->zero1) pc.pad_to = (int64_t)L8_PARAMS_ALIGN_ELEMS * o->dp;   /* buckets split evenly */
+    L8_CHECK(l8_params_create(m->ctx, &pc, &m->params));
     L8_CHECK(add_layers(m->params, m->nl, m->ld, m->wid, m->bid));
     if (m->tp > 1) L8_CHECK(init_shards(m, o->seed));
     else L8_CHECK(init_layers(m->params, m->nl, m->dims, m->wid, m->bid, o->seed));
@@ -439,7 +450,20 @@ static l8_status model_build(model *m, const opts *o)
         lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
-    if (m->dp > 1) L8_CHECK(l8_ddp_create(m->params, m->dpc, NULL, &m->ddp));
+    if (m->dp > 1) {
+        l8_ddp_config dc = L8_DDP_CONFIG_INIT;
+        dc.zero1 = o->zero1;
+        L8_CHECK(l8_ddp_create(m->params, m->dpc, &dc, &m->ddp));
+    }
+    if (o->zero1) {               /* this rank's ranges of the optimizer; the norm over all */
+        int64_t off[L8_OPTIM_MAX_RANGES], num[L8_OPTIM_MAX_RANGES];
+        int nr = 0;
+        L8_CHECK(l8_ddp_shard_ranges(m->ddp, L8_OPTIM_MAX_RANGES, &nr, off, num));
+        L8_CHECK(l8_optim_set_shard(m->optim, nr, off, num));
+        L8_CHECK(l8_optim_set_norm_reduce(m->optim, l8_comm_reduce_sum, m->dpc));
+        L8_CHECK(l8_optim_set_shard_rank(m->optim, m->dp_rank, m->dp));   /* named in checkpoints */
+        m->zero1 = 1;
+    }
     int64_t B = o->batch / o->dp;     /* this rank's share of a batch */
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
     for (int i = 0; i <= m->nl; i++) {
@@ -546,6 +570,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         }
         if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
+        if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s), out);   /* every rank whole */
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
         /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
         uint64_t step = 0;
@@ -943,6 +968,10 @@ int main(int argc, char **argv)
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
+    if (m.wrank) {                /* --tp/--dp: rank 0 speaks for the job */
+        o.quiet = 1;
+        if (!freopen("/dev/null", "w", stdout)) { /* nothing to do: keep printing */ }
+    }
     /* the host backend runs the graph API eagerly: the same code path, tested in CI;
      * NCCL collectives inside a captured step are not verified yet: --tp runs eagerly on GPUs */
     if (m.tp * m.dp > 1 && l8_graph_native(m.ctx)) o.no_graph = 1;
@@ -957,9 +986,13 @@ int main(int argc, char **argv)
         m.step_hit = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
         CK(st);
     }
+    /* --zero1: every rank has its own optimizer shard, hence its own file */
+    char save_p[1100] = "", resume_p[1100] = "";
+    if (o.save) snprintf(save_p, sizeof save_p, m.zero1 ? "%s.rank%d" : "%s", o.save, m.dp_rank);
+    if (o.resume) snprintf(resume_p, sizeof resume_p, m.zero1 ? "%s.rank%d" : "%s", o.resume, m.dp_rank);
     if (o.resume) {
-        CK(load_ckpt(&m, &o, o.resume, &start_epoch));
-        printf("resumed from %s after epoch %d\n", o.resume, start_epoch);
+        CK(load_ckpt(&m, &o, resume_p, &start_epoch));
+        printf("resumed from %s after epoch %d\n", resume_p, start_epoch);
     }
     /* per-pass rows: the training images, or the test images and the
      * padding of the last test batch to a multiple of 16 (image 0) */
@@ -980,10 +1013,6 @@ int main(int argc, char **argv)
     lh = malloc(sizeof *lh * (size_t)m.R);
     hh = malloc(sizeof *hh * (size_t)m.R);
     if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
-    if (m.wrank) {                /* --tp/--dp: rank 0 speaks for the job */
-        o.quiet = 1;
-        if (!freopen("/dev/null", "w", stdout)) { /* nothing to do: keep printing */ }
-    }
     printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
@@ -1044,7 +1073,7 @@ int main(int argc, char **argv)
                e + 1, loss / (double)seen, (double)hits / (double)seen, test_acc, (double)seen / dt,
                as.allocated_peak / 1048576.0);
         fflush(stdout);
-        if (o.save && !m.wrank) CK(save_ckpt(&m, &o, e + 1, o.save));   /* --dp: one copy */
+        if (o.save && (m.zero1 || !m.wrank)) CK(save_ckpt(&m, &o, e + 1, save_p));   /* --dp: rank 0 */
         if (o.stop_after && e + 1 >= o.stop_after) break;    /* an interruption, for resume */
     }
     if (m.off) {
