@@ -146,12 +146,14 @@ void l8_alloc_destroy(l8_alloc *a);
  *  - a cache hit takes the lock, queries pending events (event_query, never
  *    a wait) and returns; it waits for nothing but the lock, which no thread
  *    holds across a provider call;
- *  - a miss calls the provider without the lock: segment_free for cached
- *    segments too small for the request (large pool) or idle segments it
- *    consolidates, then segment_alloc. cuMemFree may synchronize the device,
- *    so a miss can wait for every stream's work; only growth misses, and
- *    growth is rare once warm. A block freed on another stream whose event
- *    has not completed is not waited for: the malloc grows instead;
+ *  - a miss (no free block of the stream fits; or, large pool, the best fit
+ *    is a wholly free segment while the pool holds other wholly free ones,
+ *    which are then merged into one) calls the provider without the lock:
+ *    segment_free for the pool's wholly free segments too small for the
+ *    request or being merged, then segment_alloc. cuMemFree may synchronize
+ *    the device, so a miss can wait for every stream's work; misses are
+ *    rare once the cache is warm. A block freed on another stream whose
+ *    event has not completed is not waited for: the malloc grows instead;
  *  - out of memory (the provider or the memory limit refused): (1) every
  *    wholly free cached segment is given back (segment_free) and it tries
  *    again; (2) then it waits for every pending cross-stream free
