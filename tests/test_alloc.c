@@ -24,9 +24,10 @@
 /* ---- the test provider ----
  * Thread-safe (the allocator calls segment_alloc, segment_free and
  * event_sync without its lock, from several threads): every callback runs
- * under tp.mu. Gates: while shut_free (shut_sync) is set, segment_free
- * (event_sync) blocks at its start, counted in in_free (in_sync), until the
- * test opens the gate; a call seen inside is provably still there. */
+ * under tp.mu. Gates: while shut_alloc (shut_free, shut_sync) is set,
+ * segment_alloc (segment_free, event_sync) blocks at its start, counted in
+ * in_alloc (in_free, in_sync), until the test opens the gate; a call seen
+ * inside is provably still there. */
 
 typedef struct tp_event {
     int done;
@@ -49,8 +50,8 @@ typedef struct tp {
     size_t live_bytes;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int shut_free, shut_sync;     /* gates (see above) */
-    int in_free, in_sync;
+    int shut_alloc, shut_free, shut_sync;   /* gates (see above) */
+    int in_alloc, in_free, in_sync;
 } tp;
 
 /* With t->mu held: block here while *shut, counted in *inside. */
@@ -69,6 +70,7 @@ static l8_status tp_seg_alloc(void *user, size_t bytes, void **ptr)
     l8_status st = L8_OK;
     pthread_mutex_lock(&t->mu);
     t->seg_allocs++;
+    tp_gate(t, &t->shut_alloc, &t->in_alloc);
     if (t->fake_addrs) {
         *ptr = (void *)(t->next_fake + (t->misalign ? 256 : 0));
         t->next_fake += (bytes + 4 * MIB) & ~(2 * MIB - 1);
@@ -197,7 +199,7 @@ static void tp_complete_all(tp *t)
 static void tp_open(tp *t)
 {
     pthread_mutex_lock(&t->mu);
-    t->shut_free = t->shut_sync = 0;
+    t->shut_alloc = t->shut_free = t->shut_sync = 0;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
@@ -1342,6 +1344,54 @@ START_TEST(test_capture_slow_paths_never_call_provider)
 }
 END_TEST
 
+/* A warm-up allocation parked in segment_alloc while its graph is captured,
+ * ended and released: the graph pool stays until the allocation is done,
+ * which then lands in it, and the segment goes home when freed. */
+START_TEST(test_graph_pool_released_during_growth)
+{
+    tp t;
+    tp_init(&t, 0);   /* real host memory: valgrind sees any use after free */
+    l8_alloc *a = make_alloc(&t.base, 0);
+    l8_stream_id cs[1] = { S_COMPUTE };
+    uint32_t gid = 0;
+    L8_CK(l8_alloc_capture_begin(a, cs, 1, &gid, 0));   /* a warm-up: the pool may grow */
+    t.shut_alloc = 1;
+    call ca = { .a = a, .bytes = 3 * MIB, .stream = S_COMPUTE };
+    pthread_t tha;
+    ck_assert_int_eq(pthread_create(&tha, NULL, call_body, &ca), 0);
+    int parked = tp_wait_inside(&t, &t.in_alloc, 1, 20);
+    l8_status end = L8_ERR_INTERNAL, rel = L8_ERR_INTERNAL, chk = L8_ERR_INTERNAL;
+    if (parked) {
+        end = l8_alloc_capture_end(a, gid);
+        rel = l8_alloc_graph_release(a, gid);   /* the pool is in use: kept */
+        chk = l8_alloc_check(a);
+    }
+    tp_open(&t);
+    pthread_join(tha, NULL);
+    ck_assert_msg(parked, "the warm-up allocation never called segment_alloc");
+    L8_CK(end);
+    L8_CK(rel);
+    L8_CK(chk);
+    ck_assert_msg(ca.st == L8_OK, "%s", ca.msg);
+    memset(ca.p, 0x5A, 3 * MIB);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_gt(s.graph_reserved_bytes, 0);   /* in the released pool until freed */
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, ca.p));                  /* its segment goes home, the pool goes */
+    s = stats_of(a);
+    ck_assert_uint_eq(s.graph_reserved_bytes, 0);
+    ck_assert_uint_eq(s.reserved_bytes, t.live_bytes);
+    L8_CK(l8_alloc_check(a));
+    void *p = NULL;                                 /* and serves eager code */
+    uint64_t allocs = s.segment_allocs;
+    L8_CK(l8_alloc_malloc(a, 3 * MIB, S_COMPUTE, &p));
+    ck_assert_uint_eq(stats_of(a).segment_allocs, allocs);
+    L8_CK(l8_alloc_free(a, p));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
 /* Threads allocating under a memory limit (so growth, folding and the OOM
  * ladder run without the lock, concurrently) while another thread checks
  * every invariant, empties the cache and completes events. */
@@ -1843,6 +1893,7 @@ Suite *l8_alloc_suite(void)
     tcase_add_test(tc, test_oom_ladder_order);
     tcase_add_test(tc, test_oom_waits_for_calls_in_flight);
     tcase_add_test(tc, test_capture_slow_paths_never_call_provider);
+    tcase_add_test(tc, test_graph_pool_released_during_growth);
     tcase_add_test(tc, test_threads_limit_concurrent_check);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_misaligned_provider);
