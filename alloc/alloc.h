@@ -15,11 +15,15 @@
  *    recorded as used on other streams (l8_alloc_record_stream) becomes
  *    reusable only after an event recorded on each of those streams at free
  *    time has completed;
- *  - out of memory: release cached free segments, retry, then L8_ERR_OOM with
- *    the allocator's state in the message.
+ *  - out of memory: give the cached free segments back, retry; wait for the
+ *    pending cross-stream frees, retry; then L8_ERR_OOM with the allocator's
+ *    state in the message (l8_alloc_malloc says exactly when it waits).
  *
  * Thread safety: every function may be called from any thread; one mutex per
- * allocator. Pointers are device addresses for GPU providers (never
+ * allocator, never held across a provider call that can block
+ * (segment_alloc, segment_free, event_sync): while one thread frees a
+ * segment or waits for an event, the others allocate and free from the
+ * cache. Pointers are device addresses for GPU providers (never
  * dereferenced here) and host addresses for the host provider.
  */
 #ifndef L8_ALLOC_H
@@ -43,8 +47,16 @@ typedef uintptr_t l8_stream_id;
 /* Where segments and events come from. All callbacks receive `user`.
  * segment_alloc returns L8_ERR_OOM when memory is exhausted (any other
  * status is passed through to the caller); the pointer must be aligned to at
- * least 256 B. event_query sets *done to 1 once all work recorded before the
- * event on its stream has completed. event_sync blocks until then. */
+ * least 256 B. segment_free may fail: the allocator then keeps the segment
+ * cached and reports the status. event_query sets *done to 1 once all work
+ * recorded before the event on its stream has completed, without waiting;
+ * event_sync blocks until then.
+ * Threads: the allocator calls segment_alloc, segment_free and event_sync
+ * without holding its lock, so they may run concurrently with each other and
+ * with the other callbacks, from any thread that calls the allocator: a
+ * provider must be thread-safe (the host, fault and CUDA providers are). It
+ * never calls two callbacks on one event at once. The other callbacks run
+ * under the lock and must not block. */
 typedef struct l8_segment_provider {
     size_t size;                  /* sizeof(l8_segment_provider) */
     void *user;
@@ -67,7 +79,8 @@ void l8_host_provider(l8_segment_provider *out);
  * the N-th segment_alloc (counting from 1 after creation or reset) and every
  * later one fail with L8_ERR_OOM while fail_sticky is 1, or only that one
  * when 0; memory_limit > 0 makes any segment_alloc that would take the
- * provider's live bytes above it fail with L8_ERR_OOM. */
+ * provider's live bytes above it fail with L8_ERR_OOM. Thread-safe (the
+ * counters are updated atomically); set the knobs while no call runs. */
 typedef struct l8_fault_provider {
     l8_segment_provider base;     /* what the allocator is given */
     l8_segment_provider inner;    /* what it wraps */
@@ -123,18 +136,42 @@ L8_NODISCARD l8_status l8_alloc_create(const l8_alloc_config *cfg, const l8_segm
 
 /* Wait for pending events, free every segment, free the allocator. Live
  * blocks are released with their segments (the caller should have freed
- * them). NULL: no-op. */
+ * them). No other call on `a` may be in progress or follow. NULL: no-op. */
 void l8_alloc_destroy(l8_alloc *a);
 
 /* Allocate `bytes` for use on `stream`. bytes == 0 gives *ptr = NULL and
- * L8_OK. The block is at least 512-B aligned. Does not block on the GPU,
- * except when out of memory (then it waits for pending frees before giving up).
- * Errors: L8_ERR_INVALID_ARG, L8_ERR_OOM (state in the message). */
+ * L8_OK. The block is at least 512-B aligned.
+ * Blocking. It never waits for the GPU work of any stream, except as the
+ * last resort before L8_ERR_OOM:
+ *  - a cache hit takes the lock, queries pending events (event_query, never
+ *    a wait) and returns; it waits for nothing but the lock, which no thread
+ *    holds across a provider call;
+ *  - a miss (no free block of the stream fits; or, large pool, the best fit
+ *    is a wholly free segment while the pool holds other wholly free ones,
+ *    which are then merged into one) calls the provider without the lock:
+ *    segment_free for the pool's wholly free segments too small for the
+ *    request or being merged, then segment_alloc. cuMemFree may synchronize
+ *    the device, so a miss can wait for every stream's work; misses are
+ *    rare once the cache is warm. A block freed on another stream whose
+ *    event has not completed is not waited for: the malloc grows instead;
+ *  - out of memory (the provider or the memory limit refused): (1) every
+ *    wholly free cached segment is given back (segment_free) and it tries
+ *    again; (2) then it waits for every pending cross-stream free
+ *    (event_sync: the work recorded on those streams) and tries again;
+ *    (3) then, while other threads have provider calls in flight that may
+ *    return memory, it waits for them to end (at most 8 times) and tries
+ *    again; then L8_ERR_OOM. During a strict capture (below) it does none
+ *    of this: a captured allocation never calls the provider, and an
+ *    uncaptured one that cannot grow fails at once.
+ * Errors: L8_ERR_INVALID_ARG, L8_ERR_OOM (state in the message), a
+ * provider's error from segment_alloc (other than L8_ERR_OOM). */
 L8_NODISCARD l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void **ptr);
 
 /* Give a block back. NULL: no-op. If the block was recorded on other streams,
  * events are recorded on them now and the block is reusable once they
- * complete; otherwise it is reusable at once by its own stream.
+ * complete; otherwise it is reusable at once by its own stream. Never
+ * blocks: no segment is freed and no event waited on here (event_create
+ * and event_record only, which do not wait for the device).
  * Errors: L8_ERR_INVALID_ARG (not a live block of this allocator: nothing
  * changes), L8_ERR_CUDA (event record failed) or L8_ERR_OOM (no host memory
  * for the event record): in both of the last two the block counts as freed
@@ -151,8 +188,12 @@ L8_NODISCARD l8_status l8_alloc_record_stream(l8_alloc *a, void *ptr, l8_stream_
 L8_NODISCARD l8_status l8_alloc_block_info(l8_alloc *a, const void *ptr, size_t *bytes,
                                             l8_stream_id *stream);
 
-/* Wait for pending events, then return every wholly free segment to the
- * provider. Errors: the provider's. */
+/* Wait for pending events (event_sync), then return every wholly free
+ * segment to the provider (segment_free); blocks for both, without the
+ * lock, so other threads keep allocating from the cache meanwhile. A
+ * segment whose segment_free fails stays cached. Errors: the provider's;
+ * L8_ERR_STATE during a strict capture (also one that began while this call
+ * waited: then no segment is freed). */
 L8_NODISCARD l8_status l8_alloc_empty_cache(l8_alloc *a);
 
 /* Statistics; stats->size must be set by the caller. */

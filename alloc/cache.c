@@ -20,14 +20,21 @@
  *   - blocks tile each segment; no two address-neighbours are both FREE
  *     (freeing coalesces at once, PENDING blocks coalesce when they finish);
  *   - a block is in a bin iff it is FREE; in the hash iff it is LIVE;
- *   - the statistics equal their recomputation from the blocks;
+ *   - the statistics equal their recomputation from the blocks (segments
+ *     another thread is giving back count as reserved until they are gone);
  *   - every failing path returns before changing anything, or after a change
- *     that is itself complete and valid (a released cached segment).
+ *     that is itself complete and valid (a released cached segment);
+ *   - no provider call that can block (segment_alloc, segment_free,
+ *     event_sync) runs with the lock held, and every one of them leaves the
+ *     state above whole while the lock is free ("Blocking calls" below), so
+ *     the invariants hold whenever another thread takes the lock.
  *
  * Hot path (warm cache, one stream): lock, bin lookup, split, hash insert,
  * unlock; free is the mirror. Block structs come from a free list refilled in
  * slabs, the hash grows ahead of need, so no host malloc happens there, and
- * the provider is called only for segments and events.
+ * the provider is called only for segments and events. Pending events are
+ * only queried there; a wait (event_sync) happens on the OOM path alone
+ * (oom_ladder), after giving cached segments back has not helped.
  *
  * Large-pool segments (seg_grow, seg_policy, consolidate). Activations are
  * a stack pushed in forward and popped in backward, a little bigger or
@@ -152,10 +159,9 @@ static HOT void hash_del(l8_alloc *a, size_t i)
     a->hcount--;
 }
 
-/* Make room for one more entry (load <= 1/2). Host OOM: nothing changed. */
-static l8_status hash_reserve(l8_alloc *a)
+/* Double the hash. Host OOM: nothing changed. */
+static l8_status hash_grow(l8_alloc *a)
 {
-    if ((a->hcount + 1) * 2 <= a->hcap) return L8_OK;
     size_t ncap = a->hcap * 2;
     hslot *nt = calloc(ncap, sizeof *nt);
     if (!nt) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a %zu-slot hash", ncap);
@@ -171,11 +177,17 @@ static l8_status hash_reserve(l8_alloc *a)
     return L8_OK;
 }
 
+/* Make room for one more entry (load <= 1/2). Host OOM: nothing changed. */
+static HOT l8_status hash_reserve(l8_alloc *a)
+{
+    return (a->hcount + 1) * 2 <= a->hcap ? L8_OK : hash_grow(a);
+}
+
 /* ---- block structs ---- */
 
-static l8_status spare_reserve(l8_alloc *a, size_t n)
+/* One more slab of block structs. Host OOM: nothing changed. */
+static l8_status spare_refill(l8_alloc *a)
 {
-    if (a->nspare >= n) return L8_OK;
     slab *s = calloc(1, sizeof *s);
     if (!s) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for block metadata");
     s->next = a->slabs;
@@ -188,12 +200,33 @@ static l8_status spare_reserve(l8_alloc *a, size_t n)
     return L8_OK;
 }
 
-/* Caller has reserved it. */
-static HOT block *block_get(l8_alloc *a)
+/* At least n spare block structs (n <= SLAB_BLOCKS). Host OOM: nothing changed. */
+static HOT l8_status spare_reserve(l8_alloc *a, size_t n)
+{
+    return a->nspare >= n ? L8_OK : spare_refill(a);
+}
+
+/* Take a block struct off the spare list (reserved by the caller) without
+ * counting it in a segment yet: seg_new holds one across the provider call,
+ * so that publishing the segment afterwards cannot fail. */
+static HOT block *block_claim(l8_alloc *a)
 {
     block *b = a->spare;
     a->spare = b->fnext;
     a->nspare--;
+    return b;
+}
+
+static void block_unclaim(l8_alloc *a, block *b)
+{
+    b->fnext = a->spare;
+    a->spare = b;
+    a->nspare++;
+}
+
+/* A claimed struct becomes a block of some segment. */
+static HOT block *block_init(l8_alloc *a, block *b)
+{
     /* Field by field: a memset here was a tenth of the hot path. */
     b->requested = 0;
     b->prev = b->next = b->fprev = b->fnext = NULL;
@@ -205,6 +238,12 @@ static HOT block *block_get(l8_alloc *a)
     b->gheld = 0;
     a->nblocks++;
     return b;
+}
+
+/* Caller has reserved it. */
+static HOT block *block_get(l8_alloc *a)
+{
+    return block_init(a, block_claim(a));
 }
 
 static HOT void block_put(l8_alloc *a, block *b)
@@ -390,7 +429,7 @@ static void seg_go_home(l8_alloc *a, segment *s)
 {
     pool *p = s->pool;
     seg_move(a, s, p->home);
-    if (p->reserved == 0) pool_drop(a, p);
+    if (p->reserved == 0 && p->pins == 0) pool_drop(a, p);
 }
 
 /* A LIVE or PENDING block becomes FREE: coalesce and put it in its bin. */
@@ -424,35 +463,77 @@ static HOT void release_block(l8_alloc *a, block *b)
 
 /* ---- pending events ---- */
 
-static void pend_done(l8_alloc *a, pend *prev, pend *e)
+/* The end of a provider call made without the lock (see "Blocking calls"
+ * below): wake the allocations waiting for one before they give up. */
+static void call_done(l8_alloc *a)
 {
-    if (prev) prev->next = e->next;
+    a->inflight--;
+    a->done_gen++;
+    pthread_cond_broadcast(&a->cv);
+}
+
+/* Event e has completed: unlink it, keep its event for reuse, and give its
+ * block back when that was its last event. */
+static void pend_done(l8_alloc *a, pend *e)
+{
+    if (e->prev) e->prev->next = e->next;
     else a->pend_head = e->next;
-    if (a->pend_tail == e) a->pend_tail = prev;
+    if (e->next) e->next->prev = e->prev;
+    else a->pend_tail = e->prev;
     block *b = e->b;
     e->b = NULL;
+    e->prev = NULL;
     e->next = a->pend_spare;
     a->pend_spare = e;
     if (--b->events == 0 && !b->held) release_block(a, b);
 }
 
-/* Query (sync = 0) or wait for (sync = 1) every recorded event; blocks whose
- * events are all done go back to their pools. Returns the first failure of
- * the provider; such events stay pending, so nothing is handed out early. */
-static l8_status pending_process(l8_alloc *a, int sync)
+/* Query every recorded event (never waits); blocks whose events are all
+ * done go back to their pools. Events another thread is waiting on are
+ * left to it; a failing query leaves its event pending, so nothing is
+ * handed out early. */
+static void pending_poll(l8_alloc *a)
 {
-    l8_status first = L8_OK;
-    pend *prev = NULL, *e = a->pend_head;
+    pend *e = a->pend_head;
     while (e) {
         pend *next = e->next;
         int done = 0;
-        l8_status st = sync ? a->prov.event_sync(a->prov.user, e->event)
-                            : a->prov.event_query(a->prov.user, e->event, &done);
-        if (st == L8_OK && sync) done = 1;
-        if (st != L8_OK && first == L8_OK) first = st;
-        if (st == L8_OK && done) pend_done(a, prev, e);
-        else prev = e;
+        if (!e->waiting && a->prov.event_query(a->prov.user, e->event, &done) == L8_OK && done)
+            pend_done(a, e);
         e = next;
+    }
+}
+
+/* Wait for every pending event no other thread waits on, without the lock
+ * (event_sync is cuEventSynchronize). Called and returns with the lock held.
+ * While unlocked the events stay in the list marked `waiting` (their blocks
+ * PENDING, so l8_alloc_check still holds); afterwards the completed ones
+ * are processed and a failed wait leaves its event pending. Returns the
+ * first failure; *waited (optional) says whether there was anything. */
+static l8_status pending_wait(l8_alloc *a, int *waited)
+{
+    pend *list = NULL;
+    for (pend *e = a->pend_head; e; e = e->next)
+        if (!e->waiting) {
+            e->waiting = 1;
+            e->wnext = list;
+            list = e;
+        }
+    if (waited) *waited = list != NULL;
+    if (!list) return L8_OK;
+    a->inflight++;
+    pthread_mutex_unlock(&a->mu);
+    for (pend *e = list; e; e = e->wnext) e->wst = a->prov.event_sync(a->prov.user, e->event);
+    pthread_mutex_lock(&a->mu);
+    call_done(a);
+    l8_status first = L8_OK;
+    while (list) {
+        pend *e = list;
+        list = e->wnext;
+        e->wnext = NULL;
+        e->waiting = 0;
+        if (e->wst == L8_OK) pend_done(a, e);
+        else if (first == L8_OK) first = e->wst;
     }
     return first;
 }
@@ -502,6 +583,8 @@ static l8_status pending_start(l8_alloc *a, block *b)
         }
         e->b = b;
         e->next = NULL;
+        e->prev = a->pend_tail;
+        e->waiting = 0;
         if (a->pend_tail) a->pend_tail->next = e;
         else a->pend_head = e;
         a->pend_tail = e;
@@ -511,52 +594,126 @@ static l8_status pending_start(l8_alloc *a, block *b)
     return first;
 }
 
-/* ---- segments ---- */
+/* ---- segments ----
+ *
+ * Blocking calls. segment_alloc (cuMemAlloc), segment_free (cuMemFree, which
+ * may synchronize the device) and event_sync (cuEventSynchronize) never run
+ * with a->mu held, so that an allocation on one stream never queues behind
+ * another thread's wait for the device. The caller, holding the lock,
+ * detaches what the call works on, so that no other thread can see it, and
+ * keeps the state whole for l8_alloc_check; unlocks; calls; relocks and
+ * publishes the result:
+ *   - a segment being given back (seg_detach) is in no pool and not in the
+ *     segment list; its bytes stay in reserved_bytes and `segments` (the
+ *     device still holds them; ndying and dying_bytes say how much) and its
+ *     one FREE block stays with it, in no bin. When segment_free fails, the
+ *     segment is cached again as it was (seg_reap): nothing is lost.
+ *   - a segment being obtained (seg_new) counts only in a->growing, so that
+ *     concurrent growth never passes the memory limit; it is published
+ *     whole, with its block struct claimed before the lock was released.
+ *   - an event being waited on (pending_wait) stays in the pending list,
+ *     marked `waiting`: other threads neither query nor recycle it.
+ *   - a pool used across the unlock is pinned (pool->pins): a graph pool
+ *     released meanwhile is dropped only by the last thread to unpin it.
+ * Each such call counts in a->inflight; its end bumps done_gen and
+ * broadcasts a->cv, where an allocation about to fail waits (oom_ladder). */
 
 static int seg_wholly_free(const segment *s)
 {
     return s->busy == 0;
 }
 
-/* Get a segment of `bytes` for pool p that can hold `need` bytes and insert
- * its single free block. L8_ERR_OOM without a provider call when the
- * allocator's memory limit would be passed. */
+/* Would `bytes` more pass the memory limit? Segments being obtained count,
+ * and so do those being given back until the provider has taken them. */
 static int over_limit(const l8_alloc *a, size_t bytes)
 {
-    return a->memory_limit &&
-           (bytes > a->memory_limit || a->st.reserved_bytes > a->memory_limit - bytes);
+    if (!a->memory_limit) return 0;
+    size_t held = a->st.reserved_bytes + a->growing;   /* <= memory_limit */
+    return bytes > a->memory_limit || held > a->memory_limit - bytes;
 }
 
+static void seg_link(l8_alloc *a, segment *s)
+{
+    s->prev = NULL;
+    s->next = a->segs;
+    if (a->segs) a->segs->prev = s;
+    a->segs = s;
+}
+
+static void seg_unlink(l8_alloc *a, segment *s)
+{
+    if (s->prev) s->prev->next = s->next;
+    else a->segs = s->next;
+    if (s->next) s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+}
+
+/* Wholly free segment s, whose one FREE block is in no bin, becomes a
+ * cached segment of its pool (a new one, or one segment_free refused). */
+static void seg_publish(l8_alloc *a, segment *s)
+{
+    pool *p = s->pool;
+    seg_link(a, s);
+    bin_insert(p, s->head);
+    p->nidle++;
+    p->reserved += s->bytes;
+    if (p->gid) a->st.graph_reserved_bytes += s->bytes;
+}
+
+/* Get a segment of `bytes` for pool p that can hold `need` bytes and cache
+ * it (one free block). L8_ERR_OOM without a provider call when the memory
+ * limit would be passed. Called and returns with the lock held, which is
+ * released around the provider; the segment is published before the lock
+ * is released again, so the caller can take its block. p must be pinned. */
 static l8_status seg_new(l8_alloc *a, pool *p, size_t bytes, size_t need, segment **out)
 {
-    if (over_limit(a, bytes))
-        return L8_FAIL(L8_ERR_OOM, "allocator: %zu more bytes would pass the memory limit", bytes);
-    segment *s = calloc(1, sizeof *s);
-    if (!s) return L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a segment record");
+    L8_CHECK(spare_reserve(a, 1));
+    block *hb = block_claim(a);
+    segment *s = NULL;
     l8_status st = L8_OK;
     for (int attempt = 0;; attempt++) {
+        if (over_limit(a, bytes)) {
+            st = L8_FAIL(L8_ERR_OOM, "allocator: %zu more bytes would pass the memory limit",
+                         bytes);
+            break;
+        }
+        a->growing += bytes;
+        a->inflight++;
+        pthread_mutex_unlock(&a->mu);
+        int fits = 0;
         void *ptr = NULL;
-        L8_TRY(st, a->prov.segment_alloc(a->prov.user, bytes, &ptr), fail);
-        if (!ptr) {
+        if (!s) s = calloc(1, sizeof *s);
+        st = s ? a->prov.segment_alloc(a->prov.user, bytes, &ptr)
+               : L8_FAIL(L8_ERR_OOM, "allocator: no host memory for a segment record");
+        if (st == L8_OK && !ptr)
             st = L8_FAIL(L8_ERR_INTERNAL, "provider %s returned L8_OK and a NULL segment",
                          a->prov.name ? a->prov.name : "?");
-            goto fail;
+        if (st == L8_OK) {
+            /* alloc.h lets a provider align to 256 B only; blocks promise 512. */
+            s->base = (uintptr_t)ptr;
+            s->bytes = bytes;
+            s->start = round_up(s->base, MIN_BLOCK);
+            s->usable = (bytes - (s->start - s->base)) & ~(MIN_BLOCK - 1);
+            fits = s->usable >= need;
+            if (!fits) (void)a->prov.segment_free(a->prov.user, ptr, bytes);
         }
-        /* alloc.h lets a provider align to 256 B only; blocks promise 512. */
-        s->base = (uintptr_t)ptr;
-        s->bytes = bytes;
-        s->start = round_up(s->base, MIN_BLOCK);
-        s->usable = (bytes - (s->start - s->base)) & ~(MIN_BLOCK - 1);
-        if (s->usable >= need) break;
-        (void)a->prov.segment_free(a->prov.user, ptr, bytes);
+        pthread_mutex_lock(&a->mu);
+        a->growing -= bytes;
+        call_done(a);
+        if (st != L8_OK || fits) break;
         bytes += LARGE_ROUND;   /* once more, with room to align */
-        if (attempt == 1 || over_limit(a, bytes)) {
+        if (attempt == 1) {
             st = L8_FAIL(L8_ERR_OOM, "allocator: provider segment misaligned, too small");
-            goto fail;
+            break;
         }
     }
+    if (st != L8_OK) {
+        block_unclaim(a, hb);
+        free(s);
+        return st;
+    }
     s->pool = p;
-    block *b = block_get(a);  /* reserved by the caller */
+    block *b = block_init(a, hb);
     b->addr = s->start;
     b->size = s->usable;
     b->seg = s;
@@ -564,64 +721,86 @@ static l8_status seg_new(l8_alloc *a, pool *p, size_t bytes, size_t need, segmen
     s->head = b;
     s->nblocks = 1;
     s->free_bytes = s->usable;
-    s->next = a->segs;
-    if (a->segs) a->segs->prev = s;
-    a->segs = s;
-    bin_insert(p, b);
-    p->nidle++;
-    p->reserved += bytes;
-    if (p->gid) a->st.graph_reserved_bytes += bytes;
+    seg_publish(a, s);
     a->st.reserved_bytes += bytes;
     a->st.segments++;
     a->st.segment_allocs++;
     TRACE(a, L8_TRACE_SEGMENT_ALLOC, p->stream, s->base, bytes, a->st.reserved_bytes);
     *out = s;
     return L8_OK;
-fail:
-    free(s);
-    return st;
 }
 
-/* Return a wholly free segment to the provider. On provider failure the
- * segment stays as it was. */
-static l8_status seg_release(l8_alloc *a, segment *s)
+/* Detach every wholly free ordinary segment (of pool `only`, or all when
+ * NULL) whose usable size is below `below` (0: any) onto *list, to be given
+ * back without the lock. Returns how many. */
+static size_t seg_detach(l8_alloc *a, pool *only, size_t below, segment **list)
 {
-    l8_status st = a->prov.segment_free(a->prov.user, (void *)s->base, s->bytes);
-    if (st != L8_OK) return st;
-    pool *p = s->pool;
-    bin_remove(p, s->head);
-    block_put(a, s->head);
-    p->nidle--;
-    if (s->prev) s->prev->next = s->next;
-    else a->segs = s->next;
-    if (s->next) s->next->prev = s->prev;
-    p->reserved -= s->bytes;
-    a->st.reserved_bytes -= s->bytes;
-    a->st.segments--;
-    a->st.segment_frees++;
-    TRACE(a, L8_TRACE_SEGMENT_FREE, p->stream, s->base, s->bytes, a->st.reserved_bytes);
-    free(s);
-    return L8_OK;
-}
-
-/* Free every wholly free segment (of pool `only`, or all when NULL) smaller
- * than `below` (0: any). Adds the bytes freed to *freed when non-NULL. */
-static l8_status seg_release_free(l8_alloc *a, pool *only, size_t below, size_t *freed)
-{
-    l8_status first = L8_OK;
+    size_t n = 0;
     segment *s = a->segs;
     while (s) {
         segment *next = s->next;
-        if (seg_wholly_free(s) && !s->pool->gid && (!only || s->pool == only) &&
+        pool *p = s->pool;
+        if (seg_wholly_free(s) && !p->gid && (!only || p == only) &&
             (!below || s->usable < below)) {
-            size_t bytes = s->bytes;
-            l8_status st = seg_release(a, s);
-            if (st != L8_OK && first == L8_OK) first = st;
-            if (st == L8_OK && freed) *freed += bytes;
+            bin_remove(p, s->head);
+            p->nidle--;
+            p->reserved -= s->bytes;
+            seg_unlink(a, s);
+            s->dnext = *list;
+            *list = s;
+            a->ndying++;
+            a->dying_bytes += s->bytes;
+            n++;
         }
         s = next;
     }
+    return n;
+}
+
+/* Give detached segments back to the provider, without the lock (called
+ * and returns with it held). A segment the provider refuses is cached again
+ * as it was. Returns the first failure; adds the bytes given back to
+ * *freed when non-NULL. */
+static l8_status seg_give_back(l8_alloc *a, segment *list, size_t *freed)
+{
+    if (!list) return L8_OK;
+    a->inflight++;
+    pthread_mutex_unlock(&a->mu);
+    for (segment *s = list; s; s = s->dnext)
+        s->fst = a->prov.segment_free(a->prov.user, (void *)s->base, s->bytes);
+    pthread_mutex_lock(&a->mu);
+    l8_status first = L8_OK;
+    while (list) {
+        segment *s = list;
+        list = s->dnext;
+        s->dnext = NULL;
+        a->ndying--;
+        a->dying_bytes -= s->bytes;
+        if (s->fst != L8_OK) {
+            if (first == L8_OK) first = s->fst;
+            seg_publish(a, s);
+            continue;
+        }
+        a->st.reserved_bytes -= s->bytes;
+        a->st.segments--;
+        a->st.segment_frees++;
+        TRACE(a, L8_TRACE_SEGMENT_FREE, s->pool->stream, s->base, s->bytes,
+              a->st.reserved_bytes);
+        if (freed) *freed += s->bytes;
+        block_put(a, s->head);
+        free(s);
+    }
+    call_done(a);   /* after the accounting: a waiter wakes to the new state */
     return first;
+}
+
+/* Give back every wholly free ordinary segment (of pool `only`, or all when
+ * NULL) smaller than `below` (0: any). */
+static l8_status seg_release_free(l8_alloc *a, pool *only, size_t below, size_t *freed)
+{
+    segment *list = NULL;
+    if (!seg_detach(a, only, below, &list)) return L8_OK;
+    return seg_give_back(a, list, freed);
 }
 
 /* Segment size for `size` in pool p: (big, exact). */
@@ -731,6 +910,11 @@ l8_status l8_alloc_create(const l8_alloc_config *cfg, const l8_segment_provider 
         st = L8_FAIL(L8_ERR_OOM, "allocator: pthread_mutex_init failed");
         goto fail;
     }
+    if (pthread_cond_init(&a->cv, NULL) != 0) {
+        pthread_mutex_destroy(&a->mu);
+        st = L8_FAIL(L8_ERR_OOM, "allocator: pthread_cond_init failed");
+        goto fail;
+    }
     *out = a;
     return L8_OK;
 fail:
@@ -752,8 +936,10 @@ static void pend_free_list(l8_alloc *a, pend *e)
 void l8_alloc_destroy(l8_alloc *a)
 {
     if (!a) return;
-    pthread_mutex_lock(&a->mu);
-    (void)pending_process(a, 1);
+    /* No other call may be in progress (alloc.h), so nothing is detached or
+     * waited on elsewhere and no lock is needed: the waits and frees below
+     * block only this thread. */
+    for (pend *e = a->pend_head; e; e = e->next) (void)a->prov.event_sync(a->prov.user, e->event);
     /* Events whose wait failed are destroyed anyway: the memory goes too. */
     pend_free_list(a, a->pend_head);
     pend_free_list(a, a->pend_spare);
@@ -777,13 +963,11 @@ void l8_alloc_destroy(l8_alloc *a)
     free(a->pools);
     free(a->gids);
     free(a->htab);
-    pthread_mutex_unlock(&a->mu);
+    pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
 
-/* Find a block for `size` on pool p, adding a segment (and going through the
- * OOM path) when needed. */
 /* A captured allocation that its graph pool cannot serve: adopt the
  * smallest wholly free ordinary segment of the same kind that fits. Never a
  * provider call: L8_ERR_STATE when there is none. */
@@ -810,16 +994,62 @@ static l8_status graph_adopt(l8_alloc *a, pool *p, size_t size, size_t bytes, l8
     return L8_OK;
 }
 
-static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
-                              l8_stream_id stream, block **out)
+/* Times an allocation about to fail waits for other threads' provider
+ * calls to end and tries again (oom_ladder, step 3). */
+#define OOM_ROUNDS 8
+
+/* Out of memory: growing failed. In order, each followed by another try:
+ * (1) give every wholly free cached segment back to the provider; (2) wait
+ * for the pending cross-stream frees (their events); (3) while other
+ * threads' provider calls are in flight (segments being given back or
+ * obtained, events being waited on), wait for one to end. Then L8_ERR_OOM
+ * with the state. Called and returns with the lock held; every provider
+ * call and wait runs without it. p is pinned. */
+static l8_status oom_ladder(l8_alloc *a, pool *p, size_t size, size_t bytes, l8_stream_id stream,
+                            block **out)
 {
-    block *b = pool_find(p, size);
-    if (p->gid) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", l8_last_error()->message);
+    a->st.retries++;
+    int waited = 0, rounds = 0;
+    for (;;) {
+        block *b = pool_find(p, size);   /* what came back while the lock was free */
         if (b) {
             a->st.cache_hits++;
             *out = b;
             return L8_OK;
         }
+        (void)seg_release_free(a, NULL, 0, NULL);   /* failures stay cached */
+        segment *s = NULL;
+        l8_status st = seg_grow(a, p, size, &s);
+        if (st == L8_OK) {
+            *out = s->head;
+            return L8_OK;
+        }
+        if (st != L8_ERR_OOM) return st;
+        snprintf(why, sizeof why, "%s", l8_last_error()->message);
+        if (a->cap_strict) break;   /* a capture began meanwhile: no event may be touched */
+        if (!waited) {
+            int any = 0;
+            waited = 1;
+            (void)pending_wait(a, &any);   /* a failed wait leaves its block pending */
+            if (any) continue;
+        }
+        if (!a->inflight || rounds++ == OOM_ROUNDS) break;
+        uint64_t gen = a->done_gen;
+        while (a->done_gen == gen) pthread_cond_wait(&a->cv, &a->mu);
+    }
+    return oom_fail(a, bytes, stream, why);
+}
+
+/* The slow path of a malloc: no free block of p fits `size` (b is NULL), or
+ * the best fit b lies in a wholly free large segment while p has other idle
+ * ones (consolidate). Grow, else go through the OOM ladder. Called and
+ * returns with the lock held (released around provider calls); p is pinned. */
+static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
+                              l8_stream_id stream, block *b, block **out)
+{
+    if (p->gid) {
         if (a->cap_strict) return graph_adopt(a, p, size, bytes, stream, out);
         /* a warm-up: the pool grows as any pool does (no consolidation) */
         segment *gs = NULL;
@@ -827,39 +1057,42 @@ static l8_status find_or_grow(l8_alloc *a, pool *p, size_t size, size_t bytes,
         *out = gs->head;
         return L8_OK;
     }
-    if (b && !p->small && b->seg->busy == 0 && p->nidle >= 2) {
+    if (b) {
         consolidate(a, p, size, &b);
         if (b) {
             *out = b;
             return L8_OK;
         }
-    } else if (b) {
-        a->st.cache_hits++;
-        *out = b;
-        return L8_OK;
     }
     segment *s = NULL;
     l8_status st = seg_grow(a, p, size, &s);
-    if (st == L8_ERR_OOM && a->cap_strict)   /* waiting on events is illegal during a capture */
-        return oom_fail(a, bytes, stream, l8_last_error()->message);
-    if (st == L8_ERR_OOM) {
-        /* Wait for every pending free; one may fit now. Else give back all
-         * cached segments and retry. */
-        a->st.retries++;
-        (void)pending_process(a, 1);
-        b = pool_find(p, size);
-        if (b) {
-            a->st.cache_hits++;
-            *out = b;
-            return L8_OK;
-        }
-        (void)seg_release_free(a, NULL, 0, NULL);
-        st = seg_grow(a, p, size, &s);
-        if (st == L8_ERR_OOM) return oom_fail(a, bytes, stream, l8_last_error()->message);
+    if (st == L8_OK) {
+        *out = s->head;
+        return L8_OK;
     }
-    if (st != L8_OK) return st;
-    *out = s->head;
-    return L8_OK;
+    if (st != L8_ERR_OOM) return st;
+    if (a->cap_strict)   /* waiting on events is illegal during a capture */
+        return oom_fail(a, bytes, stream, l8_last_error()->message);
+    return oom_ladder(a, p, size, bytes, stream, out);
+}
+
+/* find_or_grow with p pinned; the lock may have been released, so the
+ * metadata take() needs is reserved again. A failure there leaves the
+ * block found free in its (cached) segment: a valid state. Kept out of
+ * line, so that the hit path of l8_alloc_malloc stays small. */
+__attribute__((noinline, cold)) static l8_status malloc_slow(l8_alloc *a, pool *p, size_t size,
+                                                             size_t bytes, l8_stream_id stream,
+                                                             block **b)
+{
+    p->pins++;
+    l8_status st = find_or_grow(a, p, size, bytes, stream, *b, b);
+    if (st == L8_OK && (spare_reserve(a, 1) != L8_OK || hash_reserve(a) != L8_OK)) {
+        segment *s = (*b)->seg;
+        if (p->released && seg_wholly_free(s)) seg_go_home(a, s);
+        st = oom_fail(a, bytes, stream, "host memory for allocator metadata");
+    }
+    if (--p->pins == 0 && p->released && p->reserved == 0) pool_drop(a, p);
+    return st;
 }
 
 l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void **ptr)
@@ -878,7 +1111,7 @@ l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void *
     }
     size_t size = round_up(bytes, MIN_BLOCK);
     uint32_t gid = route(a, stream);
-    if (a->pend_head && !a->cap_strict) (void)pending_process(a, 0);
+    if (a->pend_head && !a->cap_strict) pending_poll(a);   /* queries only: never waits */
     /* Metadata first: after this point nothing below can fail for want of
      * host memory, so a failure leaves the allocator untouched. */
     st = spare_reserve(a, 2);
@@ -890,7 +1123,11 @@ l8_status l8_alloc_malloc(l8_alloc *a, size_t bytes, l8_stream_id stream, void *
         goto out;
     }
     block *b = NULL;
-    if (st == L8_OK) st = find_or_grow(a, p, size, bytes, stream, &b);
+    if (st == L8_OK) {
+        b = pool_find(p, size);
+        if (b && (p->small || p->gid || b->seg->busy || p->nidle < 2)) a->st.cache_hits++;
+        else st = malloc_slow(a, p, size, bytes, stream, &b);
+    }
     if (st != L8_OK) goto out;
     take(a, p, b, size, bytes);
     update_peaks(a);
@@ -999,7 +1236,13 @@ l8_status l8_alloc_empty_cache(l8_alloc *a)
         return L8_FAIL(L8_ERR_STATE, "l8_alloc_empty_cache: a graph capture is underway (it "
                        "would wait on events and free segments)");
     }
-    l8_status st = pending_process(a, 1);
+    l8_status st = pending_wait(a, NULL);   /* without the lock */
+    if (a->cap_strict) {
+        /* another thread began a capture while this one waited */
+        pthread_mutex_unlock(&a->mu);
+        return L8_FAIL(L8_ERR_STATE, "l8_alloc_empty_cache: a graph capture began while it "
+                       "waited for pending events; no segment was freed");
+    }
     /* The caller has synchronized: held blocks (an event failed) whose
      * remaining events are done can come back now; those held for a graph
      * wait for l8_alloc_graph_release. */
@@ -1011,7 +1254,7 @@ l8_status l8_alloc_empty_cache(l8_alloc *a)
                 goto again;
             }
     }
-    l8_status st2 = seg_release_free(a, NULL, 0, NULL);
+    l8_status st2 = seg_release_free(a, NULL, 0, NULL);   /* without the lock */
     if (st == L8_OK) st = st2;
     pthread_mutex_unlock(&a->mu);
     return st;
@@ -1090,7 +1333,7 @@ l8_status l8_alloc_capture_begin(l8_alloc *a, const l8_stream_id *streams, int n
     }
     /* the driver's capture has not begun yet: the last chance to query
      * events, so that blocks a warm-up freed across streams are back */
-    if (strict && a->pend_head) (void)pending_process(a, 0);
+    if (strict && a->pend_head) pending_poll(a);
     memcpy(a->cap_streams, streams, (size_t)n * sizeof *streams);
     a->ncap = n;
     a->cap_gid = g;
@@ -1158,7 +1401,8 @@ l8_status l8_alloc_graph_release(l8_alloc *a, uint32_t gid)
     }
     for (size_t i = 0; i < a->npools;) {
         pool *p = a->pools[i];
-        if (p->gid == gid && p->reserved == 0) pool_drop(a, p);   /* swaps the last in: recheck i */
+        if (p->gid == gid && p->reserved == 0 && !p->pins)
+            pool_drop(a, p);   /* swaps the last in: recheck i */
         else i++;
     }
 out:

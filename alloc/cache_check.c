@@ -59,6 +59,14 @@ size_t l8i_alloc_describe_locked(l8_alloc *a, char *buf, size_t n)
            a->memory_limit ? lim : "none", npend, nheld, (unsigned long long)s->allocations,
            (unsigned long long)s->frees, (unsigned long long)s->retries,
            (unsigned long long)s->ooms);
+    if (a->inflight) {
+        char dy[32], gr[32];
+        l8i_fmt_bytes(dy, sizeof dy, a->dying_bytes);
+        l8i_fmt_bytes(gr, sizeof gr, a->growing);
+        sb_add(&sb, "  in flight: %u provider calls made without the lock (%zu segments, %s, "
+                    "being given back; %s being obtained)\n", (unsigned)a->inflight, a->ndying,
+               dy, gr);
+    }
     for (segment *g = a->segs; g; g = g->next) {
         size_t live = 0, live_b = 0, pendb = 0, freeb = 0, largest = 0;
         for (block *b = g->head; b; b = b->next) {
@@ -231,6 +239,15 @@ l8_status l8_alloc_check(l8_alloc *a)
     for (size_t i = 0; i < a->npools && st == L8_OK; i++)
         st = check_pool(a->pools[i], &listed, &pool_reserved);
     if (st != L8_OK) goto out;
+    /* segments another thread is giving back without the lock (cache.c
+     * "Blocking calls"): still reserved, each with its one block, in no pool */
+    r.reserved_bytes += a->dying_bytes;
+    r.segments += a->ndying;
+    nblocks += a->ndying;
+    if ((a->ndying || a->growing) && !a->inflight) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: segments in flight, no call in flight");
+        goto out;
+    }
     const l8_alloc_stats *s = &a->st;
 #define SAME(f) if (r.f != s->f) { st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: " #f \
         " is %llu, blocks say %llu", (unsigned long long)s->f, (unsigned long long)r.f); goto out; }
@@ -243,16 +260,22 @@ l8_status l8_alloc_check(l8_alloc *a)
     } else if (a->hcount != r.live_blocks) {
         st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: hash holds %zu, %llu blocks live",
                      a->hcount, (unsigned long long)r.live_blocks);
-    } else if (nblocks != a->nblocks || pool_reserved != r.reserved_bytes) {
+    } else if (nblocks != a->nblocks || pool_reserved != r.reserved_bytes - a->dying_bytes) {
         st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: block count or pool reserved bytes");
-    } else if (a->memory_limit && s->reserved_bytes > a->memory_limit) {
-        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: reserved above the memory limit");
+    } else if (a->memory_limit && s->reserved_bytes + a->growing > a->memory_limit) {
+        st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: reserved (with segments being "
+                     "obtained) above the memory limit");
     } else {
-        for (pend *e = a->pend_head; e; e = e->next)
-            if (!e->b || e->b->state != B_PENDING) {
-                st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: event of a non-pending block");
+        const pend *prev = NULL;
+        for (pend *e = a->pend_head; e; prev = e, e = e->next)
+            if (!e->b || e->b->state != B_PENDING || e->prev != prev ||
+                (e->waiting && !a->inflight)) {
+                st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: pending event list (event of "
+                             "a non-pending block, broken links, or waited on by no call)");
                 break;
             }
+        if (st == L8_OK && a->pend_tail != prev)
+            st = L8_FAIL(L8_ERR_INTERNAL, "allocator check: pending event list tail");
     }
 out:
     pthread_mutex_unlock(&a->mu);

@@ -68,6 +68,8 @@ struct segment {
     size_t busy;                  /* LIVE + PENDING blocks */
     size_t free_bytes;            /* bytes in FREE blocks */
     size_t nblocks;
+    segment *dnext;               /* detached for segment_free: the caller's list */
+    l8_status fst;                /* ... and what segment_free returned */
 };
 
 struct pool {
@@ -77,6 +79,7 @@ struct pool {
     int released;                 /* graph pool whose graph is gone: segments go home when free */
     pool *home;                   /* graph pool: the ordinary pool of (stream, small) */
     size_t reserved;
+    uint32_t pins;                /* threads using it with the lock released: it stays */
     size_t nfree;                 /* blocks in the bins */
     size_t nidle;                 /* wholly free segments */
     uint64_t summary;             /* bit w: map[w] != 0 */
@@ -87,7 +90,10 @@ struct pool {
 typedef struct pend {             /* one recorded event of a PENDING block */
     void *event;
     block *b;
-    struct pend *next;
+    struct pend *prev, *next;     /* the pending list, oldest first */
+    struct pend *wnext;           /* waiting: the waiter's list */
+    int waiting;                  /* a thread waits on it without the lock: leave it alone */
+    l8_status wst;                /* what event_sync returned */
 } pend;
 
 typedef struct slab {
@@ -117,7 +123,7 @@ struct l8_alloc {
     slab *slabs;
     pend *pend_head, *pend_tail;  /* recorded events, oldest first */
     pend *pend_spare;             /* completed: their events are reused */
-    size_t nblocks;
+    size_t nblocks;               /* block structs in segments, detached ones included */
     l8_alloc_stats st;
     /* graph capture (l8_alloc_capture_begin): while cap_gid != 0, allocations
      * on cap_streams go to graph pools of id cap_gid, and nothing calls the
@@ -128,6 +134,15 @@ struct l8_alloc {
     int ncap;
     uint32_t *gids;
     size_t ngids, cap_gids;
+    /* provider calls made without the lock (cache.c "Blocking calls"):
+     * segments detached for segment_free still count in st.reserved_bytes
+     * and st.segments (ndying, dying_bytes); segments being obtained count
+     * only in growing (against the memory limit) */
+    size_t ndying, dying_bytes;
+    size_t growing;
+    uint32_t inflight;            /* such calls in progress */
+    uint64_t done_gen;            /* such calls finished so far */
+    pthread_cond_t cv;            /* broadcast when one ends (call_done) */
 };
 
 /* The hot path is a handful of these small helpers: inline them. */

@@ -9,8 +9,10 @@
  *
  * Fault provider: counts segment_alloc calls and fails the chosen ones or
  * those that would pass a byte limit, then forwards to the inner provider.
- * Invariant: live_bytes == bytes handed out by inner and not yet freed
- * (through this wrapper).
+ * The allocator calls providers from several threads at once (never under
+ * its lock), so the counters are atomic. Invariant: live_bytes == bytes
+ * handed out by inner and not yet freed (through this wrapper), plus those
+ * of segment_alloc calls still inside inner.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -104,25 +106,36 @@ static l8_status fault_segment_alloc(void *user, size_t bytes, void **ptr)
 {
     l8_fault_provider *fp = user;
     *ptr = NULL;
-    uint64_t n = ++fp->calls;
+    uint64_t n = __atomic_add_fetch(&fp->calls, 1, __ATOMIC_RELAXED);
     int hit = fp->fail_nth > 0 && (n == fp->fail_nth || (fp->fail_sticky && n > fp->fail_nth));
     if (hit) {
-        fp->failures++;
+        __atomic_add_fetch(&fp->failures, 1, __ATOMIC_RELAXED);
         return L8_FAIL(L8_ERR_OOM, "fault provider: injected failure of segment_alloc #%llu "
                        "(%zu bytes)", (unsigned long long)n, bytes);
     }
-    /* Written so that it cannot overflow: live_bytes <= memory_limit holds. */
-    if (fp->memory_limit > 0 &&
-        (bytes > fp->memory_limit || fp->live_bytes > fp->memory_limit - bytes)) {
-        fp->failures++;
-        return L8_FAIL(L8_ERR_OOM, "fault provider: segment of %zu bytes would exceed the "
-                       "memory limit (%zu of %zu bytes in use)", bytes, fp->live_bytes,
-                       fp->memory_limit);
-    }
+    /* Take the bytes before calling inner, so that concurrent calls cannot
+     * pass the limit together; written so that it cannot overflow:
+     * live_bytes <= memory_limit holds. */
+    size_t live = __atomic_load_n(&fp->live_bytes, __ATOMIC_RELAXED);
+    do {
+        if (fp->memory_limit > 0 && (bytes > fp->memory_limit || live > fp->memory_limit - bytes)) {
+            __atomic_add_fetch(&fp->failures, 1, __ATOMIC_RELAXED);
+            return L8_FAIL(L8_ERR_OOM, "fault provider: segment of %zu bytes would exceed the "
+                           "memory limit (%zu of %zu bytes in use)", bytes, live,
+                           fp->memory_limit);
+        }
+    } while (!__atomic_compare_exchange_n(&fp->live_bytes, &live, live + bytes, 1,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     l8_status st = fp->inner.segment_alloc(fp->inner.user, bytes, ptr);
-    if (st != L8_OK) return st;
-    fp->live_bytes += bytes;
-    if (fp->live_bytes > fp->peak_bytes) fp->peak_bytes = fp->live_bytes;
+    if (st != L8_OK) {
+        __atomic_sub_fetch(&fp->live_bytes, bytes, __ATOMIC_RELAXED);
+        return st;
+    }
+    size_t peak = __atomic_load_n(&fp->peak_bytes, __ATOMIC_RELAXED);
+    while (live + bytes > peak &&
+           !__atomic_compare_exchange_n(&fp->peak_bytes, &peak, live + bytes, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
     return L8_OK;
 }
 
@@ -130,8 +143,13 @@ static l8_status fault_segment_free(void *user, void *ptr, size_t bytes)
 {
     l8_fault_provider *fp = user;
     l8_status st = fp->inner.segment_free(fp->inner.user, ptr, bytes);
-    if (st == L8_OK) fp->live_bytes -= bytes < fp->live_bytes ? bytes : fp->live_bytes;
-    return st;
+    if (st != L8_OK) return st;
+    size_t live = __atomic_load_n(&fp->live_bytes, __ATOMIC_RELAXED);
+    size_t left;
+    do left = live - (bytes < live ? bytes : live);
+    while (!__atomic_compare_exchange_n(&fp->live_bytes, &live, left, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+    return L8_OK;
 }
 
 static l8_status fault_event_create(void *user, void **event)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "tests/tests.h"
 #include "alloc/alloc.h"
 #include "tools/replay.h"
@@ -20,7 +21,13 @@
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 
-/* ---- the test provider ---- */
+/* ---- the test provider ----
+ * Thread-safe (the allocator calls segment_alloc, segment_free and
+ * event_sync without its lock, from several threads): every callback runs
+ * under tp.mu. Gates: while shut_alloc (shut_free, shut_sync) is set,
+ * segment_alloc (segment_free, event_sync) blocks at its start, counted in
+ * in_alloc (in_free, in_sync), until the test opens the gate; a call seen
+ * inside is provably still there. */
 
 typedef struct tp_event {
     int done;
@@ -36,32 +43,60 @@ typedef struct tp {
     int fail_record, fail_create; /* event calls fail with L8_ERR_CUDA */
     int fail_record_at;           /* > 0: only the record call with this number fails */
     uintptr_t next_fake;
+    int fail_free;                /* segment_free fails with L8_ERR_CUDA, keeps the memory */
     tp_event *events;             /* every live event */
     int creates, destroys, records, queries, syncs;
+    int seg_allocs, seg_frees;    /* calls, failed ones included */
     size_t live_bytes;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int shut_alloc, shut_free, shut_sync;   /* gates (see above) */
+    int in_alloc, in_free, in_sync;
 } tp;
+
+/* With t->mu held: block here while *shut, counted in *inside. */
+static void tp_gate(tp *t, const int *shut, int *inside)
+{
+    if (!*shut) return;
+    (*inside)++;
+    pthread_cond_broadcast(&t->cv);
+    while (*shut) pthread_cond_wait(&t->cv, &t->mu);
+    (*inside)--;
+}
 
 static l8_status tp_seg_alloc(void *user, size_t bytes, void **ptr)
 {
     tp *t = user;
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&t->mu);
+    t->seg_allocs++;
+    tp_gate(t, &t->shut_alloc, &t->in_alloc);
     if (t->fake_addrs) {
         *ptr = (void *)(t->next_fake + (t->misalign ? 256 : 0));
         t->next_fake += (bytes + 4 * MIB) & ~(2 * MIB - 1);
     } else {
         void *p = NULL;
-        L8_CHECK(t->host.segment_alloc(t->host.user, bytes + (t->misalign ? 512 : 0), &p));
-        *ptr = (char *)p + (t->misalign ? 256 : 0);
+        st = t->host.segment_alloc(t->host.user, bytes + (t->misalign ? 512 : 0), &p);
+        if (st == L8_OK) *ptr = (char *)p + (t->misalign ? 256 : 0);
     }
-    t->live_bytes += bytes;
-    return L8_OK;
+    if (st == L8_OK) t->live_bytes += bytes;
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 static l8_status tp_seg_free(void *user, void *ptr, size_t bytes)
 {
     tp *t = user;
-    t->live_bytes -= bytes;
-    if (t->fake_addrs) return L8_OK;
-    return t->host.segment_free(t->host.user, (char *)ptr - (t->misalign ? 256 : 0), bytes);
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&t->mu);
+    t->seg_frees++;
+    tp_gate(t, &t->shut_free, &t->in_free);
+    if (t->fail_free) st = L8_FAIL(L8_ERR_CUDA, "tp: segment_free fails");
+    else if (!t->fake_addrs)
+        st = t->host.segment_free(t->host.user, (char *)ptr - (t->misalign ? 256 : 0), bytes);
+    if (st == L8_OK) t->live_bytes -= bytes;
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 static l8_status tp_ev_create(void *user, void **ev)
@@ -70,9 +105,11 @@ static l8_status tp_ev_create(void *user, void **ev)
     if (t->fail_create) return L8_FAIL(L8_ERR_CUDA, "tp: event_create fails");
     tp_event *e = calloc(1, sizeof *e);
     if (!e) return L8_FAIL(L8_ERR_OOM, "tp: no memory");
+    pthread_mutex_lock(&t->mu);
     e->next = t->events;
     t->events = e;
     t->creates++;
+    pthread_mutex_unlock(&t->mu);
     *ev = e;
     return L8_OK;
 }
@@ -81,46 +118,59 @@ static l8_status tp_ev_record(void *user, void *ev, l8_stream_id s)
 {
     tp *t = user;
     (void)s;
+    l8_status st = L8_OK;
+    pthread_mutex_lock(&t->mu);
     if (t->fail_record || (t->fail_record_at && t->records + 1 == t->fail_record_at)) {
         t->fail_record_at = 0;
-        return L8_FAIL(L8_ERR_CUDA, "tp: event_record fails");
+        st = L8_FAIL(L8_ERR_CUDA, "tp: event_record fails");
+    } else {
+        ((tp_event *)ev)->done = t->auto_complete;
+        t->records++;
     }
-    ((tp_event *)ev)->done = t->auto_complete;
-    t->records++;
-    return L8_OK;
+    pthread_mutex_unlock(&t->mu);
+    return st;
 }
 
 static l8_status tp_ev_query(void *user, void *ev, int *done)
 {
     tp *t = user;
+    pthread_mutex_lock(&t->mu);
     t->queries++;
     *done = ((tp_event *)ev)->done;
+    pthread_mutex_unlock(&t->mu);
     return L8_OK;
 }
 
 static l8_status tp_ev_sync(void *user, void *ev)
 {
     tp *t = user;
+    pthread_mutex_lock(&t->mu);
     t->syncs++;
+    tp_gate(t, &t->shut_sync, &t->in_sync);
     ((tp_event *)ev)->done = 1;   /* waiting = the other stream finished */
+    pthread_mutex_unlock(&t->mu);
     return L8_OK;
 }
 
 static void tp_ev_destroy(void *user, void *ev)
 {
     tp *t = user;
+    pthread_mutex_lock(&t->mu);
     for (tp_event **pp = &t->events; *pp; pp = &(*pp)->next)
         if (*pp == ev) {
             *pp = ((tp_event *)ev)->next;
             break;
         }
-    free(ev);
     t->destroys++;
+    pthread_mutex_unlock(&t->mu);
+    free(ev);
 }
 
 static void tp_init(tp *t, int fake_addrs)
 {
     memset(t, 0, sizeof *t);
+    ck_assert_int_eq(pthread_mutex_init(&t->mu, NULL), 0);
+    ck_assert_int_eq(pthread_cond_init(&t->cv, NULL), 0);
     l8_host_provider(&t->host);
     t->fake_addrs = fake_addrs;
     t->next_fake = (uintptr_t)1 << 40;
@@ -140,15 +190,51 @@ static void tp_init(tp *t, int fake_addrs)
 /* The other streams have finished everything recorded so far. */
 static void tp_complete_all(tp *t)
 {
+    pthread_mutex_lock(&t->mu);
     for (tp_event *e = t->events; e; e = e->next) e->done = 1;
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Open both gates: blocked calls go on. */
+static void tp_open(tp *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->shut_alloc = t->shut_free = t->shut_sync = 0;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Wait up to `secs` until *count >= want (a call has reached a gate).
+ * Returns whether it did. */
+static int tp_wait_inside(tp *t, const int *count, int want, int secs)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += secs;
+    pthread_mutex_lock(&t->mu);
+    int rc = 0;
+    while (*count < want && rc == 0) rc = pthread_cond_timedwait(&t->cv, &t->mu, &until);
+    int ok = *count >= want;
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+static int tp_read(tp *t, const int *field)
+{
+    pthread_mutex_lock(&t->mu);
+    int v = *field;
+    pthread_mutex_unlock(&t->mu);
+    return v;
 }
 
 /* After the allocator is destroyed: nothing of the provider is left. */
-static void tp_check_released(const tp *t)
+static void tp_check_released(tp *t)
 {
     ck_assert_uint_eq(t->live_bytes, 0);
     ck_assert_ptr_null(t->events);
     ck_assert_int_eq(t->creates, t->destroys);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
 }
 
 /* ---- helpers ---- */
@@ -173,6 +259,13 @@ static l8_alloc *make_alloc(const l8_segment_provider *p, size_t limit)
 }
 
 static size_t round512(size_t n) { return (n + 511) & ~(size_t)511; }
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
 
 typedef struct visit_sum {
     size_t blocks, free_blocks, pending, live, segments_single_free;
@@ -543,9 +636,9 @@ static void run_stress(uint64_t salt, int limit_in_cfg)
             size_t n = random_size(&r);
             l8_stream_id s = (l8_stream_id)l8_rng_below(&r, 3);
             void *p = NULL;
-            uint64_t retries = stats_of(a).retries;
+            int syncs = t.syncs;
             l8_status st = l8_alloc_malloc(a, n, s, &p);
-            if (stats_of(a).retries != retries) m->npend = 0;   /* the OOM path waited */
+            if (t.syncs != syncs) m->npend = 0;   /* the OOM path waited for every event */
             if (st == L8_ERR_OOM) {
                 ck_assert_ptr_null(p);
                 ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "reserved"));
@@ -852,6 +945,563 @@ START_TEST(test_oom_waits_for_pending)
 }
 END_TEST
 
+/* ---- blocking provider calls run without the lock ---- */
+
+#define S_COMPUTE ((l8_stream_id)0xC0)
+#define S_COMM    ((l8_stream_id)0xC1)
+#define S_OTHER   ((l8_stream_id)0xC2)
+
+/* A malloc (empty_cache when bytes == 0) on a thread of its own. */
+typedef struct call {
+    l8_alloc *a;
+    size_t bytes;
+    l8_stream_id stream;
+    void *p;
+    l8_status st;
+    char msg[512];
+} call;
+
+static void *call_body(void *arg)
+{
+    call *c = arg;
+    c->st = c->bytes ? l8_alloc_malloc(c->a, c->bytes, c->stream, &c->p)
+                     : l8_alloc_empty_cache(c->a);
+    if (c->st != L8_OK) snprintf(c->msg, sizeof c->msg, "%s", l8_last_error_string());
+    return NULL;
+}
+
+/* What must never wait for another thread's blocked provider call: a cache
+ * hit, a record_stream, a free (which records an event), the statistics,
+ * the invariant check and describe. On a thread of its own, so that a test
+ * of an allocator that does wait still ends (the gate opens after a
+ * timeout) and reports it. */
+typedef struct quick {
+    l8_alloc *a;
+    l8_stream_id stream;
+    void *expect;                 /* the cached block the malloc must return */
+    int ok;
+    char msg[512];
+    double ns;                    /* how long all of it took */
+    l8_status check;              /* l8_alloc_check meanwhile */
+    l8_alloc_stats stats;         /* meanwhile */
+    char desc[4096];              /* l8_alloc_describe meanwhile */
+} quick;
+
+static void *quick_body(void *arg)
+{
+    quick *q = arg;
+    double t0 = now_ns();
+    void *p = NULL;
+    l8_status st = l8_alloc_malloc(q->a, 4096, q->stream, &p);
+    if (st == L8_OK && p != q->expect) {
+        snprintf(q->msg, sizeof q->msg, "the malloc did not return the cached block");
+        return NULL;
+    }
+    if (st == L8_OK) st = l8_alloc_record_stream(q->a, p, S_OTHER);
+    if (st == L8_OK) st = l8_alloc_free(q->a, p);
+    q->check = l8_alloc_check(q->a);
+    q->stats.size = sizeof q->stats;
+    if (st == L8_OK) st = l8_alloc_get_stats(q->a, &q->stats);
+    (void)l8_alloc_describe(q->a, q->desc, sizeof q->desc);
+    q->ns = now_ns() - t0;
+    q->ok = st == L8_OK;
+    if (!q->ok) snprintf(q->msg, sizeof q->msg, "%s", l8_last_error_string());
+    return NULL;
+}
+
+/* Run q on a thread while another thread's call is parked at a gate of t;
+ * returns whether q finished within secs, and whether the parked call was
+ * still parked then (only the test opens a gate). Opens the gates after. */
+static void run_while_parked(tp *t, const int *in_gate, quick *q, int *finished, int *still)
+{
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, quick_body, q), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    *finished = pthread_timedjoin_np(th, NULL, &until) == 0;
+    *still = tp_read(t, in_gate) == 1;
+    tp_open(t);
+    if (!*finished) pthread_join(th, NULL);
+}
+
+/* "Promptly": 200 ms, or 2 s under valgrind (quick mode). */
+static double prompt_ns(void) { return l8_test_quick() ? 2e9 : 2e8; }
+
+static void assert_quick(const quick *q, int finished, int still, const char *blocked_in)
+{
+    ck_assert_msg(finished, "a cache hit and a free waited for another thread's %s (the "
+                  "allocator's lock was held across it)", blocked_in);
+    ck_assert_msg(still, "the blocked %s left its gate on its own", blocked_in);
+    ck_assert_msg(q->ok, "%s", q->msg);
+    ck_assert_msg(q->ns < prompt_ns(), "the cache hit took %.1f ms while another thread was "
+                  "blocked in %s", q->ns / 1e6, blocked_in);
+    ck_assert_msg(q->check == L8_OK, "l8_alloc_check while another thread was in %s failed",
+                  blocked_in);
+}
+
+START_TEST(test_blocked_segment_free_does_not_stall)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 0);
+    /* the comm stream's cache: a free 4 KiB block */
+    void *w = NULL, *x = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, S_COMM, &w));
+    L8_CK(l8_alloc_free(a, w));
+    /* the compute stream's: an idle 12 MiB segment, too small for 40 MiB */
+    L8_CK(l8_alloc_malloc(a, 12 * MIB, S_COMPUTE, &x));
+    L8_CK(l8_alloc_free(a, x));
+    ck_assert_uint_eq(stats_of(a).segments, 2);
+    /* A: 40 MiB on the compute stream folds the idle segment into a new
+     * one; its segment_free (cuMemFree) blocks at the gate */
+    t.shut_free = 1;
+    call ca = { .a = a, .bytes = 40 * MIB, .stream = S_COMPUTE };
+    pthread_t tha;
+    ck_assert_int_eq(pthread_create(&tha, NULL, call_body, &ca), 0);
+    int parked = tp_wait_inside(&t, &t.in_free, 1, 20), finished = 0, still = 0;
+    quick q = { .a = a, .stream = S_COMM, .expect = w };
+    if (parked) run_while_parked(&t, &t.in_free, &q, &finished, &still);
+    tp_open(&t);
+    pthread_join(tha, NULL);
+    ck_assert_msg(parked, "the 40 MiB malloc never called segment_free");
+    assert_quick(&q, finished, still, "segment_free");
+    /* meanwhile the segment on its way out was still reserved (the device
+     * held it), in no pool, and said so */
+    ck_assert_uint_eq(q.stats.reserved_bytes, 14 * MIB);
+    ck_assert_uint_eq(q.stats.segments, 2);
+    ck_assert_uint_eq(q.stats.segment_frees, 0);
+    ck_assert_msg(strstr(q.desc, "being given back") != NULL, "%s", q.desc);
+    /* and A went on once the free returned */
+    ck_assert_msg(ca.st == L8_OK, "%s", ca.msg);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.segment_frees, 1);
+    ck_assert_uint_eq(s.reserved_bytes, t.live_bytes);
+    ck_assert_int_eq(t.syncs, 0);
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, ca.p));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+START_TEST(test_blocked_event_sync_does_not_stall)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 8 * MIB);
+    /* the comm stream's cache: a free block in a segment that stays in use */
+    void *k = NULL, *w = NULL, *x = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, S_COMM, &k));
+    L8_CK(l8_alloc_malloc(a, 4096, S_COMM, &w));
+    L8_CK(l8_alloc_free(a, w));
+    /* x: 4 MiB of the compute stream, used by the comm stream, freed: pending */
+    L8_CK(l8_alloc_malloc(a, 4 * MIB, S_COMPUTE, &x));
+    L8_CK(l8_alloc_record_stream(a, x, S_COMM));
+    L8_CK(l8_alloc_free(a, x));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 6 * MIB);
+    /* A: 4 MiB more would pass the 8 MiB limit and no cached segment is
+     * wholly free: the last resort waits for x's event, blocked at the gate */
+    t.shut_sync = 1;
+    call ca = { .a = a, .bytes = 4 * MIB, .stream = S_COMPUTE };
+    pthread_t tha;
+    ck_assert_int_eq(pthread_create(&tha, NULL, call_body, &ca), 0);
+    int parked = tp_wait_inside(&t, &t.in_sync, 1, 20), finished = 0, still = 0;
+    quick q = { .a = a, .stream = S_COMM, .expect = w };
+    if (parked) run_while_parked(&t, &t.in_sync, &q, &finished, &still);
+    tp_open(&t);
+    pthread_join(tha, NULL);
+    ck_assert_msg(parked, "the malloc out of memory never waited for the pending free");
+    assert_quick(&q, finished, still, "event_sync");
+    ck_assert_uint_eq(q.stats.retries, 1);
+    /* the wait over, A got x back */
+    ck_assert_msg(ca.st == L8_OK, "%s", ca.msg);
+    ck_assert_ptr_eq(ca.p, x);
+    ck_assert_int_eq(t.syncs, 1);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.ooms, 0);
+    ck_assert_uint_eq(s.segment_frees, 0);
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, ca.p));
+    L8_CK(l8_alloc_free(a, k));
+    tp_complete_all(&t);
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* The compute stream's malloc never waits for the comm stream's work while
+ * it can grow; only memory exhaustion makes it wait. */
+START_TEST(test_compute_never_waits_for_comm)
+{
+    /* small pool: x and a filler take a whole 2 MiB segment; large: x is a
+     * whole 20 MiB segment. Either way x is the only block that fits. */
+    const size_t sizes[2] = { MIB, 20 * MIB };
+    for (int i = 0; i < 2; i++) {
+        tp t;
+        tp_init(&t, 1);
+        l8_alloc *a = make_alloc(&t.base, 0);
+        void *x = NULL, *y = NULL, *f = NULL;
+        L8_CK(l8_alloc_malloc(a, sizes[i], S_COMPUTE, &x));
+        if (i == 0) L8_CK(l8_alloc_malloc(a, MIB, S_COMPUTE, &f));
+        ck_assert_uint_eq(stats_of(a).inactive_split_bytes, 0);
+        L8_CK(l8_alloc_record_stream(a, x, S_COMM));   /* the all-reduce reads x */
+        L8_CK(l8_alloc_free(a, x));
+        l8_alloc_stats before = stats_of(a);
+        /* x is the only cached candidate and its event is not complete */
+        for (int k = 0; k < 3; k++) {
+            L8_CK(l8_alloc_malloc(a, sizes[i], S_COMPUTE, &y));
+            ck_assert_ptr_ne(y, x);
+            L8_CK(l8_alloc_free(a, y));
+        }
+        l8_alloc_stats s = stats_of(a);
+        ck_assert_int_eq(t.syncs, 0);
+        ck_assert_int_gt(t.queries, 0);
+        ck_assert_uint_eq(s.segment_allocs, before.segment_allocs + 1);   /* it grew once */
+        ck_assert_uint_eq(s.retries, 0);
+        L8_CK(l8_alloc_check(a));
+        /* the comm stream finished: x is reused, still without a wait */
+        tp_complete_all(&t);
+        L8_CK(l8_alloc_malloc(a, sizes[i], S_COMPUTE, &y));
+        ck_assert_int_eq(t.syncs, 0);
+        L8_CK(l8_alloc_free(a, y));
+        L8_CK(l8_alloc_free(a, f));
+        l8_alloc_destroy(a);
+        tp_check_released(&t);
+        /* memory exhausted (a limit of what is reserved now): the malloc
+         * waits for the comm stream, then reuses x */
+        tp_init(&t, 1);
+        a = make_alloc(&t.base, 8 * MIB);
+        L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &x));
+        L8_CK(l8_alloc_record_stream(a, x, S_COMM));
+        L8_CK(l8_alloc_free(a, x));
+        L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &y));
+        ck_assert_ptr_eq(y, x);
+        ck_assert_int_eq(t.syncs, 1);
+        ck_assert_uint_eq(stats_of(a).retries, 1);
+        L8_CK(l8_alloc_free(a, y));
+        l8_alloc_destroy(a);
+        tp_check_released(&t);
+    }
+}
+END_TEST
+
+/* The OOM ladder: cached segments go back first (no wait), then pending
+ * frees are waited for, then L8_ERR_OOM with the state; a segment_free that
+ * fails keeps its segment. */
+START_TEST(test_oom_ladder_order)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 16 * MIB);
+    void *c = NULL, *x = NULL, *y = NULL, *z = NULL;
+    L8_CK(l8_alloc_malloc(a, 8 * MIB, S_OTHER, &c));   /* an 8 MiB cached segment */
+    L8_CK(l8_alloc_free(a, c));
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &x));   /* x: pending on the comm stream */
+    L8_CK(l8_alloc_record_stream(a, x, S_COMM));
+    L8_CK(l8_alloc_free(a, x));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 14 * MIB);
+    /* (1) giving the cached segment back is enough: no wait */
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &y));
+    ck_assert_ptr_ne(y, x);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_int_eq(t.syncs, 0);
+    ck_assert_uint_eq(s.retries, 1);
+    ck_assert_uint_eq(s.segment_frees, 1);
+    /* (2) nothing cached: wait for x, reuse it */
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &z));
+    ck_assert_ptr_eq(z, x);
+    ck_assert_int_eq(t.syncs, 1);
+    ck_assert_uint_eq(stats_of(a).retries, 2);
+    /* (3) nothing helps: L8_ERR_OOM with the state, nothing changed */
+    void *q = (void *)1;
+    L8_CK_ST(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &q), L8_ERR_OOM);
+    ck_assert_ptr_null(q);
+    const char *msg = l8_last_error()->message;
+    ck_assert_msg(strstr(msg, "cannot allocate 6291456 bytes") && strstr(msg, "reserved 12.00 MiB")
+                  && strstr(msg, "segment 0x"), "%s", msg);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.ooms, 1);
+    ck_assert_uint_eq(s.live_blocks, 2);
+    L8_CK(l8_alloc_check(a));
+    /* a segment_free that fails keeps its segment (cached, counted) and the
+     * OOM still reports the state */
+    L8_CK(l8_alloc_free(a, y));
+    t.fail_free = 1;
+    L8_CK_ST(l8_alloc_malloc(a, 10 * MIB, S_OTHER, &q), L8_ERR_OOM);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.reserved_bytes, 12 * MIB);
+    ck_assert_uint_eq(s.segments, 2);
+    ck_assert_uint_eq(s.reserved_bytes, t.live_bytes);
+    L8_CK(l8_alloc_check(a));
+    L8_CK_ST(l8_alloc_empty_cache(a), L8_ERR_CUDA);
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 12 * MIB);
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMPUTE, &q));   /* the kept segment serves again */
+    ck_assert_ptr_eq(q, y);
+    L8_CK(l8_alloc_free(a, q));
+    t.fail_free = 0;
+    L8_CK(l8_alloc_free(a, z));
+    L8_CK(l8_alloc_empty_cache(a));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 0);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* A malloc that runs out of memory while another thread is giving memory
+ * back (its segment_free blocked) waits for that call instead of failing. */
+START_TEST(test_oom_waits_for_calls_in_flight)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 64 * MIB);
+    void *x = NULL;
+    L8_CK(l8_alloc_malloc(a, 40 * MIB, S_COMPUTE, &x));
+    L8_CK(l8_alloc_free(a, x));
+    /* A: empty_cache, blocked in segment_free of the 40 MiB */
+    t.shut_free = 1;
+    call ca = { .a = a, .bytes = 0 };
+    pthread_t tha, thb;
+    ck_assert_int_eq(pthread_create(&tha, NULL, call_body, &ca), 0);
+    int parked = tp_wait_inside(&t, &t.in_free, 1, 20);
+    /* B: 40 MiB on another stream fits only once those 40 MiB are back */
+    call cb = { .a = a, .bytes = 40 * MIB, .stream = S_COMM };
+    int waiting = 0;
+    if (parked) {
+        ck_assert_int_eq(pthread_create(&thb, NULL, call_body, &cb), 0);
+        /* B entered the OOM path (retries counts it) and, holding the lock
+         * from there on, is waiting for A when the count shows: stats need
+         * the lock */
+        for (int i = 0; i < 20000 && !waiting; i++) {
+            l8_alloc_stats s = { .size = sizeof s };
+            waiting = l8_alloc_get_stats(a, &s) == L8_OK && s.retries == 1;
+            if (!waiting) usleep(1000);
+        }
+    }
+    tp_open(&t);
+    pthread_join(tha, NULL);
+    if (parked) pthread_join(thb, NULL);
+    ck_assert_msg(parked, "empty_cache never called segment_free");
+    ck_assert_msg(waiting, "the 40 MiB malloc never entered the OOM path");
+    ck_assert_msg(ca.st == L8_OK, "%s", ca.msg);
+    ck_assert_msg(cb.st == L8_OK, "the malloc failed instead of waiting for memory on its way "
+                  "back: %s", cb.msg);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.ooms, 0);
+    ck_assert_uint_eq(s.reserved_bytes, 40 * MIB);
+    ck_assert_uint_le(s.reserved_peak, 64 * MIB);
+    ck_assert_int_eq(t.syncs, 0);
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, cb.p));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* During a strict capture the slow paths never reach the provider: a
+ * captured request nothing cached fits is refused without releasing the
+ * cache or waiting, and an uncaptured one out of memory fails at once. */
+START_TEST(test_capture_slow_paths_never_call_provider)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 64 * MIB);
+    void *c = NULL, *x = NULL, *k = NULL, *p = NULL;
+    L8_CK(l8_alloc_malloc(a, 12 * MIB, S_COMPUTE, &c));   /* a cached idle segment */
+    L8_CK(l8_alloc_free(a, c));
+    L8_CK(l8_alloc_malloc(a, 6 * MIB, S_COMM, &x));       /* a pending free (20 MiB segment) */
+    L8_CK(l8_alloc_record_stream(a, x, S_COMPUTE));
+    L8_CK(l8_alloc_free(a, x));
+    L8_CK(l8_alloc_malloc(a, 20 * MIB, S_OTHER, &k));     /* uncaptured, live */
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 52 * MIB);
+    int allocs = t.seg_allocs, frees = t.seg_frees, calls = t.queries + t.syncs + t.records +
+                                                            t.creates;
+    l8_stream_id cs[1] = { S_COMPUTE };
+    uint32_t gid = 0;
+    L8_CK(l8_alloc_capture_begin(a, cs, 1, &gid, 1));
+    int calls_at_begin = t.queries + t.syncs + t.records + t.creates;   /* begin may query */
+    L8_CK(l8_alloc_malloc(a, 10 * MIB, S_COMPUTE, &p));   /* adopts the idle segment */
+    void *q = (void *)1;
+    L8_CK_ST(l8_alloc_malloc(a, 40 * MIB, S_COMPUTE, &q), L8_ERR_STATE);
+    ck_assert_ptr_null(q);
+    L8_CK_ST(l8_alloc_malloc(a, 30 * MIB, S_OTHER, &q), L8_ERR_OOM);   /* over the limit */
+    L8_CK_ST(l8_alloc_empty_cache(a), L8_ERR_STATE);
+    L8_CK(l8_alloc_check(a));
+    ck_assert_int_eq(t.seg_allocs, allocs);
+    ck_assert_int_eq(t.seg_frees, frees);
+    ck_assert_int_eq(t.queries + t.syncs + t.records + t.creates, calls_at_begin);
+    ck_assert_int_ge(calls_at_begin, calls);
+    ck_assert_int_eq(t.syncs, 0);
+    L8_CK(l8_alloc_free(a, p));
+    L8_CK(l8_alloc_capture_end(a, gid));
+    L8_CK(l8_alloc_graph_release(a, gid));
+    L8_CK(l8_alloc_free(a, k));
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* A warm-up allocation parked in segment_alloc while its graph is captured,
+ * ended and released: the graph pool stays until the allocation is done,
+ * which then lands in it, and the segment goes home when freed. */
+START_TEST(test_graph_pool_released_during_growth)
+{
+    tp t;
+    tp_init(&t, 0);   /* real host memory: valgrind sees any use after free */
+    l8_alloc *a = make_alloc(&t.base, 0);
+    l8_stream_id cs[1] = { S_COMPUTE };
+    uint32_t gid = 0;
+    L8_CK(l8_alloc_capture_begin(a, cs, 1, &gid, 0));   /* a warm-up: the pool may grow */
+    t.shut_alloc = 1;
+    call ca = { .a = a, .bytes = 3 * MIB, .stream = S_COMPUTE };
+    pthread_t tha;
+    ck_assert_int_eq(pthread_create(&tha, NULL, call_body, &ca), 0);
+    int parked = tp_wait_inside(&t, &t.in_alloc, 1, 20);
+    l8_status end = L8_ERR_INTERNAL, rel = L8_ERR_INTERNAL, chk = L8_ERR_INTERNAL;
+    if (parked) {
+        end = l8_alloc_capture_end(a, gid);
+        rel = l8_alloc_graph_release(a, gid);   /* the pool is in use: kept */
+        chk = l8_alloc_check(a);
+    }
+    tp_open(&t);
+    pthread_join(tha, NULL);
+    ck_assert_msg(parked, "the warm-up allocation never called segment_alloc");
+    L8_CK(end);
+    L8_CK(rel);
+    L8_CK(chk);
+    ck_assert_msg(ca.st == L8_OK, "%s", ca.msg);
+    memset(ca.p, 0x5A, 3 * MIB);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_gt(s.graph_reserved_bytes, 0);   /* in the released pool until freed */
+    L8_CK(l8_alloc_check(a));
+    L8_CK(l8_alloc_free(a, ca.p));                  /* its segment goes home, the pool goes */
+    s = stats_of(a);
+    ck_assert_uint_eq(s.graph_reserved_bytes, 0);
+    ck_assert_uint_eq(s.reserved_bytes, t.live_bytes);
+    L8_CK(l8_alloc_check(a));
+    void *p = NULL;                                 /* and serves eager code */
+    uint64_t allocs = s.segment_allocs;
+    L8_CK(l8_alloc_malloc(a, 3 * MIB, S_COMPUTE, &p));
+    ck_assert_uint_eq(stats_of(a).segment_allocs, allocs);
+    L8_CK(l8_alloc_free(a, p));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
+/* Threads allocating under a memory limit (so growth, folding and the OOM
+ * ladder run without the lock, concurrently) while another thread checks
+ * every invariant, empties the cache and completes events. */
+typedef struct churn {
+    l8_alloc *a;
+    tp *t;
+    l8_stream_id s;
+    int ops;
+    uint64_t seed;
+    int failures, ooms;
+    char msg[512];
+} churn;
+
+static void *churn_body(void *arg)
+{
+    churn *c = arg;
+    void *live[16] = { 0 };
+    uint64_t x = c->seed | 1;
+    for (int i = 0; i < c->ops; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int k = (int)(x % 16);
+        l8_status st = L8_OK;
+        if (live[k]) {
+            st = l8_alloc_free(c->a, live[k]);
+            live[k] = NULL;
+        } else {
+            size_t n = (x >> 8) % 3 == 0 ? 2 * MIB + (x >> 16) % (6 * MIB)
+                                         : 1 + (x >> 16) % (256 * KIB);
+            st = l8_alloc_malloc(c->a, n, c->s, &live[k]);
+            if (st == L8_ERR_OOM) {
+                c->ooms++;
+                st = L8_OK;
+            } else if (st == L8_OK && k % 3 == 0) {
+                st = l8_alloc_record_stream(c->a, live[k], c->s ^ 1);
+            }
+        }
+        if (st != L8_OK && !c->failures++)
+            snprintf(c->msg, sizeof c->msg, "%s", l8_last_error_string());
+    }
+    for (int k = 0; k < 16; k++)
+        if (live[k] && l8_alloc_free(c->a, live[k]) != L8_OK) c->failures++;
+    return NULL;
+}
+
+typedef struct checker {
+    l8_alloc *a;
+    tp *t;
+    volatile int stop;
+    int checks, bad;
+    char msg[512];
+} checker;
+
+static void *checker_body(void *arg)
+{
+    checker *c = arg;
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        l8_status st = l8_alloc_check(c->a);
+        if (st != L8_OK && !c->bad++) snprintf(c->msg, sizeof c->msg, "%s", l8_last_error_string());
+        c->checks++;
+        if (c->checks % 8 == 0) tp_complete_all(c->t);
+        if (c->checks % 32 == 0 && l8_alloc_empty_cache(c->a) != L8_OK && !c->bad++)
+            snprintf(c->msg, sizeof c->msg, "%s", l8_last_error_string());
+    }
+    return NULL;
+}
+
+START_TEST(test_threads_limit_concurrent_check)
+{
+    tp t;
+    tp_init(&t, 1);
+    l8_alloc *a = make_alloc(&t.base, 96 * MIB);
+    enum { N = 3 };
+    pthread_t th[N], tc;
+    churn cw[N];
+    checker ck = { .a = a, .t = &t };
+    l8_rng r;
+    l8_rng_init(&r, 505);
+    ck_assert_int_eq(pthread_create(&tc, NULL, checker_body, &ck), 0);
+    for (int i = 0; i < N; i++) {
+        cw[i] = (churn){ .a = a, .t = &t, .s = (l8_stream_id)(0x10 + 2 * i),
+                         .ops = l8_test_quick() ? 300 : 20000, .seed = l8_rng_next(&r) };
+        ck_assert_int_eq(pthread_create(&th[i], NULL, churn_body, &cw[i]), 0);
+    }
+    int ooms = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ooms += cw[i].ooms;
+    }
+    __atomic_store_n(&ck.stop, 1, __ATOMIC_RELEASE);
+    ck_assert_int_eq(pthread_join(tc, NULL), 0);
+    for (int i = 0; i < N; i++) ck_assert_msg(cw[i].failures == 0, "%s", cw[i].msg);
+    ck_assert_msg(ck.bad == 0, "l8_alloc_check failed %d of %d times: %s", ck.bad, ck.checks,
+                  ck.msg);
+    printf("alloc: 3 threads under a 96 MiB limit, a checker: %d checks, %d OOMs\n", ck.checks,
+           ooms);
+    l8_alloc_stats s = stats_of(a);
+    ck_assert_uint_eq(s.allocated_bytes, 0);
+    ck_assert_uint_eq(s.allocations, s.frees);
+    ck_assert_uint_eq(s.ooms, (uint64_t)ooms);
+    ck_assert_uint_le(s.reserved_peak, 96 * MIB);
+    ck_assert_uint_eq(s.reserved_bytes, t.live_bytes);
+    tp_complete_all(&t);
+    L8_CK(l8_alloc_empty_cache(a));
+    ck_assert_uint_eq(stats_of(a).reserved_bytes, 0);
+    L8_CK(l8_alloc_check(a));
+    l8_alloc_destroy(a);
+    tp_check_released(&t);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(test_bad_input)
@@ -865,11 +1515,15 @@ START_TEST(test_bad_input)
     broken.event_query = NULL;
     L8_CK_ST(l8_alloc_create(NULL, &broken, &a), L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(a);
-    /* a config from newer headers: refused while its unknown tail is not zero */
+    /* a config from newer headers: refused when its unknown tail is set (the
+     * tail is a real field here, not whatever lies after a smaller struct) */
     struct { l8_alloc_config c; uint64_t tail; } newer = { L8_ALLOC_CONFIG_INIT, 1 };
-    newer.c.size = sizeof newer;
+    newer.c.size = sizeof newer.c + sizeof newer.tail;
     L8_CK_ST(l8_alloc_create(&newer.c, &t.base, &a), L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(a);
+    newer.tail = 0;
+    L8_CK(l8_alloc_create(&newer.c, &t.base, &a));   /* a zero tail: accepted */
+    l8_alloc_destroy(a);
     L8_CK(l8_alloc_create(NULL, &t.base, &a));
 
     void *x = NULL, *p = (void *)1;
@@ -1182,13 +1836,6 @@ START_TEST(test_replay_bad_config_and_oom)
 }
 END_TEST
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
@@ -1240,6 +1887,14 @@ Suite *l8_alloc_suite(void)
     tcase_add_test(tc, test_fault_provider_limit_and_counters);
     tcase_add_test(tc, test_oom_releases_cache_then_fails);
     tcase_add_test(tc, test_oom_waits_for_pending);
+    tcase_add_test(tc, test_blocked_segment_free_does_not_stall);
+    tcase_add_test(tc, test_blocked_event_sync_does_not_stall);
+    tcase_add_test(tc, test_compute_never_waits_for_comm);
+    tcase_add_test(tc, test_oom_ladder_order);
+    tcase_add_test(tc, test_oom_waits_for_calls_in_flight);
+    tcase_add_test(tc, test_capture_slow_paths_never_call_provider);
+    tcase_add_test(tc, test_graph_pool_released_during_growth);
+    tcase_add_test(tc, test_threads_limit_concurrent_check);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_misaligned_provider);
     tcase_add_test(tc, test_describe_and_visit);

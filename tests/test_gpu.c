@@ -134,6 +134,65 @@ START_TEST(test_gpu_cross_stream_reuse)
 }
 END_TEST
 
+/* The compute stream's malloc never waits for the comm stream's work while
+ * it can grow: x, still read by the comm stream, is skipped, and a probe
+ * event recorded on the comm stream before x's free is still incomplete
+ * when the malloc returns (had it waited for x's event, the probe would be
+ * done). Out of memory (a limit), the malloc waits for the comm stream and
+ * gets x back. */
+START_TEST(test_gpu_malloc_does_not_wait_for_comm)
+{
+    const size_t n = 256u << 20, gib = 1u << 30;
+    /* what a context reserves by itself (a throwaway one) */
+    l8_ctx *ctx = gpu_ctx(0);
+    l8_alloc_stats s0 = { .size = sizeof s0 };
+    L8_CK(l8_alloc_get_stats(l8_ctx_allocator(ctx), &s0));
+    l8_ctx_destroy(ctx);
+    for (int limited = 0; limited < 2; limited++) {
+        /* the limit: room for the busy buffer (2 GiB), x, and 128 MiB */
+        ctx = gpu_ctx(limited ? s0.reserved_bytes + 2 * gib + n + (128u << 20) : 0);
+        l8_alloc *al = l8_ctx_allocator(ctx);
+        l8_stream *c = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+        l8_stream *m = l8_ctx_stream(ctx, L8_STREAM_COMM);
+        void *x = NULL, *y = NULL;
+        l8_event *probe = NULL;
+        L8_CK(l8_event_create(ctx, 0, &probe));
+        L8_CK(l8_ctx_malloc(ctx, n, c, &x));
+        void *slow = busy(ctx, m, gib, 400);               /* ~0.2-0.5 s on the comm stream */
+        L8_CK(l8_event_record(probe, m));
+        L8_CK(l8_memcpy_dtod(m, slow, x, 4096));           /* the comm stream reads x */
+        L8_CK(l8_alloc_record_stream(al, x, l8_stream_handle(m)));
+        L8_CK(l8_ctx_free(ctx, x));
+        l8_alloc_stats before = { .size = sizeof before };
+        L8_CK(l8_alloc_get_stats(al, &before));
+        if (limited)
+            ck_assert_uint_eq(before.reserved_bytes, s0.reserved_bytes + 2 * gib + n);
+        L8_CK(l8_ctx_malloc(ctx, n, c, &y));
+        int done = -1;
+        L8_CK(l8_event_query(probe, &done));
+        l8_alloc_stats after = { .size = sizeof after };
+        L8_CK(l8_alloc_get_stats(al, &after));
+        if (!limited) {
+            ck_assert_msg(y != x, "a block the comm stream still reads was handed out");
+            ck_assert_msg(done == 0, "the compute stream's malloc waited for the comm stream "
+                          "(or the busy work took less time than one malloc)");
+            ck_assert_uint_eq(after.segment_allocs, before.segment_allocs + 1);
+            ck_assert_uint_eq(after.retries, before.retries);
+        } else {
+            ck_assert_ptr_eq(y, x);                        /* it waited for the comm stream */
+            ck_assert_int_eq(done, 1);
+            ck_assert_uint_eq(after.retries, before.retries + 1);
+            ck_assert_uint_eq(after.ooms, before.ooms);
+        }
+        L8_CK(l8_ctx_synchronize(ctx));
+        L8_CK(l8_ctx_free(ctx, y));
+        L8_CK(l8_ctx_free(ctx, slow));
+        l8_event_destroy(probe);
+        done_ctx(ctx);
+    }
+}
+END_TEST
+
 START_TEST(test_gpu_allocator_stress_and_oom)
 {
     l8_ctx *ctx = gpu_ctx(256u << 20);
@@ -272,6 +331,7 @@ Suite *l8_gpu_suite(void)
     tcase_add_test(tc, test_gpu_context_and_events);
     tcase_add_test(tc, test_gpu_cross_stream_reuse);
     tcase_add_test(tc, test_gpu_allocator_stress_and_oom);
+    tcase_add_test(tc, test_gpu_malloc_does_not_wait_for_comm);
     tcase_add_test(tc, test_gpu_pinned_pool);
     tcase_add_test(tc, test_gpu_tensor_views_match_host);
     tcase_add_test(tc, test_gpu_kernel_errors);
