@@ -13,6 +13,8 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
+#   trace     (not in the default set) lean8-bench trace, a traced and an untraced
+#             lean8-train run (2 epochs), lean8-trace summary / plot / export of the trace
 #   ddp       lean8-bench ddp (the data-parallel step: no reducer, after backward,
 #             overlapped; at world size 1 the reducer's own overhead)
 #   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
@@ -119,6 +121,19 @@ if want graphs && [ -d .data ]; then
     step "train bf16 no-graph" graphs-bf16-eager.log build/bin/lean8-train "${g[@]}" --bf16 --no-graph
     step "torch mlp graph" graphs-torch.log python3 tools/bench_torch_mlp.py .data --hidden 512,512 \
         --batch 256 --epochs 3 --graph
+fi
+if want trace && [ -d .data ]; then
+    # the recorder's cost per event (this machine's CPU), lean8-trace over 10 M events, and a
+    # traced lean8-train run (one file per rank: %r) summarized and plotted
+    step "bench trace" bench-trace.log build/bin/lean8-bench trace --json "$OUT/bench-trace.json"
+    rm -f /tmp/l8train.*.l8trace
+    step "train traced" train-traced.log env L8_TRACE=/tmp/l8train.%r.l8trace build/bin/lean8-train \
+        --data .data --quiet --epochs 2
+    step "train untraced" train-untraced.log build/bin/lean8-train --data .data --quiet --epochs 2
+    step "lean8-trace" lean8-trace.log sh -c 'build/bin/lean8-trace summary /tmp/l8train.0.l8trace && \
+        build/bin/lean8-trace plot /tmp/l8train.0.l8trace -o '"$OUT"'/train-trace.svg && \
+        build/bin/lean8-trace export --chrome /tmp/l8train.0.l8trace -o /tmp/train-trace.json && \
+        ls -la '"$OUT"'/train-trace.svg /tmp/train-trace.json'
 fi
 if want gemmcache; then
     rm -f "$OUT/gemm-plans.l8c"
