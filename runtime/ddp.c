@@ -32,6 +32,8 @@ struct l8_ddp {
     int64_t *b_first, *b_n;       /* [nb] */
     l8_tensor **b_view;           /* [nb] views of the grad buffer */
     l8_tensor **g_shard, **m_bucket, **m_shard;   /* [nb] zero1: this rank's grad slice, master views */
+    l8_event **gathered;          /* [nb] zero1: recorded after the bucket's parameter gather */
+    unsigned char *gather_pending; /* [nb] a gather not yet waited for */
     int *pending;                 /* [nb] */
     int *pb_first, *pb_last;      /* [np] the buckets a parameter lies in (two at most in zero1) */
     uint64_t *reported;           /* [np] micro-batch serial of the last report */
@@ -166,7 +168,10 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
         d->m_bucket = calloc(nb, sizeof *d->m_bucket);
         d->m_shard = calloc(nb, sizeof *d->m_shard);
         d->pending = calloc(nb, sizeof *d->pending);
-        if (!d->b_view || !d->g_shard || !d->m_bucket || !d->m_shard || !d->pending)
+        d->gathered = calloc(nb, sizeof *d->gathered);
+        d->gather_pending = calloc(nb, 1);
+        if (!d->b_view || !d->g_shard || !d->m_bucket || !d->m_shard || !d->pending ||
+            !d->gathered || !d->gather_pending)
             st = L8_FAIL(L8_ERR_OOM, "l8_ddp_create: out of host memory");
     }
     for (int b = 0; b < d->nb && st == L8_OK; b++) {
@@ -178,6 +183,7 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
             st = l8_tensor_narrow(l8_params_master_flat(g), 0, d->b_first[b], d->b_n[b], &d->m_bucket[b]);
         if (st == L8_OK && d->zero1)
             st = l8_tensor_narrow(l8_params_master_flat(g), 0, at, part, &d->m_shard[b]);
+        if (st == L8_OK && d->zero1) st = l8_event_create(d->ctx, 0, &d->gathered[b]);
         if (d->b_n[b] > d->st.largest_bucket) d->st.largest_bucket = d->b_n[b];
     }
     if (st == L8_OK) st = l8_event_create(d->ctx, 0, &d->ev);
@@ -205,9 +211,11 @@ void l8_ddp_destroy(l8_ddp *d)
         l8_tensor_destroy(d->g_shard[b]);
         l8_tensor_destroy(d->m_bucket[b]);
         l8_tensor_destroy(d->m_shard[b]);
+        if (d->gathered) l8_event_destroy(d->gathered[b]);
     }
     l8_event_destroy(d->ev);
     free(d->b_view), free(d->g_shard), free(d->m_bucket), free(d->m_shard);
+    free(d->gathered), free(d->gather_pending);
     free(d->b_first), free(d->b_n), free(d->pending);
     free(d->pb_first), free(d->pb_last), free(d->reported), free(d->done);
     free(d);
@@ -349,6 +357,8 @@ l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s)
         st = L8_FAIL(L8_ERR_INTERNAL, "l8_ddp_finish: bucket %d still pending", d->next_launch);
     if (st == L8_OK && s != d->cs) st = l8_event_record(d->ev, d->cs);
     if (st == L8_OK && s != d->cs) st = l8_stream_wait_event(s, d->ev);
+    if (st == L8_OK && d->gather_pending)   /* s now waits for every earlier gather too */
+        memset(d->gather_pending, 0, (size_t)d->nb);
     if (st == L8_OK) {
         d->st.steps++;
         d->st.launched_in_backward = d->in_bw;
@@ -392,16 +402,37 @@ l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int64_t *offset,
     return L8_OK;
 }
 
-l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s)
+l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait)
 {
-    L8_ARG(d != NULL);
+    L8_ARG(d != NULL && (wait == 0 || wait == 1));
     if (!d->zero1)
         return L8_FAIL(L8_ERR_STATE, "l8_ddp_gather_params: the reducer was not made with zero1 = 1");
     L8_CHECK(l8i_resolve_stream("l8_ddp_gather_params", d->ctx, &s));
     L8_CHECK(comm_after(d, s));              /* after the optimizer's update */
-    for (int b = d->nb - 1; b >= 0; b--)     /* the first layers' buckets (the buffer's end) first */
+    for (int b = d->nb - 1; b >= 0; b--) {   /* the first layers' buckets (the buffer's end) first */
         L8_CHECK(l8_comm_all_gather(d->dp, d->m_shard[b], d->m_bucket[b], 0, d->cs));
-    if (s == d->cs) return L8_OK;
+        L8_CHECK(l8_event_record(d->gathered[b], d->cs));
+        d->gather_pending[b] = 1;
+    }
+    if (!wait || s == d->cs) return L8_OK;
+    memset(d->gather_pending, 0, (size_t)d->nb);
     L8_CHECK(l8_event_record(d->ev, d->cs));
     return l8_stream_wait_event(s, d->ev);
+}
+
+l8_status l8_ddp_wait_param(l8_ddp *d, int id, l8_stream *s)
+{
+    L8_ARG(d != NULL);
+    if (id < -1 || id >= d->np)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_wait_param: parameter id %d (the group has %d)",
+                       id, d->np);
+    L8_CHECK(l8i_resolve_stream("l8_ddp_wait_param", d->ctx, &s));
+    if (!d->zero1) return L8_OK;
+    int lo = id < 0 ? 0 : d->pb_first[id], hi = id < 0 ? d->nb - 1 : d->pb_last[id];
+    for (int b = lo; b <= hi; b++)
+        if (d->gather_pending[b]) {
+            if (s != d->cs) L8_CHECK(l8_stream_wait_event(s, d->gathered[b]));
+            d->gather_pending[b] = 0;
+        }
+    return L8_OK;
 }

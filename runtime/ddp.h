@@ -125,9 +125,20 @@ L8_NODISCARD l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int
 
 /* ZeRO-1, after the optimizer step on stream s (NULL: compute): every
  * bucket's master weights all-gathered in place from their owners' ranges,
- * on the comm stream after s; s waits for them (the host does not).
+ * on the comm stream after s, the buckets the forward needs first (the end
+ * of the buffer: the first layers) first. wait = 1: s waits for all of
+ * them. wait = 0: nothing waits yet - call l8_ddp_wait_param before a
+ * parameter's first use (each layer's forward), so the later layers'
+ * gathers overlap the earlier layers' forward; the next l8_ddp_finish
+ * orders everything else. The host does not wait either way.
  * Errors: L8_ERR_STATE (not a zero1 reducer), the collectives'. */
-L8_NODISCARD l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s);
+L8_NODISCARD l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait);
+
+/* Stream s (NULL: compute) waits until parameter id's master weights are
+ * gathered (a no-op when nothing is pending for its buckets); id -1: every
+ * parameter's (before reading the whole buffer, e.g. a checkpoint).
+ * Errors: L8_ERR_INVALID_ARG (bad id, s of another context), L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_ddp_wait_param(l8_ddp *d, int id, l8_stream *s);
 
 /* Buckets and what happened in the last finished step. */
 typedef struct l8_ddp_stats {

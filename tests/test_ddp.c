@@ -165,7 +165,11 @@ static l8_status net_step(net *n, const ddp_case *k, int step, int row0, int row
             hx[i] = l8_bf16_from_f32(gen(k->salt + (uint64_t)step, 0, (size_t)(r0 * K + i)));
         if (st == L8_OK) st = l8_tensor_copy_from_host(x, hx, sizeof hx[0] * (size_t)(mr * K), cs);
         l8_linear_ctx *s1 = NULL, *s2 = NULL;
+        if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_wait_param(n->ddp, n->w1, NULL);
+        if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_wait_param(n->ddp, n->b1, NULL);
         if (st == L8_OK) st = l8_linear_forward(n->l1, x, y1, &s1, NULL);
+        if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_wait_param(n->ddp, n->w2, NULL);
+        if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_wait_param(n->ddp, n->b2, NULL);
         if (st == L8_OK) st = l8_linear_forward(n->l2, y1, y2, &s2, NULL);
         if (st == L8_OK) st = l8_tensor_copy_to_host(y2, hy, sizeof hy[0] * (size_t)(mr * N), cs);
         if (st == L8_OK) st = l8_stream_synchronize(cs);
@@ -183,7 +187,7 @@ static l8_status net_step(net *n, const ddp_case *k, int step, int row0, int row
     }
     if (st == L8_OK && n->ddp) st = l8_ddp_finish(n->ddp, NULL);
     if (st == L8_OK) st = l8_optim_step(n->o, NULL, NULL);
-    if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_gather_params(n->ddp, NULL);
+    if (st == L8_OK && k->zero && n->ddp) st = l8_ddp_gather_params(n->ddp, NULL, 0);   /* waits per layer */
     if (st == L8_OK && n->r) st = l8_recipe_update(n->r, NULL);
     if (st == L8_OK) st = l8_stream_synchronize(cs);
     l8_tensor_destroy(x), l8_tensor_destroy(y1), l8_tensor_destroy(y2);
@@ -196,6 +200,7 @@ typedef struct out { l8_ddp_stats ds; size_t state_bytes; int64_t n; float w[]; 
 
 static l8_status keep_weights(l8t_job *j, net *n)
 {
+    if (n->ddp) L8_CHECK(l8_ddp_wait_param(n->ddp, -1, NULL));   /* ZeRO-1: the whole buffer */
     int64_t total = l8_params_buffer_numel(n->g);
     out *o = calloc(1, sizeof *o + sizeof(float) * (size_t)total);
     if (!o) return L8_FAIL(L8_ERR_OOM, "test: out of memory");
@@ -431,6 +436,12 @@ START_TEST(test_ddp_errors)
     ck_assert_int_eq(first, 0);
     ck_assert_int_eq(n, l8_params_buffer_numel(g));
     L8_CK_ST(l8_ddp_bucket(d, 1, &first, &n), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_ddp_wait_param(d, 9, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_ddp_wait_param(d, -1, NULL));                               /* not zero1: nothing */
+    L8_CK_ST(l8_ddp_gather_params(d, NULL, 1), L8_ERR_STATE);
+    int nr = 0;
+    int64_t off[2], num[2];
+    L8_CK_ST(l8_ddp_shard_ranges(d, 2, &nr, off, num), L8_ERR_STATE);
     l8_ddp_destroy(d);
     l8_ddp_destroy(NULL);
     l8_params_destroy(g);
@@ -449,10 +460,12 @@ START_TEST(test_gpu_ddp_world1)
     l8_comm *c = NULL;
     L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
     L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    for (int zero = 0; zero <= 1; zero++)
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++) {
         /* every parameter reports (an unused one would hold its bucket and the
-         * later ones until finish: buckets launch in order) */
-        ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed(), 0, 0 };
+         * later ones until finish: buckets launch in order); zero: ZeRO-1 with
+         * the parameter gathers waited for layer by layer */
+        ddp_case k = { (l8_linear_mode)mode, 1, 0, 0, 0, 0, 0, 3, 100, l8_test_seed(), zero, 1 };
         net a, b;
         L8_CK(net_make(ctx, c, &k, &a));
         L8_CK(net_make(ctx, NULL, &k, &b));
@@ -469,7 +482,7 @@ START_TEST(test_gpu_ddp_world1)
         L8_CK(keep_weights(&jb, &b));
         const out *oa = (const out *)ja.out, *ob = (const out *)jb.out;
         ck_assert_msg(!memcmp(oa->w, ob->w, sizeof(float) * (size_t)oa->n),
-                      "mode %d: DP at world 1 differs from no reducer", mode);
+                      "mode %d zero1 %d: DP at world 1 differs from no reducer", mode, zero);
         free(ja.out);
         free(jb.out);
         net_free(&a);

@@ -570,7 +570,8 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         }
         if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
-        if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s), out);   /* every rank whole */
+        /* every rank whole again; each layer's next forward waits for its own buckets */
+        if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 0), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
         /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
         uint64_t step = 0;
@@ -817,6 +818,7 @@ static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *
 {
     l8_ckpt_writer *w = NULL;
     l8_status st;
+    if (m->zero1) L8_CHECK(l8_ddp_wait_param(m->ddp, -1, m->s));   /* the whole master buffer */
     run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = o->fp8, .nl = m->nl };
     run_hyper hy = hyper_of(o);
     for (int i = 0; i <= m->nl; i++) rs.dims[i] = (int32_t)m->dims[i];
