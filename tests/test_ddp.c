@@ -307,11 +307,15 @@ START_TEST(test_ddp_zero1)
 }
 END_TEST
 
-static void close_to(const out *got, const out *want, const char *what)
+/* Within rounding: bf16 partial sums in another order; FP8 adds each rank's
+ * quantization of its own rows (e5m2 gradients: a few per cent), so its
+ * bound is wider - a wrong average (a sum) is off by far more. */
+static void close_to(const out *got, const out *want, const char *what, int fp8)
 {
+    float abs_tol = fp8 ? 1e-2f : 2e-3f, rel_tol = fp8 ? 5e-2f : 2e-3f;
     ck_assert_int_eq(got->n, want->n);
     for (int64_t i = 0; i < got->n; i++)
-        ck_assert_msg(fabsf(got->w[i] - want->w[i]) <= 2e-3f + 2e-3f * fabsf(want->w[i]),
+        ck_assert_msg(fabsf(got->w[i] - want->w[i]) <= abs_tol + rel_tol * fabsf(want->w[i]),
                       "%s: weight %lld is %.7g, one rank with the whole batch has %.7g (seed %llu)",
                       what, (long long)i, (double)got->w[i], (double)want->w[i],
                       (unsigned long long)l8_test_seed());
@@ -326,13 +330,14 @@ START_TEST(test_ddp_equals_one_rank)
             l8t_job jobs[4];
             l8t_world_run(w, L8_COMM_THREADS, rank_fn, &k, jobs, 0);
             l8t_world_ok(jobs, w);
-            close_to(rank_out(jobs, 0), ref, mode == L8_LINEAR_FP8 ? "fp8 DP" : "bf16 DP");
+            close_to(rank_out(jobs, 0), ref, mode == L8_LINEAR_FP8 ? "fp8 DP" : "bf16 DP",
+                     mode == L8_LINEAR_FP8);
             l8t_world_free(jobs, w);
             /* micro-batches: two halves of each rank's rows, reduced once */
             k.micro = 2;
             l8t_world_run(w, L8_COMM_THREADS, rank_fn, &k, jobs, 0);
             l8t_world_ok(jobs, w);
-            close_to(rank_out(jobs, 0), ref, "DP with 2 micro-batches");
+            close_to(rank_out(jobs, 0), ref, "DP with 2 micro-batches", mode == L8_LINEAR_FP8);
             ck_assert_int_eq(rank_out(jobs, 0)->ds.launched_in_backward, rank_out(jobs, 0)->ds.buckets);
             l8t_world_free(jobs, w);
             free(ref);
