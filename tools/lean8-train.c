@@ -99,6 +99,7 @@ typedef struct model {
     int dp, dp_rank, wrank;                   /* wrank: in the job (0 prints) */
     l8_ddp *ddp;                              /* --dp: the gradient reducer */
     int zero1;                                /* --zero1: sharded optimizer */
+    uint64_t steps_done;                      /* optimizer steps of this process (trace marks) */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_tensor *labels;                        /* (B) i32 */
@@ -573,10 +574,6 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         /* every rank whole again; each layer's next forward waits for its own buckets */
         if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 0), out);
         if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
-        /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it) */
-        uint64_t step = 0;
-        if (l8_ctx_trace(m->ctx) && l8_optim_get_step(m->optim, &step) == L8_OK)
-            l8_trace_record(l8_ctx_trace(m->ctx), L8_TRACE_STEP, l8_ctx_device(m->ctx), 0, 0, 0, step);
     }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
@@ -1050,6 +1047,12 @@ int main(int argc, char **argv)
                           ((double)o.epochs * (double)ntrain);
             CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
             CK(train_batch(&m, &gr, b, rows));
+            /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it): counted on
+             * the host - reading the optimizer's device step would wait for the GPU - and
+             * here, not in the step itself, which a CUDA graph replays without host code */
+            if (l8_ctx_trace(m.ctx))
+                l8_trace_record(l8_ctx_trace(m.ctx), L8_TRACE_STEP, l8_ctx_device(m.ctx), 0, 0, 0,
+                                ++m.steps_done);
             seen += rows;
             if (bar && (b / lb) % 16 == 0) progress(e + 1, seen * o.dp, ntrain, t0);
         }
