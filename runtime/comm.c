@@ -275,16 +275,23 @@ static l8_status pointers(const char *fn, const l8_tensor *a, void **pa, const l
     return L8_OK;
 }
 
+/* The checks every send/recv collective starts with; *s resolved. */
+static l8_status pair_args(l8_comm *c, const char *fn, const l8_tensor *send, const l8_tensor *recv,
+                           int reduce, l8_stream **s)
+{
+    L8_CHECK(l8i_comm_ready(c, fn));
+    L8_CHECK(need(c, fn, "send", send, reduce));
+    L8_CHECK(need(c, fn, "recv", recv, reduce));
+    L8_CHECK(same_dtype(fn, send, recv));
+    return l8i_resolve_stream(fn, c->ctx, s);
+}
+
 l8_status l8_comm_all_reduce(l8_comm *c, const l8_tensor *send, l8_tensor *recv, l8_reduce_op op,
                              l8_stream *s)
 {
     const char *fn = "l8_comm_all_reduce";
-    L8_CHECK(l8i_comm_ready(c, fn));
-    L8_CHECK(need(c, fn, "send", send, 1));
-    L8_CHECK(need(c, fn, "recv", recv, 1));
-    L8_CHECK(same_dtype(fn, send, recv));
+    L8_CHECK(pair_args(c, fn, send, recv, 1, &s));
     L8_CHECK(check_op(fn, op));
-    L8_CHECK(l8i_resolve_stream(fn, c->ctx, &s));
     size_t n = (size_t)l8_tensor_numel(send);
     if ((size_t)l8_tensor_numel(recv) != n)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: send has %zu elements, recv %lld", fn, n,
@@ -360,11 +367,7 @@ l8_status l8_comm_all_gather(l8_comm *c, const l8_tensor *send, l8_tensor *recv,
                              l8_stream *s)
 {
     const char *fn = "l8_comm_all_gather";
-    L8_CHECK(l8i_comm_ready(c, fn));
-    L8_CHECK(need(c, fn, "send", send, 0));
-    L8_CHECK(need(c, fn, "recv", recv, 0));
-    L8_CHECK(same_dtype(fn, send, recv));
-    L8_CHECK(l8i_resolve_stream(fn, c->ctx, &s));
+    L8_CHECK(pair_args(c, fn, send, recv, 0, &s));
     size_t rows, cols;
     L8_CHECK(split_shape(fn, send, recv, &dim, c->size, &rows, &cols));
     void *sp, *rp;
@@ -393,12 +396,8 @@ l8_status l8_comm_reduce_scatter(l8_comm *c, const l8_tensor *send, l8_tensor *r
                                  l8_reduce_op op, int dim, l8_stream *s)
 {
     const char *fn = "l8_comm_reduce_scatter";
-    L8_CHECK(l8i_comm_ready(c, fn));
-    L8_CHECK(need(c, fn, "send", send, 1));
-    L8_CHECK(need(c, fn, "recv", recv, 1));
-    L8_CHECK(same_dtype(fn, send, recv));
+    L8_CHECK(pair_args(c, fn, send, recv, 1, &s));
     L8_CHECK(check_op(fn, op));
-    L8_CHECK(l8i_resolve_stream(fn, c->ctx, &s));
     size_t rows, cols;
     L8_CHECK(split_shape(fn, recv, send, &dim, c->size, &rows, &cols));
     void *sp, *rp;
