@@ -36,6 +36,13 @@ typedef struct bench_opts {
 } bench_opts;
 int bench_parse(int argc, char **argv, bench_opts *o);
 
+/* A rows x cols tensor (cols == 0: a vector of rows); a no-op once *st is
+ * an error, so a run of calls checks once at the end. */
+l8_tensor *bench_mk(l8_ctx *ctx, l8_dtype dt, int64_t rows, int64_t cols, l8_status *st);
+/* Fill t with xorshift values in [-amp, amp) (an f32 upload, converted to
+ * t's dtype), then synchronize. */
+l8_status bench_fill(l8_ctx *ctx, l8_tensor *t, float amp, uint64_t seed);
+
 /* Subcommands. Return a process exit status. */
 int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);

@@ -16,37 +16,6 @@
 
 static const int64_t k_shapes[][3] = { { 16384, 4096, 4096 }, { 16384, 4096, 16384 } };
 
-static l8_tensor *mk(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status *st)
-{
-    int64_t sh[2] = { a, b };
-    l8_tensor *t = NULL;
-    if (*st == L8_OK) *st = l8_tensor_empty(ctx, dt, b ? 2 : 1, sh, &t);
-    return t;
-}
-
-/* Fill a tensor with small random values (via an f32 upload and a convert). */
-static l8_status fill(l8_ctx *ctx, l8_tensor *t, float amp, uint64_t seed)
-{
-    int64_t n = l8_tensor_numel(t), sh[1] = { n };
-    float *h = malloc(sizeof(float) * (size_t)n);
-    l8_tensor *f = NULL, *flat = NULL;
-    l8_status st = h ? L8_OK : L8_FAIL(L8_ERR_OOM, "bench: host buffer");
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
-    for (int64_t i = 0; st == L8_OK && i < n; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        h[i] = amp * ((float)(x >> 40) / 8388608.0f - 1.0f);
-    }
-    if (st == L8_OK) st = l8_tensor_empty(ctx, L8_F32, 1, sh, &f);
-    if (st == L8_OK) st = l8_tensor_copy_from_host(f, h, sizeof(float) * (size_t)n, NULL);
-    if (st == L8_OK) st = l8_tensor_reshape(t, 1, sh, &flat);
-    if (st == L8_OK) st = l8_convert(f, flat, NULL);
-    if (st == L8_OK) st = l8_ctx_synchronize(ctx);
-    l8_tensor_destroy(flat);
-    l8_tensor_destroy(f);
-    free(h);
-    return st;
-}
-
 static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, const int64_t *shp, int reps, int iters)
 {
     int64_t T = shp[0], K = shp[1], N = shp[2];
@@ -56,14 +25,14 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, const int64_t 
     l8_event *e0 = NULL, *e1 = NULL;
     l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     double *t = calloc((size_t)reps, sizeof *t), ms = -1;
-    l8_tensor *w = mk(ctx, L8_F32, N, K, &st), *gw = mk(ctx, L8_F32, N, K, &st),
-              *b = mk(ctx, L8_F32, N, 0, &st), *gb = mk(ctx, L8_F32, N, 0, &st),
-              *x = mk(ctx, L8_BF16, T, K, &st), *y = mk(ctx, L8_BF16, T, N, &st),
-              *dy = mk(ctx, L8_BF16, T, N, &st), *dx = mk(ctx, L8_BF16, T, K, &st);
-    if (st == L8_OK) st = fill(ctx, w, 0.02f, 1);
-    if (st == L8_OK) st = fill(ctx, b, 0.02f, 2);
-    if (st == L8_OK) st = fill(ctx, x, 1.0f, 3);
-    if (st == L8_OK) st = fill(ctx, dy, 0.01f, 4);
+    l8_tensor *w = bench_mk(ctx, L8_F32, N, K, &st), *gw = bench_mk(ctx, L8_F32, N, K, &st),
+              *b = bench_mk(ctx, L8_F32, N, 0, &st), *gb = bench_mk(ctx, L8_F32, N, 0, &st),
+              *x = bench_mk(ctx, L8_BF16, T, K, &st), *y = bench_mk(ctx, L8_BF16, T, N, &st),
+              *dy = bench_mk(ctx, L8_BF16, T, N, &st), *dx = bench_mk(ctx, L8_BF16, T, K, &st);
+    if (st == L8_OK) st = bench_fill(ctx, w, 0.02f, 1);
+    if (st == L8_OK) st = bench_fill(ctx, b, 0.02f, 2);
+    if (st == L8_OK) st = bench_fill(ctx, x, 1.0f, 3);
+    if (st == L8_OK) st = bench_fill(ctx, dy, 0.01f, 4);
     if (st == L8_OK && fp8) st = l8_recipe_create(ctx, NULL, &rec);
     l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
     lc.name = "bench";

@@ -66,38 +66,6 @@ static void hook_release(void *arg, l8_tensor *t, const char *name)
     if (n->active) l8_offload_release(n->active, t, name);
 }
 
-static l8_tensor *mk(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status *st)
-{
-    int64_t sh[2] = { a, b };
-    l8_tensor *t = NULL;
-    if (*st == L8_OK) *st = l8_tensor_empty(ctx, dt, b ? 2 : 1, sh, &t);
-    return t;
-}
-
-/* Small random values: an f32 upload converted to the tensor's dtype. */
-static l8_status fill(l8_ctx *ctx, l8_tensor *t, float amp, uint64_t seed)
-{
-    int64_t n = l8_tensor_numel(t), sh[1] = { n };
-    float *h = malloc(sizeof(float) * (size_t)n);
-    l8_tensor *f = NULL, *flat = NULL;
-    l8_status st = h ? L8_OK : L8_FAIL(L8_ERR_OOM, "bench: host buffer");
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
-    for (int64_t i = 0; st == L8_OK && i < n; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        h[i] = amp * ((float)(x >> 40) / 8388608.0f - 1.0f);
-    }
-    if (st == L8_OK) st = l8_tensor_empty(ctx, L8_F32, 1, sh, &f);
-    if (st == L8_OK) st = l8_tensor_copy_from_host(f, h, sizeof(float) * (size_t)n, NULL);
-    if (st == L8_OK) st = l8_tensor_reshape(t, 1, sh, &flat);
-    if (st == L8_OK) st = l8_tensor_dtype(t) == L8_F32 ? l8_tensor_copy(flat, f, NULL)
-                                                        : l8_convert(f, flat, NULL);
-    if (st == L8_OK) st = l8_ctx_synchronize(ctx);
-    l8_tensor_destroy(flat);
-    l8_tensor_destroy(f);
-    free(h);
-    return st;
-}
-
 static void net_free(net *n)
 {
     for (int i = 0; i < n->L; i++) {
@@ -125,10 +93,10 @@ static l8_status net_init(net *n, l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int 
     hk.release = hook_release;
     hk.arg = n;
     for (int i = 0; i < L && st == L8_OK; i++) {
-        n->w[i] = mk(ctx, L8_F32, H, H, &st); n->gw[i] = mk(ctx, L8_F32, H, H, &st);
-        n->b[i] = mk(ctx, L8_F32, H, 0, &st); n->gb[i] = mk(ctx, L8_F32, H, 0, &st);
-        if (st == L8_OK) st = fill(ctx, n->w[i], 0.02f, 10 + (uint64_t)i);
-        if (st == L8_OK) st = fill(ctx, n->b[i], 0.02f, 30 + (uint64_t)i);
+        n->w[i] = bench_mk(ctx, L8_F32, H, H, &st); n->gw[i] = bench_mk(ctx, L8_F32, H, H, &st);
+        n->b[i] = bench_mk(ctx, L8_F32, H, 0, &st); n->gb[i] = bench_mk(ctx, L8_F32, H, 0, &st);
+        if (st == L8_OK) st = bench_fill(ctx, n->w[i], 0.02f, 10 + (uint64_t)i);
+        if (st == L8_OK) st = bench_fill(ctx, n->b[i], 0.02f, 30 + (uint64_t)i);
         char name[16];
         snprintf(name, sizeof name, "fc%d", i);
         l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
@@ -140,10 +108,10 @@ static l8_status net_init(net *n, l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int 
         lc.save_hooks = &hk;
         if (st == L8_OK) st = l8_linear_create(ctx, &lc, &n->lin[i]);
     }
-    n->x = mk(ctx, L8_BF16, T, H, &st);
-    n->g = mk(ctx, L8_BF16, T, H, &st);
-    if (st == L8_OK) st = fill(ctx, n->x, 1.0f, 1);
-    if (st == L8_OK) st = fill(ctx, n->g, 0.01f, 2);
+    n->x = bench_mk(ctx, L8_BF16, T, H, &st);
+    n->g = bench_mk(ctx, L8_BF16, T, H, &st);
+    if (st == L8_OK) st = bench_fill(ctx, n->x, 1.0f, 1);
+    if (st == L8_OK) st = bench_fill(ctx, n->g, 0.01f, 2);
     return st;
 }
 
@@ -164,10 +132,10 @@ static l8_status net_step(net *n, int use_off)
         int on = off && i < n->L - n->keep;
         L8_TRY(st, l8_linear_begin_step(n->lin[i]), out);
         if (off) L8_TRY(st, l8_offload_forward_layer(off, i, on), out);
-        pre[i] = mk(n->ctx, L8_BF16, n->T, n->H, &st);
+        pre[i] = bench_mk(n->ctx, L8_BF16, n->T, n->H, &st);
         if (st == L8_OK) st = l8_linear_forward(n->lin[i], act, pre[i], &saved[i], n->s);
         l8_tensor_destroy(act);
-        act = mk(n->ctx, L8_BF16, n->T, n->H, &st);
+        act = bench_mk(n->ctx, L8_BF16, n->T, n->H, &st);
         if (st == L8_OK) st = l8_gelu(pre[i], act, n->s);
         if (st == L8_OK && on) st = l8_offload_save(off, pre[i], "gelu.x", n->s);
         if (st != L8_OK) goto out;
@@ -178,14 +146,14 @@ static l8_status net_step(net *n, int use_off)
     for (int i = n->L - 1; i >= 0; i--) {
         if (off) L8_TRY(st, l8_offload_backward_layer(off, i), out);
         if (gsaved[i]) L8_TRY(st, l8_offload_restore(off, pre[i], "gelu.x", n->s), out);
-        l8_tensor *d = dy ? dy : mk(n->ctx, L8_BF16, n->T, n->H, &st);
+        l8_tensor *d = dy ? dy : bench_mk(n->ctx, L8_BF16, n->T, n->H, &st);
         if (st == L8_OK) st = l8_gelu_backward(pre[i], dy ? dy : n->g, d, n->s);
         dy = d;
         if (gsaved[i]) l8_offload_release(off, pre[i], "gelu.x");
         gsaved[i] = 0;
         l8_tensor_destroy(pre[i]);
         pre[i] = NULL;
-        l8_tensor *dx = i > 0 ? mk(n->ctx, L8_BF16, n->T, n->H, &st) : NULL;
+        l8_tensor *dx = i > 0 ? bench_mk(n->ctx, L8_BF16, n->T, n->H, &st) : NULL;
         if (st == L8_OK) st = l8_linear_backward(n->lin[i], &saved[i], dy, dx, n->s);
         l8_tensor_destroy(dy);
         dy = dx;

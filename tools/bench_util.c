@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 #include "tools/bench.h"
+#include "ops/elementwise.h"
 
 double bench_now_ns(void)
 {
@@ -83,4 +84,35 @@ int bench_parse(int argc, char **argv, bench_opts *o)
         else { fprintf(stderr, "lean8-bench: unknown option %s\n", a); return -1; }
     }
     return 0;
+}
+
+l8_tensor *bench_mk(l8_ctx *ctx, l8_dtype dt, int64_t rows, int64_t cols, l8_status *st)
+{
+    int64_t sh[2] = { rows, cols };
+    l8_tensor *t = NULL;
+    if (*st == L8_OK) *st = l8_tensor_empty(ctx, dt, cols ? 2 : 1, sh, &t);
+    return t;
+}
+
+l8_status bench_fill(l8_ctx *ctx, l8_tensor *t, float amp, uint64_t seed)
+{
+    int64_t n = l8_tensor_numel(t), sh[1] = { n };
+    float *h = malloc(sizeof(float) * (size_t)n);
+    l8_tensor *f = NULL, *flat = NULL;
+    l8_status st = h ? L8_OK : L8_FAIL(L8_ERR_OOM, "bench: host buffer");
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
+    for (int64_t i = 0; st == L8_OK && i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        h[i] = amp * ((float)(x >> 40) / 8388608.0f - 1.0f);
+    }
+    if (st == L8_OK) st = l8_tensor_empty(ctx, L8_F32, 1, sh, &f);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(f, h, sizeof(float) * (size_t)n, NULL);
+    if (st == L8_OK) st = l8_tensor_reshape(t, 1, sh, &flat);
+    if (st == L8_OK) st = l8_tensor_dtype(t) == L8_F32 ? l8_tensor_copy(flat, f, NULL)
+                                                        : l8_convert(f, flat, NULL);
+    if (st == L8_OK) st = l8_ctx_synchronize(ctx);
+    l8_tensor_destroy(flat);
+    l8_tensor_destroy(f);
+    free(h);
+    return st;
 }
