@@ -173,6 +173,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-comm
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-trace
+	$(Q)$(MAKE) --no-print-directory test-bench
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 
@@ -253,6 +254,12 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 	        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
 	        $(BUILD)/bin/lean8-tests --tags host; \
 	else echo "  VALGRIND skipped: valgrind not found"; fi
+
+# lean8-bench without a GPU: `make bench` as documented, --json only where
+# asked, bad input (tests/bench.sh; L8_DEVICE=host there).
+.PHONY: test-bench
+test-bench: $(BUILD)/bin/lean8-bench
+	$(Q)timeout -k 10 900 tests/bench.sh $(BUILD)
 
 test-gpu: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1800 $(BUILD)/bin/lean8-tests --tags gpu

@@ -1,7 +1,7 @@
 /* bench.h - shared pieces of lean8-bench: timing, medians, the JSON report.
  *
  * Every subcommand prints a table and writes the same numbers as JSON
- * (--json PATH; default bench-<name>.json in the current directory). Ratios
+ * when asked (--json PATH; nothing is written without it). Ratios
  * are measured in the same run, never against remembered numbers.
  */
 #ifndef L8_BENCH_H

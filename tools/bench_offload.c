@@ -276,7 +276,7 @@ int bench_offload(const bench_opts *o)
     int L = gpu ? 8 : 4, reps = gpu ? (o->quick ? 3 : 7) : 2, iters = gpu ? 3 : 1;
     int64_t T = gpu ? 16384 : 128, H = gpu ? 4096 : 256;
     bench_json j = {0};
-    int rc = bench_json_open(&j, o->json ? o->json : "bench-offload.json", "offload",
+    int rc = bench_json_open(&j, o->json, "offload",
                              l8_ctx_device_name(ctx));
     printf("== offload: %d x (Linear(%lld, %lld) + GELU), %lld tokens, %s%s\n", L, (long long)H,
            (long long)H, (long long)T, l8_ctx_device_name(ctx),

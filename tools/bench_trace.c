@@ -198,7 +198,7 @@ int bench_trace(const bench_opts *o)
     const char *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
     bench_json j = {0};
-    if (bench_json_open(&j, o->json ? o->json : "bench-trace.json", "trace", "host")) return 1;
+    if (bench_json_open(&j, o->json, "trace", "host")) return 1;
     printf("lean8-bench trace (files in %s)\n", dir);
     int rc = overhead(dir, o->quick, &j);
     if (rc == 0) rc = tools(dir, o->quick, &j);

@@ -1,0 +1,64 @@
+#!/bin/bash
+# bench.sh - lean8-bench's contract on a machine without a GPU (make test
+# runs it, with L8_DEVICE=host so a GPU machine checks the same thing):
+#   1. `make bench`, exactly as README.md documents it, exits 0, prints one
+#      "skipped" line per GPU-only benchmark and writes no file in the tree;
+#   2. every subcommand (--quick) exits 0 and writes nothing in the current
+#      directory without --json; with --json PATH it writes PATH as a JSON
+#      object naming the benchmark (or nothing, when it was skipped);
+#   3. bad input: an unknown benchmark, an unknown flag and an unwritable
+#      --json path exit non-zero with a message.
+# Usage: tests/bench.sh BUILD_DIR (run from the repository root)
+set -u
+build=$(cd "$1" && pwd)
+bench=$build/bin/lean8-bench
+root=$(pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export L8_DEVICE=host
+pass=0 fail=0
+ok()  { pass=$((pass + 1)); echo "  ok    $1"; }
+bad() { fail=$((fail + 1)); echo "  FAIL  $1"; }
+
+# ---- 1. make bench, as documented ----
+before=$(cd "$root" && git status --porcelain --ignored 2>/dev/null | grep -v '^!! build/' | sort)
+(cd "$root" && timeout 600 make bench) > "$tmp/make.txt" 2>&1; rc=$?
+after=$(cd "$root" && git status --porcelain --ignored 2>/dev/null | grep -v '^!! build/' | sort)
+if [ $rc = 0 ]; then ok "make bench: exit 0 without a GPU"
+else bad "make bench: rc $rc"; tail -5 "$tmp/make.txt"; fi
+n=$(grep -c "skipped: needs a CUDA device" "$tmp/make.txt")
+if [ "$n" = 2 ]; then ok "make bench: cast and gemm say skipped in one line each"
+else bad "make bench: $n 'skipped' lines (want 2: cast, gemm)"; cat "$tmp/make.txt"; fi
+if [ "$before" = "$after" ]; then ok "make bench: no file written in the tree"
+else bad "make bench wrote into the tree"; diff <(echo "$before") <(echo "$after"); fi
+
+# ---- 2. each subcommand: nothing without --json, a JSON object with it ----
+for b in alloc cast gemm linear offload comm ddp trace; do
+    d=$tmp/run-$b
+    mkdir -p "$d"
+    (cd "$d" && timeout 300 "$bench" "$b" --quick) > "$tmp/$b.txt" 2>&1; rc=$?
+    left=$(ls -A "$d")
+    if [ $rc = 0 ] && [ -z "$left" ]; then ok "$b: exit 0, nothing written without --json"
+    else bad "$b: rc $rc, left in cwd: '$left'"; tail -3 "$tmp/$b.txt"; fi
+    (cd "$d" && timeout 300 "$bench" "$b" --quick --json "$tmp/$b.json") > /dev/null 2>&1; rc=$?
+    if [ $rc != 0 ]; then bad "$b --json: rc $rc"
+    elif [ ! -e "$tmp/$b.json" ] && grep -q "skipped" "$tmp/$b.txt"; then
+        ok "$b --json: skipped, no file"
+    elif python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(j.get("bench") != sys.argv[2])' \
+            "$tmp/$b.json" "$b"; then ok "$b --json: a JSON object naming \"$b\""
+    else bad "$b --json: not a JSON object naming the benchmark"; head -c 300 "$tmp/$b.json"; fi
+done
+
+# ---- 3. bad input ----
+"$bench" nosuch > "$tmp/o.txt" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -qi "usage\|unknown" "$tmp/o.txt"; then ok "unknown benchmark: rc $rc with usage"
+else bad "unknown benchmark: rc $rc"; cat "$tmp/o.txt"; fi
+"$bench" alloc --bogus > "$tmp/o.txt" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q -- "--bogus" "$tmp/o.txt"; then ok "unknown flag: rc $rc naming it"
+else bad "unknown flag: rc $rc"; cat "$tmp/o.txt"; fi
+"$bench" alloc --quick --json "$tmp/missing/dir/x.json" > "$tmp/o.txt" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "missing/dir/x.json" "$tmp/o.txt"; then ok "unwritable --json: rc $rc naming the path"
+else bad "unwritable --json: rc $rc"; cat "$tmp/o.txt"; fi
+
+echo "bench: $pass passed, $fail failed"
+[ $fail = 0 ]
