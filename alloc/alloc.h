@@ -196,7 +196,8 @@ L8_NODISCARD l8_status l8_alloc_block_info(l8_alloc *a, const void *ptr, size_t 
  * waited: then no segment is freed). */
 L8_NODISCARD l8_status l8_alloc_empty_cache(l8_alloc *a);
 
-/* Statistics; stats->size must be set by the caller. */
+/* Statistics; the caller sets stats->size (the stats rule of docs/api.md).
+ * Errors: L8_ERR_INVALID_ARG (NULL, a size covering no field). */
 L8_NODISCARD l8_status l8_alloc_get_stats(l8_alloc *a, l8_alloc_stats *stats);
 void l8_alloc_reset_peaks(l8_alloc *a);
 

@@ -1264,14 +1264,10 @@ l8_status l8_alloc_get_stats(l8_alloc *a, l8_alloc_stats *stats)
 {
     L8_ARG(a != NULL);
     L8_ARG(stats != NULL);
-    L8_ARG(stats->size >= sizeof(size_t) && stats->size <= sizeof *stats);
-    size_t n = stats->size;
     pthread_mutex_lock(&a->mu);
     l8_alloc_stats s = a->st;
     pthread_mutex_unlock(&a->mu);
-    s.size = n;
-    memcpy(stats, &s, n);
-    return L8_OK;
+    return l8i_stats_out(stats, &s, sizeof s, "l8_alloc_get_stats");
 }
 
 void l8_alloc_reset_peaks(l8_alloc *a)

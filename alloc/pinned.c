@@ -633,13 +633,9 @@ l8_status l8_pinned_empty_cache(l8_pinned *p)
 
 l8_status l8_pinned_get_stats(l8_pinned *p, l8_pinned_stats *stats)
 {
-    L8_ARG(p != NULL && stats != NULL && stats->size > sizeof stats->size);
-    /* A caller built against an older, shorter struct gets its prefix. */
-    size_t n = stats->size < sizeof *stats ? stats->size : sizeof *stats;
+    L8_ARG(p != NULL && stats != NULL);
     pthread_mutex_lock(&p->mu);
     l8_pinned_stats copy = p->st;
     pthread_mutex_unlock(&p->mu);
-    copy.size = n;
-    memcpy(stats, &copy, n);
-    return L8_OK;
+    return l8i_stats_out(stats, &copy, sizeof copy, "l8_pinned_get_stats");
 }

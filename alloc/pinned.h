@@ -60,6 +60,8 @@ L8_NODISCARD l8_status l8_pinned_record_stream(l8_pinned *p, void *ptr, l8_strea
 size_t l8_pinned_class_size(size_t bytes);
 /* Waits for pending events, then frees every cached block. */
 L8_NODISCARD l8_status l8_pinned_empty_cache(l8_pinned *p);
+/* Statistics (the stats rule of docs/api.md). Errors: L8_ERR_INVALID_ARG
+ * (NULL, a size covering no field). */
 L8_NODISCARD l8_status l8_pinned_get_stats(l8_pinned *p, l8_pinned_stats *stats);
 
 /* CUDA graph capture (runtime/graph.c sets it around a capture): while on,

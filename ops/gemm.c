@@ -279,12 +279,11 @@ int l8_gemm_autotune_enabled(const l8_gemm_handle *h) { return h ? h->autotune :
 l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out)
 {
     L8_ARG(h != NULL && out != NULL);
-    L8_ARG(out->size >= sizeof(l8_gemm_stats));
     pthread_mutex_lock(&h->lock);
-    *out = h->stats;
+    l8_gemm_stats s = h->stats;
     pthread_mutex_unlock(&h->lock);
-    out->size = sizeof *out;
-    return L8_OK;
+    s.size = sizeof s;
+    return l8i_stats_out(out, &s, sizeof s, "l8_gemm_get_stats");
 }
 
 /* ---- validation ---- */

@@ -235,7 +235,8 @@ typedef struct l8_gemm_stats {
     uint64_t plan_cache_saves;    /* times the plan cache file was written */
 } l8_gemm_stats;
 
-/* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
+/* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering
+ * no field). */
 L8_NODISCARD l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out);
 
 /* The handle's autotune mode for new plans: 0 off, 1, or 2 (see

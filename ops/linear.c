@@ -384,10 +384,7 @@ l8_status l8_linear_begin_step(l8_linear *l)
 l8_status l8_linear_get_stats(const l8_linear *l, l8_linear_stats *out)
 {
     L8_ARG(l != NULL && out != NULL);
-    L8_ARG(out->size >= sizeof(l8_linear_stats));
-    *out = l->stats;
-    out->size = sizeof *out;
-    return L8_OK;
+    return l8i_stats_out(out, &l->stats, sizeof l->stats, "l8_linear_get_stats");
 }
 
 int64_t l8_linear_in_features(const l8_linear *l) { return l ? l->K : 0; }

@@ -249,7 +249,8 @@ typedef struct l8_linear_stats {
     int64_t micro_batch;          /* backwards since the last begin_step */
 } l8_linear_stats;
 
-/* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
+/* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering
+ * no field). */
 L8_NODISCARD l8_status l8_linear_get_stats(const l8_linear *l, l8_linear_stats *out);
 
 int64_t l8_linear_in_features(const l8_linear *l);    /* K; 0 for NULL */

@@ -13,6 +13,16 @@
  *     left at zero asks for nothing this library cannot do), refused
  *     otherwise, naming the first non-zero byte.
  */
+/* Statistics structs go the other way (the library fills the caller's
+ * struct), under one rule too:
+ *   - the caller's size must cover the size field and at least one byte of
+ *     the fields after it;
+ *   - a shorter struct (older headers) gets the prefix it has room for;
+ *   - a longer one (newer headers) gets every field this library knows and
+ *     zeros in the rest;
+ *   - its size becomes the number of bytes the library filled with values
+ *     (the smaller of the two sizes).
+ */
 #ifndef L8_RUNTIME_CONFIG_INTERNAL_H
 #define L8_RUNTIME_CONFIG_INTERNAL_H
 
@@ -25,6 +35,11 @@
  * `init`. dst is unchanged on failure. */
 l8_status l8i_config_copy(void *dst, size_t dst_size, const void *src, const char *fn,
                           const char *init);
+
+/* Fill the caller's stats struct `out` (its first size_t is its size) from
+ * the library's `src` (src_size bytes) by the statistics rule above. L8_OK,
+ * or L8_ERR_INVALID_ARG "<fn>: stats->size N ..."; out is unchanged then. */
+l8_status l8i_stats_out(void *out, const void *src, size_t src_size, const char *fn);
 
 /* c (a config struct holding the defaults) becomes *cfg by the rule above
  * when cfg is not NULL; returns the failing status from the caller. */

@@ -371,9 +371,8 @@ l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s)
 
 l8_status l8_ddp_get_stats(const l8_ddp *d, l8_ddp_stats *out)
 {
-    L8_ARG(d != NULL && out != NULL && out->size >= sizeof *out);
-    *out = d->st;
-    return L8_OK;
+    L8_ARG(d != NULL && out != NULL);
+    return l8i_stats_out(out, &d->st, sizeof d->st, "l8_ddp_get_stats");
 }
 
 l8_status l8_ddp_bucket(const l8_ddp *d, int b, int64_t *first, int64_t *n)

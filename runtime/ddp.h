@@ -150,6 +150,8 @@ typedef struct l8_ddp_stats {
     int launched_at_finish;       /* last step: buckets launched by finish */
     int zeroed;                   /* last step: parameters zeroed for not reporting */
 } l8_ddp_stats;
+/* The last step's counters (the stats rule of docs/api.md).
+ * Errors: L8_ERR_INVALID_ARG (NULL, a size covering no field). */
 L8_NODISCARD l8_status l8_ddp_get_stats(const l8_ddp *d, l8_ddp_stats *out);
 
 /* Bucket b's range in the grad buffer: elements [*first, *first + *n).

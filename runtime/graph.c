@@ -254,9 +254,7 @@ l8_status l8_graph_launch(l8_graph *g)
 l8_status l8_graph_get_stats(const l8_graph *g, l8_graph_stats *out)
 {
     L8_ARG(g != NULL && out != NULL);
-    L8_ARG(out->size >= sizeof(l8_graph_stats));
-    *out = g->st;
-    return L8_OK;
+    return l8i_stats_out(out, &g->st, sizeof g->st, "l8_graph_get_stats");
 }
 
 void l8_graph_destroy(l8_graph *g)

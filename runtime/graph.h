@@ -116,7 +116,8 @@ typedef struct l8_graph_stats {
     uint64_t reinstantiations;    /* later captures that needed a new one */
     uint64_t warmups;             /* successful l8_graph_warmup calls */
 } l8_graph_stats;
-/* Errors: L8_ERR_INVALID_ARG (NULL, size too small). */
+/* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering
+ * no field). */
 L8_NODISCARD l8_status l8_graph_get_stats(const l8_graph *g, l8_graph_stats *out);
 
 /* Wait for g's stream (its last launch), free the executable and the graph,

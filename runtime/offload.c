@@ -688,12 +688,9 @@ l8_offload_state l8_offload_state_of(l8_offload *off, const l8_storage *st)
 
 l8_status l8_offload_get_stats(l8_offload *off, l8_offload_stats *stats)
 {
-    L8_ARG(off != NULL && stats != NULL && stats->size > sizeof stats->size);
-    size_t n = stats->size < sizeof *stats ? stats->size : sizeof *stats;
+    L8_ARG(off != NULL && stats != NULL);
     pthread_mutex_lock(&off->mu);
     l8_offload_stats copy = off->st;
     pthread_mutex_unlock(&off->mu);
-    copy.size = n;
-    memcpy(stats, &copy, n);
-    return L8_OK;
+    return l8i_stats_out(stats, &copy, sizeof copy, "l8_offload_get_stats");
 }

@@ -187,7 +187,8 @@ l8_offload_state l8_offload_state_of(l8_offload *off, const l8_storage *st);
 const char *l8_offload_state_name(l8_offload_state s);
 
 /* Counters since create (and the current entries / bytes).
- * Errors: L8_ERR_INVALID_ARG (NULL, stats->size too small). */
+ * The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering
+ * no field). */
 L8_NODISCARD l8_status l8_offload_get_stats(l8_offload *off, l8_offload_stats *stats);
 
 #ifdef __cplusplus

@@ -136,6 +136,21 @@ l8_status l8i_config_copy(void *dst, size_t dst_size, const void *src, const cha
     return L8_OK;
 }
 
+/* The statistics rule of config_internal.h. */
+l8_status l8i_stats_out(void *out, const void *src, size_t src_size, const char *fn)
+{
+    size_t n;
+    memcpy(&n, out, sizeof n);
+    if (n <= sizeof(size_t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: stats->size %zu covers no field (set it to"
+                       " sizeof the struct)", fn, n);
+    size_t m = n < src_size ? n : src_size;
+    memcpy(out, src, m);
+    if (n > src_size) memset((unsigned char *)out + src_size, 0, n - src_size);
+    memcpy(out, &m, sizeof m);
+    return L8_OK;
+}
+
 #ifndef L8_VERSION
 #define L8_VERSION "unknown"
 #endif

@@ -116,6 +116,76 @@ START_TEST(test_linear_config_older)
 }
 END_TEST
 
+/* The stats rule: an older caller's shorter struct gets its prefix and
+ * nothing past it is written; a newer caller's longer struct gets zeros past
+ * this library's fields; size says how much was filled; a size covering no
+ * field is refused. One getter of each shape: locked (alloc, GEMM), plain
+ * (Linear). */
+START_TEST(test_stats_older_and_newer)
+{
+    _Alignas(16) unsigned char buf[512];
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    l8_alloc *a = l8_ctx_allocator(ctx);
+    void *p = NULL;
+    L8_CK(l8_alloc_malloc(a, 4096, 0, &p));
+    l8_alloc_stats full = { .size = sizeof full };
+    L8_CK(l8_alloc_get_stats(a, &full));
+    ck_assert_uint_eq(full.size, sizeof full);
+    ck_assert_uint_gt(full.allocated_bytes, 0);
+    size_t cut = offsetof(l8_alloc_stats, allocated_bytes) + sizeof full.allocated_bytes;
+    l8_alloc_stats tmp = { .size = cut };
+    older(buf, sizeof buf, &tmp, cut);
+    L8_CK(l8_alloc_get_stats(a, (l8_alloc_stats *)buf));
+    ck_assert_uint_eq(((l8_alloc_stats *)buf)->size, cut);
+    ck_assert_uint_eq(((l8_alloc_stats *)buf)->allocated_bytes, full.allocated_bytes);
+    for (size_t i = cut; i < sizeof buf; i++) ck_assert_uint_eq(buf[i], GARBAGE);
+
+    struct { l8_alloc_stats s; uint64_t future[2]; } newer;
+    memset(&newer, GARBAGE, sizeof newer);
+    newer.s.size = sizeof newer;
+    L8_CK(l8_alloc_get_stats(a, &newer.s));
+    ck_assert_uint_eq(newer.s.size, sizeof newer.s);
+    ck_assert_uint_eq(newer.s.allocated_bytes, full.allocated_bytes);
+    ck_assert(newer.future[0] == 0 && newer.future[1] == 0);
+    L8_CK(l8_alloc_free(a, p));
+
+    l8_gemm_handle *h = NULL;
+    L8_CK(l8_gemm_handle_create(ctx, NULL, &h));
+    l8_gemm_stats gs;
+    memset(&gs, GARBAGE, sizeof gs);
+    gs.size = sizeof(size_t) + 1;                            /* one byte of a field */
+    L8_CK(l8_gemm_get_stats(h, &gs));
+    ck_assert_uint_eq(gs.size, sizeof(size_t) + 1);
+    gs.size = sizeof(size_t);                                /* no field at all */
+    L8_CK_ST(l8_gemm_get_stats(h, &gs), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "l8_gemm_get_stats: stats->size 8"));
+
+    int64_t shape[2] = { 8, 16 };
+    l8_tensor *w = NULL, *wg = NULL;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &w));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &wg));
+    l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
+    lc.mode = L8_LINEAR_BF16;
+    lc.gemm = h;
+    lc.weight = w;
+    lc.weight_grad = wg;
+    l8_linear *l = NULL;
+    L8_CK(l8_linear_create(ctx, &lc, &l));
+    l8_linear_stats ls = { .size = sizeof ls };
+    L8_CK(l8_linear_get_stats(l, &ls));
+    ck_assert_uint_eq(ls.size, sizeof ls);
+    l8_linear_stats lo = { .size = sizeof(size_t) + sizeof(uint64_t) };   /* its first field */
+    L8_CK(l8_linear_get_stats(l, older(buf, sizeof buf, &lo, lo.size)));
+    ck_assert_uint_eq(((l8_linear_stats *)buf)->size, sizeof(size_t) + sizeof(uint64_t));
+    for (size_t i = lo.size; i < sizeof buf; i++) ck_assert_uint_eq(buf[i], GARBAGE);
+    l8_linear_destroy(l);
+    l8_tensor_destroy(w);
+    l8_tensor_destroy(wg);
+    l8_gemm_handle_destroy(h);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 /* The l8_*_config_init() functions give the _INIT macros' values (field by
  * field: padding bytes are not part of the value), over garbage. */
 #define INIT_FN(type, fn, f) type f; memset(&f, GARBAGE, sizeof f); fn(&f); fn(NULL); \
@@ -186,6 +256,7 @@ Suite *l8_abi_suite(void)
     tcase_add_test(tc, test_ctx_config_older_and_newer);
     tcase_add_test(tc, test_alloc_trace_gemm_older);
     tcase_add_test(tc, test_linear_config_older);
+    tcase_add_test(tc, test_stats_older_and_newer);
     tcase_add_test(tc, test_config_init_functions);
     tcase_add_test(tc, test_ctx_destroy_with_live_tensor);
     suite_add_tcase(s, tc);
