@@ -1162,7 +1162,12 @@ START_TEST(test_gpu_cast_transpose)
                                   { 4096, 4096 },
                                   /* rows % 8 != 0 with vector row loads: transposed rows
                                    * at every address % 4 (the P2_WORDS stores) */
-                                  { 1003, 520 }, { 258, 1024 } };
+                                  { 1003, 520 }, { 258, 1024 },
+                                  /* full 128-row tiles with rows % 16 != 0: the shifted
+                                   * 16-B stores (P2_SHIFT) at every address % 16, next to
+                                   * edge tiles; columns % 16 == 8 and odd */
+                                  { 257, 136 }, { 259, 384 }, { 264, 257 }, { 269, 200 },
+                                  { 271, 1000 }, { 385, 131 }, { 1031, 1000 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
@@ -1223,9 +1228,14 @@ START_TEST(test_gpu_dequantize_transpose)
                     free(o[0]);
                     free(o[1]);
                 }
+    /* the loads: 16 B (cols % 16 == 0), 2 x 8 B (cols % 8 == 0), aligned words
+     * funnel-shifted (any cols; 258 and 261 put full tiles next to the limit of
+     * 3 bytes past a tile row), predicated bytes (edges); the stores: 16 B,
+     * P2_SHIFT (full tiles, rows % 16 != 0), 8 B, words and bytes (edge tiles) */
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
                                   { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
-                                  { 258, 1024 } };
+                                  { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
+                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         size_t n = (size_t)(R * C);
@@ -1247,6 +1257,47 @@ START_TEST(test_gpu_dequantize_transpose)
         free(y[0]);
         free(y[1]);
     }
+    /* views at byte offsets: unaligned input bases (the word loads shifted from
+     * the first row on, or off) and output bases (no VEC_T16: every tile with
+     * 128 rows through P2_SHIFT), with 32 guard bytes on both sides of the
+     * output that must keep their poison */
+    const int64_t oshapes[][2] = { { 257, 136 }, { 384, 261 }, { 256, 1000 }, { 1031, 263 } };
+    const int64_t offs[] = { 1, 3, 4, 8 };
+    for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
+        for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++) {
+            int64_t R = oshapes[k][0], C = oshapes[k][1], n = R * C, nb = n + 64 + offs[o];
+            int64_t dims[2] = { R, C }, tdims[2] = { C, R };
+            uint8_t *x = xmalloc((size_t)n), *y[2] = { xmalloc((size_t)nb), xmalloc((size_t)nb) };
+            for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(&r);
+            for (int side = 0; side < 2; side++) {
+                l8_ctx *ctx = side ? h : g;
+                l8_storage *sa = NULL, *sb = NULL;
+                l8_tensor *a = NULL, *b = NULL, *whole = NULL;
+                L8_CK(l8_storage_create(ctx, (size_t)(n + 16), NULL, &sa));
+                L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &sb));
+                L8_CK(l8_tensor_from_storage(sa, (size_t)offs[o], L8_E4M3, 2, dims, NULL, &a));
+                L8_CK(l8_tensor_from_storage(sb, (size_t)(32 + offs[o]), L8_E4M3, 2, tdims, NULL, &b));
+                L8_CK(l8_tensor_from_storage(sb, 0, L8_E4M3, 1, &nb, NULL, &whole));
+                l8_storage_release(sa);
+                l8_storage_release(sb);
+                put(a, x);
+                poison(whole, 0x3c);
+                L8_CK(l8_fp8_transpose(a, b, NULL));
+                get(whole, y[side]);
+                l8_tensor_destroy(a);
+                l8_tensor_destroy(b);
+                l8_tensor_destroy(whole);
+            }
+            int64_t i = 0;
+            while (i < nb && y[0][i] == y[1][i]) i++;
+            ck_assert_msg(i == nb, "transpose [%lld x %lld] at offset %lld: byte %lld of the output"
+                          " storage (the view starts at %lld): gpu 0x%02x host 0x%02x", (long long)R,
+                          (long long)C, (long long)offs[o], (long long)i, (long long)(32 + offs[o]),
+                          y[0][i], y[1][i]);
+            free(x);
+            free(y[0]);
+            free(y[1]);
+        }
     done_ctx(h);
     done_ctx(g);
 }

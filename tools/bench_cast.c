@@ -8,7 +8,8 @@
  *   cast_t_db   cast_t + dbias [C] (column sums)             (e+2, + dbias)
  *   dequant     fp8 [R,C] -> bf16 [R,C]                      (1+2)
  *   transpose   fp8 [R,C] -> fp8 [C,R]                       (1+1)
- * on bf16 and f32 inputs, 8192x8192 and 16384x4096 (plus an odd tail shape).
+ * on bf16 and f32 inputs, 8192x8192 and 16384x4096, and tail shapes (rows or
+ * columns not a multiple of 16: 8191x8200, 8200x8192, 8192x8200, 8191x8191).
  * Each: warm-up, then `reps` blocks of `iters` launches timed with events;
  * median block. JSON keys: <op>_<dtype>_<R>x<C>_tbps and _ratio (to the copy).
  * tools/bench_torch_cast.py runs the same ops in PyTorch (eager and
@@ -20,7 +21,9 @@
 #include "ops/cast.h"
 
 typedef struct shape { int64_t r, c; } shape;
-static const shape k_shapes[] = { { 8192, 8192 }, { 16384, 4096 }, { 8191, 8200 } };
+/* aligned, then tails: rows odd, rows % 16 == 8, columns % 16 == 8, both odd */
+static const shape k_shapes[] = { { 8192, 8192 }, { 16384, 4096 }, { 8191, 8200 },
+                                  { 8200, 8192 }, { 8192, 8200 }, { 8191, 8191 } };
 #define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
 
 enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, NOPS };
@@ -211,7 +214,8 @@ int bench_cast(const bench_opts *o)
             }
             free_bufs(&b);
         }
-    if (cuda) printf("  targets: cast_t bf16 8192x8192 >= 0.85 x copy; cast >= 0.90 x copy\n");
+    if (cuda) printf("  targets: cast_t bf16 8192x8192 >= 0.85 x copy; cast >= 0.90 x copy;\n"
+                     "           tails (rows or columns %% 16 != 0): cast_t, cast_t_db, transpose >= 0.75\n");
     bench_json_close(&j);
     l8_fp8_meta_release(meta);
     l8_ctx_destroy(ctx);

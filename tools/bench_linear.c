@@ -2,9 +2,15 @@
  * backward (fprop, dgrad, wgrad into f32 main_grad, bias) for 16384 tokens,
  * 4096 -> 4096 and 4096 -> 16384, in FP8 (HYBRID delayed scaling, with the
  * recipe update every step) and bf16; timed with CUDA events, median of
- * blocks. tools/bench_torch_linear.py times PyTorch's bf16 nn.Linear on the
- * same shapes in the same run; TARGETS.md wants FP8 >= 1.8x PyTorch bf16.
- * JSON keys: linear_<mode>_<T>x<K>x<N>_ms.
+ * blocks. Variants: eager (one call per op) and the step replayed from one
+ * CUDA graph; the default GEMM handle and an autotuned one (what the default
+ * handle does with a warm L8_GEMM_CACHE); the FP8 eager step also by stage
+ * (events between begin_step, forward, backward, recipe update under the
+ * same sustained load). tools/bench_torch_linear.py times PyTorch's bf16
+ * nn.Linear on the same shapes, eager and in a CUDA graph, in the same run.
+ * JSON keys: linear_<variant>_<T>x<K>x<N>_ms (variant fp8, fp8_graph,
+ * fp8_tuned, fp8_tuned_graph, bf16, bf16_graph, bf16_tuned_graph) and
+ * linear_fp8_stage_<stage>_<T>x<K>x<N>_ms.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +19,58 @@
 #include "ops/gemm.h"
 #include "ops/linear.h"
 #include "ops/recipe.h"
+#include "runtime/graph.h"
 
 static const int64_t k_shapes[][3] = { { 16384, 4096, 4096 }, { 16384, 4096, 16384 } };
 
-static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, const int64_t *shp, int reps, int iters)
+/* One training step of the layer: what each variant times. */
+typedef struct step_arg {
+    l8_linear *lin;
+    l8_recipe *rec;
+    l8_tensor *x, *y, *dy, *dx;
+    l8_event *ev[4];              /* stage marks (NULL: none): after begin_step, forward,
+                                     backward, recipe update */
+} step_arg;
+
+static l8_status one_step(void *arg, l8_stream *s)
+{
+    step_arg *a = arg;
+    l8_linear_ctx *saved = NULL;
+    l8_status st = l8_linear_begin_step(a->lin);
+    if (st == L8_OK && a->ev[0]) st = l8_event_record(a->ev[0], s);
+    if (st == L8_OK) st = l8_linear_forward(a->lin, a->x, a->y, &saved, s);
+    if (st == L8_OK && a->ev[1]) st = l8_event_record(a->ev[1], s);
+    if (st == L8_OK) st = l8_linear_backward(a->lin, &saved, a->dy, a->dx, s);
+    l8_linear_ctx_destroy(saved);
+    if (st == L8_OK && a->ev[2]) st = l8_event_record(a->ev[2], s);
+    if (st == L8_OK && a->rec) st = l8_recipe_update(a->rec, s);
+    if (st == L8_OK && a->ev[3]) st = l8_event_record(a->ev[3], s);
+    return st;
+}
+
+enum { STAGES = 4 };
+static const char *const k_stage_names[STAGES] = { "begin_step", "forward", "backward", "recipe" };
+
+/* The layer's step on one shape: median ms per step over reps blocks of
+ * iters steps, eager (graph 0) or replaying one CUDA graph of the step
+ * (graph 1). With stage_ms (eager only), also the mean ms of each stage
+ * under the same sustained load, from events between the stages. */
+static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int graph, const int64_t *shp,
+                        int reps, int iters, double *stage_ms)
 {
     int64_t T = shp[0], K = shp[1], N = shp[2];
     l8_status st = L8_OK;
     l8_recipe *rec = NULL;
     l8_linear *lin = NULL;
-    l8_event *e0 = NULL, *e1 = NULL;
+    l8_graph *g = NULL;
+    l8_event *e0 = NULL, *e1 = NULL, *marks[5][STAGES] = { { NULL } };
     l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     double *t = calloc((size_t)reps, sizeof *t), ms = -1;
     l8_tensor *w = bench_mk(ctx, L8_F32, N, K, &st), *gw = bench_mk(ctx, L8_F32, N, K, &st),
               *b = bench_mk(ctx, L8_F32, N, 0, &st), *gb = bench_mk(ctx, L8_F32, N, 0, &st),
               *x = bench_mk(ctx, L8_BF16, T, K, &st), *y = bench_mk(ctx, L8_BF16, T, N, &st),
               *dy = bench_mk(ctx, L8_BF16, T, N, &st), *dx = bench_mk(ctx, L8_BF16, T, K, &st);
+    if (!t && st == L8_OK) st = L8_FAIL(L8_ERR_OOM, "bench linear: times");
     if (st == L8_OK) st = bench_fill(ctx, w, 0.02f, 1);
     if (st == L8_OK) st = bench_fill(ctx, b, 0.02f, 2);
     if (st == L8_OK) st = bench_fill(ctx, x, 1.0f, 3);
@@ -47,26 +89,55 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, const int64_t 
     if (st == L8_OK) st = l8_linear_create(ctx, &lc, &lin);
     if (st == L8_OK) st = l8_event_create(ctx, 1, &e0);
     if (st == L8_OK) st = l8_event_create(ctx, 1, &e1);
-    /* one training step: new weights, forward, backward, scale update */
-    for (int r = -1; st == L8_OK && r < reps; r++) {
+    step_arg a = { lin, rec, x, y, dy, dx, { NULL } };
+    /* warm-up: plans (and their tuning), workspaces, kernels; then the graph */
+    for (int i = 0; st == L8_OK && i < 3; i++) st = one_step(&a, s);
+    if (st == L8_OK) st = l8_stream_synchronize(s);
+    if (st == L8_OK && graph) st = l8_graph_create(ctx, s, &g);
+    if (st == L8_OK && graph) st = l8_graph_warmup(g, one_step, &a);
+    if (st == L8_OK && graph) st = l8_graph_capture(g, one_step, &a);
+    for (int r = 0; st == L8_OK && r < reps; r++) {
         float el = 0;
-        if (r >= 0) st = l8_event_record(e0, s);
-        for (int i = 0; st == L8_OK && i < (r < 0 ? 3 : iters); i++) {
-            l8_linear_ctx *saved = NULL;
-            st = l8_linear_begin_step(lin);
-            if (st == L8_OK) st = l8_linear_forward(lin, x, y, &saved, s);
-            if (st == L8_OK) st = l8_linear_backward(lin, &saved, dy, dx, s);
-            l8_linear_ctx_destroy(saved);
-            if (st == L8_OK && rec) st = l8_recipe_update(rec, s);
-        }
-        if (r < 0) { if (st == L8_OK) st = l8_stream_synchronize(s); continue; }
+        st = l8_event_record(e0, s);
+        for (int i = 0; st == L8_OK && i < iters; i++) st = graph ? l8_graph_launch(g) : one_step(&a, s);
         if (st == L8_OK) st = l8_event_record(e1, s);
         if (st == L8_OK) st = l8_event_synchronize(e1);
         if (st == L8_OK) st = l8_event_elapsed_ms(e0, e1, &el);
         t[r] = el / iters;
     }
     if (st == L8_OK) ms = bench_median(t, (size_t)reps);
-    else fprintf(stderr, "linear %s: %s\n", fp8 ? "fp8" : "bf16", l8_last_error_string());
+    /* stages: blocks of 5 steps with events between the stages (eager) */
+    if (st == L8_OK && stage_ms && !graph) {
+        double sum[STAGES] = { 0 };
+        int n = 0;
+        for (int i = 0; st == L8_OK && i < 5; i++)
+            for (int k = 0; st == L8_OK && k < STAGES; k++) st = l8_event_create(ctx, 1, &marks[i][k]);
+        for (int r = 0; st == L8_OK && r < reps; r++) {
+            st = l8_event_record(e0, s);
+            for (int i = 0; st == L8_OK && i < 5; i++) {
+                memcpy(a.ev, marks[i], sizeof a.ev);
+                st = one_step(&a, s);
+            }
+            if (st == L8_OK) st = l8_event_synchronize(marks[4][STAGES - 1]);
+            for (int i = 0; st == L8_OK && i < 5; i++)
+                for (int k = 0; st == L8_OK && k < STAGES; k++) {
+                    float el = 0;
+                    l8_event *from = k ? marks[i][k - 1] : i ? marks[i - 1][STAGES - 1] : e0;
+                    st = l8_event_elapsed_ms(from, marks[i][k], &el);
+                    sum[k] += el;
+                }
+            n += 5;
+        }
+        memset(a.ev, 0, sizeof a.ev);
+        for (int k = 0; k < STAGES; k++) stage_ms[k] = n ? sum[k] / n : 0;
+    }
+    if (st != L8_OK) {
+        fprintf(stderr, "linear %s%s: %s\n", fp8 ? "fp8" : "bf16", graph ? " graph" : "", l8_last_error_string());
+        ms = -1;
+    }
+    l8_graph_destroy(g);
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < STAGES; k++) l8_event_destroy(marks[i][k]);
     l8_event_destroy(e0);
     l8_event_destroy(e1);
     l8_linear_destroy(lin);
@@ -76,6 +147,15 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, const int64_t 
     free(t);
     return ms;
 }
+
+/* The variants timed per shape, and their JSON key prefixes. */
+typedef struct variant { const char *key; int fp8, graph, tuned; } variant;
+static const variant k_variants[] = {
+    { "fp8", 1, 0, 0 },       { "fp8_graph", 1, 1, 0 },       { "fp8_tuned", 1, 0, 1 },
+    { "fp8_tuned_graph", 1, 1, 1 }, { "bf16", 0, 0, 0 },      { "bf16_graph", 0, 1, 0 },
+    { "bf16_tuned_graph", 0, 1, 1 },
+};
+#define NVARIANTS (sizeof k_variants / sizeof k_variants[0])
 
 int bench_linear(const bench_opts *o)
 {
@@ -94,26 +174,56 @@ int bench_linear(const bench_opts *o)
         l8_ctx_destroy(ctx);
         return 0;
     }
+    /* the tuned handle: autotune mode 1 (the heuristic's candidates timed, the
+     * winner kept per plan) - what the default handle does with a warm
+     * L8_GEMM_CACHE; no cache file is written here */
+    l8_gemm_config tc = L8_GEMM_CONFIG_INIT;
+    tc.autotune = 1;
+    tc.plan_cache = "";
+    l8_gemm_handle *th = NULL;
+    if (l8_gemm_handle_create(ctx, &tc, &th) != L8_OK) {
+        fprintf(stderr, "lean8-bench linear: tuned handle: %s\n", l8_last_error_string());
+        l8_gemm_handle_destroy(gh);
+        l8_ctx_destroy(ctx);
+        return 1;
+    }
     bench_json j = {0};
     int rc = bench_json_open(&j, o->json, "linear", l8_ctx_device_name(ctx));
     int reps = o->quick ? 5 : 15, iters = 5;
-    printf("== linear: forward + backward (fprop, dgrad, wgrad into f32 main_grad, bias), %s\n",
+    printf("== linear: forward + backward (fprop, dgrad, wgrad into f32 main_grad, bias), %s\n"
+           "   eager: one call per op; graph: the step replayed from one CUDA graph;\n"
+           "   tuned: GEMM plans autotuned (= the default handle with a warm L8_GEMM_CACHE)\n",
            l8_ctx_device_name(ctx));
-    printf("  %-22s %10s %10s %10s\n", "T x K -> N", "fp8 ms", "bf16 ms", "fp8/bf16");
     for (size_t i = 0; i < 2 && !rc; i++) {
-        double f = run_shape(ctx, gh, 1, k_shapes[i], reps, iters);
-        double b = run_shape(ctx, gh, 0, k_shapes[i], reps, iters);
-        if (f <= 0 || b <= 0) { rc = 1; break; }
-        char key[96];
-        printf("  %6lld x %5lld -> %5lld %10.3f %10.3f %10.2fx\n", (long long)k_shapes[i][0],
-               (long long)k_shapes[i][1], (long long)k_shapes[i][2], f, b, b / f);
-        snprintf(key, sizeof key, "linear_fp8_%lldx%lldx%lld_ms", (long long)k_shapes[i][0],
-                 (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
-        bench_json_num(&j, key, f);
-        snprintf(key, sizeof key, "linear_bf16_%lldx%lldx%lld_ms", (long long)k_shapes[i][0],
-                 (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
-        bench_json_num(&j, key, b);
+        double ms[NVARIANTS], stage[STAGES] = { 0 };
+        printf("  %lld x %lld -> %lld:\n", (long long)k_shapes[i][0], (long long)k_shapes[i][1],
+               (long long)k_shapes[i][2]);
+        for (size_t v = 0; v < NVARIANTS && !rc; v++) {
+            const variant *va = &k_variants[v];
+            ms[v] = run_shape(ctx, va->tuned ? th : gh, va->fp8, va->graph, k_shapes[i], reps, iters,
+                              v == 0 ? stage : NULL);
+            if (ms[v] <= 0) { rc = 1; break; }
+            char key[96];
+            snprintf(key, sizeof key, "linear_%s_%lldx%lldx%lld_ms", va->key, (long long)k_shapes[i][0],
+                     (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
+            bench_json_num(&j, key, ms[v]);
+            printf("    %-18s %9.3f ms", va->key, ms[v]);
+            printf("\n");
+        }
+        if (rc) break;
+        printf("    fp8 eager by stage (events between stages, same load):");
+        double tot = 0;
+        for (int k = 0; k < STAGES; k++) {
+            printf(" %s %.3f", k_stage_names[k], stage[k]);
+            tot += stage[k];
+            char key[96];
+            snprintf(key, sizeof key, "linear_fp8_stage_%s_%lldx%lldx%lld_ms", k_stage_names[k],
+                     (long long)k_shapes[i][0], (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
+            bench_json_num(&j, key, stage[k]);
+        }
+        printf(" (sum %.3f ms)\n", tot);
     }
+    l8_gemm_handle_destroy(th);
     bench_json_close(&j);
     l8_gemm_handle_destroy(gh);
     l8_ctx_destroy(ctx);

@@ -92,7 +92,8 @@ if want gemm; then
 fi
 if want linear; then
     step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
-    step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json"
+    step "torch linear" torch-linear.log python3 tools/bench_torch_linear.py "$OUT/bench-linear.json" \
+        "$OUT/bench-linear-torch.json"
 fi
 if want offload; then
     step "bench offload" bench-offload.log build/bin/lean8-bench offload --json "$OUT/bench-offload.json"
@@ -163,7 +164,8 @@ done
 [ -f "$OUT/torch-alloc.log" ] && tail -n 5 "$OUT/torch-alloc.log"
 for f in bench-cast torch-cast gemm-ratio bench-comm; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 for f in bench-offload torch-offload; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
-for f in train-sh bench-linear torch-linear train-fp8 train-bf16 train-512; do
+for f in bench-linear torch-linear; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
+for f in train-sh train-fp8 train-bf16 train-512; do
     [ -f "$OUT/$f.log" ] && tail -n 6 "$OUT/$f.log"
 done
 for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|img' "$OUT/$f.log" | tail -n 3; done
