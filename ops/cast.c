@@ -40,7 +40,7 @@
 #define KF_VEC_T16 0x2u
 #define KF_VEC_T8 0x4u
 #define KF_VEC_IN8 0x8u       /* transpose: cols % 8 == 0, 8-B aligned input */
-#define KF_IN_WORDS 0x10u     /* transpose: 4-B aligned input (any cols) */
+#define KF_IN_WORDS 0x10u     /* 4-B aligned input (any cols) */
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -291,6 +291,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     uint32_t kf = 0;
     if (C % 8 == 0 && aligned(x, 16) && (!y || aligned(y, 8)))
         kf |= KF_VEC_ROW;
+    if (aligned(x, 4))
+        kf |= KF_IN_WORDS;
     if (R % 16 == 0 && aligned(yt, 16))
         kf |= KF_VEC_T16;
     else if (R % 8 == 0 && aligned(yt, 8))

@@ -1152,6 +1152,71 @@ static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l
     for (int s = 0; s < 2; s++) { free(y[s]); free(yt[s]); free(db[s]); }
 }
 
+/* cast_transpose (+ dbias) with views at byte offsets: the input at 2, 4, 6 or
+ * 8 bytes (no VEC_ROW: rows through the word loads, funnel-shifted when the
+ * offset is 2 mod 4), out and out_t at odd offsets (the row-major chunks as
+ * 1/2/4-B pieces, the transposed rows through P2_SHIFT), every output with 32
+ * guard bytes on both sides that must keep their poison; against the host. */
+static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
+                               int64_t xoff, int64_t yoff, int with_dbias)
+{
+    size_t n = (size_t)(R * C), esz = hp_size(dt);
+    int64_t dims[2] = { R, C }, tdims[2] = { C, R }, nb = (int64_t)n + 64 + yoff, c1 = C;
+    void *x = xmalloc(n * esz);
+    fill_hp(r, x, dt, n, 0, 8.0f);
+    float scale = random_scale(r);
+    uint8_t *y[2][2];
+    float *db[2] = { xmalloc((size_t)C * 4), xmalloc((size_t)C * 4) };
+    for (int side = 0; side < 2; side++) {
+        l8_ctx *ctx = side ? h : g;
+        l8_storage *sx = NULL, *so = NULL, *st = NULL;
+        l8_tensor *in = NULL, *out = NULL, *ot = NULL, *wo = NULL, *wt = NULL;
+        L8_CK(l8_storage_create(ctx, n * esz + 16, NULL, &sx));
+        L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &so));
+        L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &st));
+        L8_CK(l8_tensor_from_storage(sx, (size_t)xoff, dt, 2, dims, NULL, &in));
+        L8_CK(l8_tensor_from_storage(so, (size_t)(32 + yoff), L8_E4M3, 2, dims, NULL, &out));
+        L8_CK(l8_tensor_from_storage(st, (size_t)(32 + yoff), L8_E4M3, 2, tdims, NULL, &ot));
+        L8_CK(l8_tensor_from_storage(so, 0, L8_E4M3, 1, &nb, NULL, &wo));
+        L8_CK(l8_tensor_from_storage(st, 0, L8_E4M3, 1, &nb, NULL, &wt));
+        l8_storage_release(sx);
+        l8_storage_release(so);
+        l8_storage_release(st);
+        l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
+        L8_CK(l8_tensor_set_fp8_meta(out, m));
+        put(in, x);
+        poison(wo, 0x5a);
+        poison(wt, 0x5a);
+        if (with_dbias) {
+            l8_tensor *tdb = mk1(ctx, L8_F32, c1);
+            L8_CK(l8_fp8_cast_transpose_dbias(in, out, ot, tdb, 0, NULL));
+            get(tdb, db[side]);
+            l8_tensor_destroy(tdb);
+        } else {
+            L8_CK(l8_fp8_cast_transpose(in, out, ot, 0, NULL));
+        }
+        y[side][0] = xmalloc((size_t)nb);
+        y[side][1] = xmalloc((size_t)nb);
+        get(wo, y[side][0]);
+        get(wt, y[side][1]);
+        l8_tensor *all[] = { in, out, ot, wo, wt };
+        for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
+    }
+    for (int o = 0; o < 2; o++) {
+        int64_t i = 0;
+        while (i < nb && y[0][o][i] == y[1][o][i]) i++;
+        ck_assert_msg(i == nb, "ct [%lld x %lld] dt %d, input at +%lld, %s at +%lld: byte %lld of its"
+                      " storage: gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt,
+                      (long long)xoff, o ? "out_t" : "out", (long long)(32 + yoff), (long long)i,
+                      y[0][o][i], y[1][o][i]);
+    }
+    for (int64_t c = 0; with_dbias && c < C; c++)
+        ck_assert_msg(same_float(db[0][c], db[1][c]), "ct offset dbias col %lld: gpu %.9g host %.9g",
+                      (long long)c, db[0][c], db[1][c]);
+    free(x);
+    for (int sd = 0; sd < 2; sd++) { free(y[sd][0]); free(y[sd][1]); free(db[sd]); }
+}
+
 START_TEST(test_gpu_cast_transpose)
 {
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
@@ -1167,7 +1232,7 @@ START_TEST(test_gpu_cast_transpose)
                                    * 16-B stores (P2_SHIFT) at every address % 16, next to
                                    * edge tiles; columns % 16 == 8 and odd */
                                   { 257, 136 }, { 259, 384 }, { 264, 257 }, { 269, 200 },
-                                  { 271, 1000 }, { 385, 131 }, { 1031, 1000 } };
+                                  { 271, 1000 }, { 385, 131 }, { 1031, 1000 }, { 300, 520 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
@@ -1178,6 +1243,14 @@ START_TEST(test_gpu_cast_transpose)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
                         k == 1);
+    /* views at offsets: every input path next to unaligned outputs */
+    const int64_t oshapes[][2] = { { 300, 520 }, { 264, 257 }, { 257, 1031 }, { 1031, 136 } };
+    const int64_t xoffs[] = { 2, 4, 6, 8 }, yoffs[] = { 1, 3, 5, 0 };
+    for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
+        for (size_t o = 0; o < 4; o++)
+            gpu_ct_offset_case(g, h, &r, oshapes[k][0], oshapes[k][1], HPS[(k + o) % 3],
+                               xoffs[o] * (HPS[(k + o) % 3] == L8_F32 ? 2 : 1), yoffs[(o + k) % 4],
+                               (int)((k + o) % 2));
     done_ctx(h);
     done_ctx(g);
 }
@@ -1235,7 +1308,7 @@ START_TEST(test_gpu_dequantize_transpose)
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
                                   { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
                                   { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
-                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 } };
+                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         size_t n = (size_t)(R * C);
