@@ -38,7 +38,6 @@
 /* cast_transpose / transpose kernel flags (see the .ptx headers) */
 #define KF_VEC_ROW 0x1u
 #define KF_VEC_T16 0x2u
-#define KF_VEC_T8 0x4u
 #define KF_VEC_IN8 0x8u       /* transpose: cols % 8 == 0, 8-B aligned input */
 #define KF_IN_WORDS 0x10u     /* 4-B aligned input (any cols) */
 
@@ -295,8 +294,6 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         kf |= KF_IN_WORDS;
     if (R % 16 == 0 && aligned(yt, 16))
         kf |= KF_VEC_T16;
-    else if (R % 8 == 0 && aligned(yt, 8))
-        kf |= KF_VEC_T8;
     uint64_t ntr = (uint64_t)(R + 127) / 128, ntiles = ntr * (uint64_t)((C + 127) / 128);
     unsigned grid = tile_grid(ntiles);
 
@@ -432,8 +429,6 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
         kf |= KF_IN_WORDS;
     if (R % 16 == 0 && aligned(y, 16))
         kf |= KF_VEC_T16;
-    else if (R % 8 == 0 && aligned(y, 8))
-        kf |= KF_VEC_T8;
     uint64_t ntiles = (uint64_t)((R + 127) / 128) * (uint64_t)((C + 127) / 128);
     unsigned grid = tile_grid(ntiles);
     uint64_t a_in = dptr(x), a_out = dptr(y);

@@ -22,9 +22,12 @@
  *    which case it is max-accumulated with what the meta holds.
  *  - Every quantizing op also writes scale_inv = 1 / scale (IEEE reciprocal)
  *    into the output's meta, so the FP8 data and its scale_inv always match.
- *  - Alignment: the fast kernels want 16-B aligned data (tensors from
- *    l8_tensor_empty are); views at other offsets still work, through the
- *    kernels' scalar / byte paths (several times slower), never an error.
+ *  - Shapes and alignment: any rows and cols, any byte offset, never an
+ *    error. The fastest paths want 16-B aligned data (tensors from
+ *    l8_tensor_empty are), cols % 8 == 0 (16 for l8_fp8_transpose) and rows
+ *    % 16 == 0; other shapes and offsets take the word-load and shifted-store
+ *    paths of the transposing kernels (ptx/cast_transpose.ptx.in,
+ *    ptx/transpose_p2.ptx.inc) - docs/perf.md has what each costs on an H200.
  *  - Errors: L8_ERR_INVALID_ARG for wrong dtypes, shapes, contexts, missing
  *    metas, non-contiguous tensors, NULL where not allowed;
  *    L8_ERR_UNSUPPORTED for dimensions above the kernels' 32-bit limits;

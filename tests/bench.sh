@@ -7,7 +7,8 @@
 #      directory without --json; with --json PATH it writes PATH as a JSON
 #      object naming the benchmark (or nothing, when it was skipped);
 #   3. bad input: an unknown benchmark, an unknown flag and an unwritable
-#      --json path exit non-zero with a message.
+#      --json path exit non-zero with a message;
+#   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel.
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -59,6 +60,22 @@ else bad "unknown flag: rc $rc"; cat "$tmp/o.txt"; fi
 "$bench" alloc --quick --json "$tmp/missing/dir/x.json" > "$tmp/o.txt" 2>&1; rc=$?
 if [ $rc != 0 ] && grep -q "missing/dir/x.json" "$tmp/o.txt"; then ok "unwritable --json: rc $rc naming the path"
 else bad "unwritable --json: rc $rc"; cat "$tmp/o.txt"; fi
+
+# ---- 4. tools/ncu_kernels.py (the per-kernel breakdowns in docs/perf.md) on an
+# ncu --csv --page raw file as ncu writes it: a header, a units row, one row a launch ----
+cat > "$tmp/k.csv" <<'CSV'
+==PROF== Connected to process 1
+"ID","Process ID","Kernel Name","gpu__time_duration.sum"
+"","","","nsecond"
+"0","1","l8_cast_transpose_bf16","8,192"
+"1","1","nvjet_sm90_tst_64x24(int)","5,000"
+"2","1","l8_cast_transpose_bf16","4,000"
+CSV
+python3 tools/ncu_kernels.py "$tmp/k.csv" 2 > "$tmp/k.txt" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -Eq '^l8_cast_transpose_bf16 +2 +12\.2 +6\.10 +6\.1$' "$tmp/k.txt" &&
+   grep -Eq '^all +3 +17\.2 +8\.6$' "$tmp/k.txt"; then
+    ok "ncu_kernels.py: launches, total, mean and per-step us by kernel"
+else bad "ncu_kernels.py: rc $rc"; cat "$tmp/k.txt"; fi
 
 echo "bench: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -1232,7 +1232,10 @@ START_TEST(test_gpu_cast_transpose)
                                    * 16-B stores (P2_SHIFT) at every address % 16, next to
                                    * edge tiles; columns % 16 == 8 and odd */
                                   { 257, 136 }, { 259, 384 }, { 264, 257 }, { 269, 200 },
-                                  { 271, 1000 }, { 385, 131 }, { 1031, 1000 }, { 300, 520 } };
+                                  { 271, 1000 }, { 385, 131 }, { 1031, 1000 }, { 300, 520 },
+                                  /* edge tiles: fewer than 16 rows, under a tile without
+                                   * a halo, partial pieces */
+                                  { 5, 300 }, { 100, 260 }, { 143, 136 }, { 150, 136 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
@@ -1308,7 +1311,8 @@ START_TEST(test_gpu_dequantize_transpose)
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
                                   { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
                                   { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
-                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 } };
+                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 },
+                                  { 5, 300 }, { 143, 261 }, { 100, 1000 }, { 15, 17 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         size_t n = (size_t)(R * C);
