@@ -13,8 +13,10 @@
 #include "tools/bench.h"
 
 static const struct { const char *name; int (*fn)(const bench_opts *); const char *what; } k_cmds[] = {
-    { "cast", bench_cast, "FP8 cast, cast+transpose(+dbias), dequantize, transpose vs copy bandwidth" },
-    { "linear", bench_linear, "FP8 and bf16 Linear forward + backward on GPU-sized shapes" },
+    { "cast", bench_cast, "FP8 cast, cast+transpose(+dbias), dequantize, transpose vs copy bandwidth,"
+                             " aligned and tail shapes" },
+    { "linear", bench_linear, "FP8 and bf16 Linear forward + backward on GPU-sized shapes: eager, one"
+                                 " CUDA graph, tuned plans; FP8 by stage" },
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
