@@ -23,12 +23,14 @@
 
 static const int64_t k_shapes[][3] = { { 16384, 4096, 4096 }, { 16384, 4096, 16384 } };
 
+enum { STAGES = 4, STAGE_STEPS = 5 };   /* stage marks per step; steps per timed block */
+
 /* One training step of the layer: what each variant times. */
 typedef struct step_arg {
     l8_linear *lin;
     l8_recipe *rec;
     l8_tensor *x, *y, *dy, *dx;
-    l8_event *ev[4];              /* stage marks (NULL: none): after begin_step, forward,
+    l8_event *ev[STAGES];         /* stage marks (NULL: none): after begin_step, forward,
                                      backward, recipe update */
 } step_arg;
 
@@ -48,7 +50,6 @@ static l8_status one_step(void *arg, l8_stream *s)
     return st;
 }
 
-enum { STAGES = 4 };
 static const char *const k_stage_names[STAGES] = { "begin_step", "forward", "backward", "recipe" };
 
 /* The layer's step on one shape: median ms per step over reps blocks of
@@ -63,7 +64,7 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int graph, con
     l8_recipe *rec = NULL;
     l8_linear *lin = NULL;
     l8_graph *g = NULL;
-    l8_event *e0 = NULL, *e1 = NULL, *marks[5][STAGES] = { { NULL } };
+    l8_event *e0 = NULL, *e1 = NULL, *marks[STAGE_STEPS][STAGES] = { { NULL } };
     l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     double *t = calloc((size_t)reps, sizeof *t), ms = -1;
     l8_tensor *w = bench_mk(ctx, L8_F32, N, K, &st), *gw = bench_mk(ctx, L8_F32, N, K, &st),
@@ -106,27 +107,27 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int graph, con
         t[r] = el / iters;
     }
     if (st == L8_OK) ms = bench_median(t, (size_t)reps);
-    /* stages: blocks of 5 steps with events between the stages (eager) */
+    /* stages: blocks of STAGE_STEPS steps with events between the stages (eager) */
     if (st == L8_OK && stage_ms && !graph) {
         double sum[STAGES] = { 0 };
         int n = 0;
-        for (int i = 0; st == L8_OK && i < 5; i++)
+        for (int i = 0; st == L8_OK && i < STAGE_STEPS; i++)
             for (int k = 0; st == L8_OK && k < STAGES; k++) st = l8_event_create(ctx, 1, &marks[i][k]);
         for (int r = 0; st == L8_OK && r < reps; r++) {
             st = l8_event_record(e0, s);
-            for (int i = 0; st == L8_OK && i < 5; i++) {
+            for (int i = 0; st == L8_OK && i < STAGE_STEPS; i++) {
                 memcpy(a.ev, marks[i], sizeof a.ev);
                 st = one_step(&a, s);
             }
-            if (st == L8_OK) st = l8_event_synchronize(marks[4][STAGES - 1]);
-            for (int i = 0; st == L8_OK && i < 5; i++)
+            if (st == L8_OK) st = l8_event_synchronize(marks[STAGE_STEPS - 1][STAGES - 1]);
+            for (int i = 0; st == L8_OK && i < STAGE_STEPS; i++)
                 for (int k = 0; st == L8_OK && k < STAGES; k++) {
                     float el = 0;
                     l8_event *from = k ? marks[i][k - 1] : i ? marks[i - 1][STAGES - 1] : e0;
                     st = l8_event_elapsed_ms(from, marks[i][k], &el);
                     sum[k] += el;
                 }
-            n += 5;
+            n += STAGE_STEPS;
         }
         memset(a.ev, 0, sizeof a.ev);
         for (int k = 0; k < STAGES; k++) stage_ms[k] = n ? sum[k] / n : 0;
@@ -136,7 +137,7 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int graph, con
         ms = -1;
     }
     l8_graph_destroy(g);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < STAGE_STEPS; i++)
         for (int k = 0; k < STAGES; k++) l8_event_destroy(marks[i][k]);
     l8_event_destroy(e0);
     l8_event_destroy(e1);
@@ -146,6 +147,14 @@ static double run_shape(l8_ctx *ctx, l8_gemm_handle *gh, int fp8, int graph, con
     for (size_t i = 0; i < 8; i++) l8_tensor_destroy(all[i]);
     free(t);
     return ms;
+}
+
+/* The JSON key linear_<pre><name>_<T>x<K>x<N>_ms in buf. */
+static const char *shape_key(char *buf, size_t n, const char *pre, const char *name, const int64_t *shp)
+{
+    snprintf(buf, n, "linear_%s%s_%lldx%lldx%lld_ms", pre, name, (long long)shp[0], (long long)shp[1],
+             (long long)shp[2]);
+    return buf;
 }
 
 /* The variants timed per shape, and their JSON key prefixes. */
@@ -195,20 +204,17 @@ int bench_linear(const bench_opts *o)
            "   tuned: GEMM plans autotuned (= the default handle with a warm L8_GEMM_CACHE)\n",
            l8_ctx_device_name(ctx));
     for (size_t i = 0; i < 2 && !rc; i++) {
-        double ms[NVARIANTS], stage[STAGES] = { 0 };
-        printf("  %lld x %lld -> %lld:\n", (long long)k_shapes[i][0], (long long)k_shapes[i][1],
-               (long long)k_shapes[i][2]);
+        const int64_t *shp = k_shapes[i];
+        double stage[STAGES] = { 0 };
+        char key[96];
+        printf("  %lld x %lld -> %lld:\n", (long long)shp[0], (long long)shp[1], (long long)shp[2]);
         for (size_t v = 0; v < NVARIANTS && !rc; v++) {
             const variant *va = &k_variants[v];
-            ms[v] = run_shape(ctx, va->tuned ? th : gh, va->fp8, va->graph, k_shapes[i], reps, iters,
-                              v == 0 ? stage : NULL);
-            if (ms[v] <= 0) { rc = 1; break; }
-            char key[96];
-            snprintf(key, sizeof key, "linear_%s_%lldx%lldx%lld_ms", va->key, (long long)k_shapes[i][0],
-                     (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
-            bench_json_num(&j, key, ms[v]);
-            printf("    %-18s %9.3f ms", va->key, ms[v]);
-            printf("\n");
+            double ms = run_shape(ctx, va->tuned ? th : gh, va->fp8, va->graph, shp, reps, iters,
+                                  v == 0 ? stage : NULL);
+            if (ms <= 0) { rc = 1; break; }
+            bench_json_num(&j, shape_key(key, sizeof key, "", va->key, shp), ms);
+            printf("    %-18s %9.3f ms\n", va->key, ms);
         }
         if (rc) break;
         printf("    fp8 eager by stage (events between stages, same load):");
@@ -216,10 +222,7 @@ int bench_linear(const bench_opts *o)
         for (int k = 0; k < STAGES; k++) {
             printf(" %s %.3f", k_stage_names[k], stage[k]);
             tot += stage[k];
-            char key[96];
-            snprintf(key, sizeof key, "linear_fp8_stage_%s_%lldx%lldx%lld_ms", k_stage_names[k],
-                     (long long)k_shapes[i][0], (long long)k_shapes[i][1], (long long)k_shapes[i][2]);
-            bench_json_num(&j, key, stage[k]);
+            bench_json_num(&j, shape_key(key, sizeof key, "fp8_stage_", k_stage_names[k], shp), stage[k]);
         }
         printf(" (sum %.3f ms)\n", tot);
     }
