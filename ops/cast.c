@@ -503,6 +503,15 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
                               l8_tensor *scale_inv, const l8_tensor *fp8_max,
                               const l8_fp8_scale_update_config *cfg, l8_stream *s)
 {
+    return l8i_fp8_scale_update_metas(amax_history, amax, scale, scale_inv, fp8_max, cfg, NULL, 0,
+                                      s);
+}
+
+l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l8_tensor *scale,
+                                     l8_tensor *scale_inv, const l8_tensor *fp8_max,
+                                     const l8_fp8_scale_update_config *cfg, const void *table,
+                                     unsigned meta_flags, l8_stream *s)
+{
     static const char *op = "l8_fp8_scale_update";
     l8_fp8_scale_update_config c = L8_FP8_SCALE_UPDATE_CONFIG_INIT;
     L8I_CONFIG_COPY(c, cfg, op, "L8_FP8_SCALE_UPDATE_CONFIG_INIT");
@@ -547,6 +556,10 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
     float mdiv = exp2f(c.margin);
     int recent = c.amax_compute == L8_AMAX_MOST_RECENT;
 
+    if (meta_flags & ~(unsigned)(L8I_SU_GATHER | L8I_SU_SCATTER) ||
+        (meta_flags && (!table || l8_ctx_backend(ctx) == L8_BACKEND_HOST)))
+        return L8_FAIL(L8_ERR_INTERNAL, "%s: meta flags 0x%x need a device table", op,
+                       meta_flags);
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         scale_update_host(ph, H, pa, as, ps, ss, pi, is, pf, fs, n, recent, c.reset_amax != 0,
                           mdiv);
@@ -558,7 +571,11 @@ l8_status l8_fp8_scale_update(l8_tensor *amax_history, l8_tensor *amax, l8_tenso
     L8_CHECK(l8i_ctx_bind(ctx));
     L8_CHECK(l8i_kernel(ctx, "scale_update", "l8_fp8_scale_update", &f));
     uint64_t a_h = dptr(ph), a_a = dptr(pa), a_s = dptr(ps), a_i = dptr(pi), a_f = dptr(pf);
-    uint32_t hlen = (uint32_t)H, kflags = (recent ? 1u : 0u) | (c.reset_amax ? 2u : 0u);
-    void *args[] = { &a_h, &hlen, &a_a, &as, &a_s, &ss, &a_i, &is, &a_f, &fs, &kflags, &mdiv };
+    uint64_t a_t = dptr(table);
+    uint32_t hlen = (uint32_t)H, kflags = (recent ? 1u : 0u) | (c.reset_amax ? 2u : 0u) |
+                                          (meta_flags & L8I_SU_GATHER ? 4u : 0u) |
+                                          (meta_flags & L8I_SU_SCATTER ? 8u : 0u);
+    void *args[] = { &a_h, &hlen, &a_a, &as, &a_s, &ss, &a_i, &is, &a_f, &fs, &kflags, &mdiv,
+                     &a_t };
     return l8i_launch(s, f, (unsigned)n, 1, 1, SU_THREADS, 1, 1, 0, args);
 }

@@ -8,6 +8,7 @@
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 #include "runtime/internal.h"   /* l8i_need_tensor */
+#include "ops/cast.h"          /* l8_fp8_scale_update_config */
 
 /* ---- gemm_host.c: the host backend's GEMM ----
  *
@@ -47,6 +48,22 @@ l8_status l8i_host_gemm(const l8i_hgemm *g);
 /* Worker threads the host GEMM may use for a call of `flops` (2 M N K):
  * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */
 int l8i_host_threads(double flops);
+
+/* ---- cast.c: the delayed-scaling update with the recipe's meta table ----
+ *
+ * l8_fp8_scale_update, and in the same launch (CUDA backend only) the
+ * recipe's gather and scatter over `table`, a device array of the n roles'
+ * l8_fp8_meta block addresses (ops/recipe.c):
+ *   L8I_SU_GATHER   first amax[i] = max(amax[i], meta_i.amax), meta_i.amax = 0
+ *   L8I_SU_SCATTER  last meta_i.scale = scale[i]
+ * meta_flags 0 is l8_fp8_scale_update itself. Errors: its own, and
+ * L8_ERR_INTERNAL for meta flags without a table or on the host backend. */
+#define L8I_SU_GATHER 0x1u
+#define L8I_SU_SCATTER 0x2u
+l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l8_tensor *scale,
+                                     l8_tensor *scale_inv, const l8_tensor *fp8_max,
+                                     const l8_fp8_scale_update_config *cfg, const void *table,
+                                     unsigned meta_flags, l8_stream *s);
 
 /* ---- launch.c: launch geometry and argument checks ---- */
 

@@ -1,6 +1,11 @@
 /* recipe.c - the delayed-scaling recipe: registration, the per-step update
  * (gather -> reduce hook -> one scale-update launch -> scatter), state views.
  *
+ * On the GPU, gather and scatter run inside the update's launch
+ * (l8i_fp8_scale_update_metas), with the gather as its own kernel only when
+ * a reduce hook must see the gathered amaxes: 1 launch per step, 2 with a
+ * hook.
+ *
  * State: one storage of the recipe's context holding, for capacity C roles
  * and history length H,
  *
@@ -28,6 +33,7 @@
 #include "ops/recipe.h"
 #include "runtime/fp8.h"
 #include "runtime/internal.h"
+#include "ops/internal.h"
 
 #define INIT_CAP 16
 #define NAME_MAX_LEN 127
@@ -399,7 +405,15 @@ l8_status l8_recipe_update(l8_recipe *r, l8_stream *s)
     l8_status ret = L8_OK;
     l8_tensor *hist = NULL, *scale = NULL, *amax = NULL, *fmax = NULL;
     L8_TRY(ret, l8_recipe_state(r, &hist, &scale, &amax, &fmax), out);
-    L8_TRY(ret, gather(r, s), out);
+    /* On the GPU the update kernel does the scatter too, and the gather
+     * unless the hook must see the gathered amaxes first: one launch a step
+     * without a hook, two with one. */
+    const int dev = l8_ctx_backend(r->ctx) != L8_BACKEND_HOST;
+    unsigned mf = dev ? L8I_SU_SCATTER : 0;
+    if (dev && !r->reduce)
+        mf |= L8I_SU_GATHER;
+    else
+        L8_TRY(ret, gather(r, s), out);
     if (r->reduce)
         L8_TRY(ret, r->reduce(r->reduce_arg, amax, s), out);
     {
@@ -407,10 +421,15 @@ l8_status l8_recipe_update(l8_recipe *r, l8_stream *s)
         c.amax_compute = r->amax_compute;
         c.margin = r->margin;
         c.reset_amax = 1;
+        char *base;
+        L8_TRY(ret, l8_storage_data(r->st, (void **)&base), out);
         /* scale_inv NULL: data cast with the old scale keeps its own */
-        L8_TRY(ret, l8_fp8_scale_update(hist, amax, scale, NULL, fmax, &c, s), out);
+        L8_TRY(ret, l8i_fp8_scale_update_metas(hist, amax, scale, NULL, fmax, &c,
+                                               dev ? base + layout_for(r->cap, r->H).table : NULL,
+                                               mf, s), out);
     }
-    L8_TRY(ret, l8_recipe_push_scales(r, s), out);
+    if (!dev)
+        L8_TRY(ret, l8_recipe_push_scales(r, s), out);
     r->updates++;
 out:
     l8_tensor_destroy(hist);

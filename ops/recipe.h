@@ -16,8 +16,7 @@
  *
  * l8_recipe_update, once per optimizer step after the step's last backward,
  * enqueues on the stream:
- *   1. gather   amax[i] = max(amax[i], meta_i.amax); meta_i.amax = 0
- *               (one kernel for all roles);
+ *   1. gather   amax[i] = max(amax[i], meta_i.amax); meta_i.amax = 0;
  *   2. reduce   the amax-reduction hook, if set, with the amax [N] tensor: a
  *               tensor/data-parallel group all-reduces it with MAX there, so
  *               every rank computes the same scales;
@@ -26,9 +25,11 @@
  *               newest (most_recent), scale = (fp8_max / a) / 2^margin; a
  *               zero or non-finite a keeps the old scale, a non-finite new
  *               amax is not pushed at all; then amax[i] = 0;
- *   4. scatter  meta_i.scale = scale[i] (one kernel). scale_inv is left as
- *               the last cast wrote it: FP8 data cast with the old scale
- *               still decodes correctly until it is cast again.
+ *   4. scatter  meta_i.scale = scale[i]. scale_inv is left as the last cast
+ *               wrote it: FP8 data cast with the old scale still decodes
+ *               correctly until it is cast again.
+ * On the GPU steps 1, 3 and 4 are one launch (two when a reduce hook needs
+ * the gathered amaxes between 1 and 3); the host backend runs them in turn.
  * A hook that fails stops the update before step 3: the gathered amaxes stay
  * in amax [N] and the next update folds them in, so nothing is lost.
  *

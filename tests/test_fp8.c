@@ -1392,6 +1392,11 @@ START_TEST(test_gpu_scale_update)
     su_case(g, h, &r, 50, 300, 0, 0.5f, 1, 0, 1);
     su_case(g, h, &r, 50, 129, 1, 0.0f, 0, 1, 0);
     su_case(g, h, &r, 7, 0, 1, 3.0f, 1, 1, 0);
+    /* the roll moves 8 x 128 elements a batch: 1025 moves exactly one batch,
+     * 1026 one more element, 2500 three batches, the last one partial */
+    su_case(g, h, &r, 9, 1025, 0, 0.0f, 1, 1, 0);
+    su_case(g, h, &r, 9, 1026, 0, 0.0f, 0, 1, 1);
+    su_case(g, h, &r, 5, 2500, 0, 1.0f, 1, 0, 0);
     done_ctx(h);
     done_ctx(g);
 }

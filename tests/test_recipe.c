@@ -263,9 +263,11 @@ static l8_status max_with_peer(void *arg, l8_tensor *amax, l8_stream *s)
     return l8_tensor_copy_from_host(amax, v, (size_t)h->n * sizeof(float), s);
 }
 
-START_TEST(test_reduce_hook)
+/* On the GPU the hook splits the update: the gather kernel, the hook, then
+ * the update with the scatter in it (without a hook: one launch). */
+static void reduce_hook_run(const char *dev)
 {
-    l8_ctx *ctx = mk_ctx("host");
+    l8_ctx *ctx = mk_ctx(dev);
     hook_log hl = { 0, 0, { 5.0f, 1.0f, 0, 0 }, L8_OK };
     l8_recipe_config c = L8_RECIPE_CONFIG_INIT;
     c.history_len = 4;
@@ -310,11 +312,28 @@ START_TEST(test_reduce_hook)
     snap_free(&s);
     /* removing the hook */
     L8_CK(l8_recipe_set_reduce(r, NULL, NULL));
+    L8_CK(l8_fp8_meta_set(m[1], 1, 1, 60.0f));
     L8_CK(l8_recipe_update(r, NULL));
     ck_assert_int_eq(hl.calls, 3);
+    s = take(r);
+    ck_assert(s.hist[0] == 0.0f && s.hist[1] == 40.0f);         /* nothing cast: 0 */
+    ck_assert(s.hist[4] == 60.0f && s.hist[5] == 30.0f);
+    ck_assert(same_bits(s.scale[0], want_scale(448.0f, 40.0f, 0)));
+    ck_assert(same_bits(s.scale[1], want_scale(448.0f, 60.0f, 0)));
+    for (int i = 0; i < 2; i++) {
+        float sc = 0, am = -1;
+        L8_CK(l8_fp8_meta_get(m[i], &sc, NULL, &am));
+        ck_assert(same_bits(sc, s.scale[i]) && am == 0.0f);
+    }
+    snap_free(&s);
     l8_recipe_destroy(r);
     done_ctx(ctx);
 }
+
+START_TEST(test_reduce_hook) { reduce_hook_run("host"); }
+END_TEST
+
+START_TEST(test_gpu_reduce_hook) { reduce_hook_run("cuda:0"); }
 END_TEST
 
 /* ---- state views: checkpoint save / restore ---- */
@@ -665,6 +684,7 @@ Suite *l8_recipe_suite(void)
     tcase_set_timeout(tg, 300);
     tcase_add_test(tg, test_gpu_through_linear);
     tcase_add_test(tg, test_gpu_gather_scatter_many);
+    tcase_add_test(tg, test_gpu_reduce_hook);
     suite_add_tcase(s, tg);
     return s;
 }
