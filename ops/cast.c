@@ -40,6 +40,15 @@
 #define KF_VEC_T16 0x2u
 #define KF_VEC_IN8 0x8u       /* transpose: cols % 8 == 0, 8-B aligned input */
 #define KF_IN_WORDS 0x10u     /* 4-B aligned input (any cols) */
+#define KF_DB_DIRECT 0x20u    /* cast_transpose: one CTA per tile column sums its
+                               * dbias (type in bits 6-7), no l8_dbias_reduce */
+/* DB_DIRECT up to this many 128-row tile rows. Measured on an H200
+ * (2026-12-01, lean8-bench cast, launches replayed from a CUDA graph): one
+ * tile row 4.6 us against 5.7 us with l8_dbias_reduce (16 x 512, 128 x 256);
+ * two, 5.8 against 5.8 (256 x 512) and 6.2 against 5.9 (256 x 16); four,
+ * 9.2 against 6.0 (512 x 784): a CTA walking several tiles costs what the
+ * saved launch gains */
+#define DB_DIRECT_MAX_TILE_ROWS 1
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -294,24 +303,30 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         kf |= KF_IN_WORDS;
     if (R % 16 == 0 && aligned(yt, 16))
         kf |= KF_VEC_T16;
-    uint64_t ntr = (uint64_t)(R + 127) / 128, ntiles = ntr * (uint64_t)((C + 127) / 128);
+    uint64_t ntr = (uint64_t)(R + 127) / 128, ntc = (uint64_t)(C + 127) / 128;
+    uint64_t ntiles = ntr * ntc;
     unsigned grid = tile_grid(ntiles);
+    const int direct = dbias && ntr <= DB_DIRECT_MAX_TILE_ROWS;
+    if (direct) {                 /* the grid is the tile columns, exactly (one CTA for none) */
+        kf |= KF_DB_DIRECT | (uint32_t)l8_tensor_dtype(dbias) << 6;
+        grid = ntc ? (unsigned)ntc : 1u;
+    }
 
     l8_status st = L8_OK;
     void *ws = NULL;
-    if (dbias && ntr * (uint64_t)C > 0)
+    if (dbias && !direct && ntr * (uint64_t)C > 0)
         L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         L8_TRY(st, zero_amax(s, amax), out);
     {
         uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = dptr(yt), a_scale = dptr(scale);
-        uint64_t a_amax = dptr(amax), a_sinv = dptr(sinv), a_ws = dptr(ws);
+        uint64_t a_amax = dptr(amax), a_sinv = dptr(sinv), a_ws = dptr(direct ? db : ws);
         uint32_t rows = (uint32_t)R, cols = (uint32_t)C, ofmt = (uint32_t)fmt;
         void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws,
                          &rows, &cols, &kf, &ofmt };
         L8_TRY(st, l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
     }
-    if (dbias && C > 0) {
+    if (dbias && !direct && C > 0) {
         uint64_t a_ws = dptr(ws), a_db = dptr(db);
         uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)l8_tensor_dtype(dbias);
         void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };

@@ -1240,10 +1240,14 @@ START_TEST(test_gpu_cast_transpose)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
                         (int)(k % 3 != 2), -1, (int)(k % 2));
-    /* dbias, every output dtype; 4733 rows = 37 tile rows: two rounds of the
-     * reduction's 16 loads in flight, then 5 one by one */
+    /* dbias, every output dtype. Up to one tile row (128 rows) the cast
+     * kernel sums the columns itself (DB_DIRECT): 0..128 rows, here next to
+     * 129 and more, which go through l8_dbias_reduce; 4733 rows = 37 tile
+     * rows: two rounds of the reduction's 16 loads in flight, then 5 one by
+     * one */
     const int64_t dshapes[][2] = { { 1, 1 }, { 17, 33 }, { 1000, 1000 }, { 300, 8 }, { 2048, 512 },
-                                   { 4733, 72 } };
+                                   { 4733, 72 }, { 128, 1100 }, { 129, 260 }, { 100, 130 },
+                                   { 0, 260 }, { 256, 512 } };
     for (size_t k = 0; k < sizeof dshapes / sizeof dshapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, &r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
