@@ -12,6 +12,12 @@
  * columns not a multiple of 16: 8191x8200, 8200x8192, 8192x8200, 8191x8191).
  * Each: warm-up, then `reps` blocks of `iters` launches timed with events;
  * median block. JSON keys: <op>_<dtype>_<R>x<C>_tbps and _ratio (to the copy).
+ * Then the small shapes of a training step (lean8-train 784-512-512-10 at
+ * batch 256: activations 256 x 784/512/16, weights 512 x 784, 16 x 512),
+ * where a launch is latency, not bandwidth: cast_t and cast_t_db in us per
+ * launch, 50 launches replayed from one CUDA graph (as lean8-train runs a
+ * step; launched eagerly the host's launch rate would be timed instead),
+ * median of `reps` replays (keys <op>_<dtype>_<R>x<C>_us).
  * tools/bench_torch_cast.py runs the same ops in PyTorch (eager and
  * torch.compile) with the same keys for the side-by-side ratios.
  */
@@ -19,12 +25,16 @@
 #include <string.h>
 #include "tools/bench.h"
 #include "ops/cast.h"
+#include "runtime/graph.h"
 
 typedef struct shape { int64_t r, c; } shape;
 /* aligned, then tails: rows odd, rows % 16 == 8, columns % 16 == 8, both odd */
 static const shape k_shapes[] = { { 8192, 8192 }, { 16384, 4096 }, { 8191, 8200 },
                                   { 8200, 8192 }, { 8192, 8200 }, { 8191, 8191 } };
 #define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
+static const shape k_small[] = { { 256, 784 }, { 256, 512 }, { 256, 16 }, { 512, 784 },
+                                 { 16, 512 }, { 128, 256 } };
+#define NSMALL (sizeof k_small / sizeof k_small[0])
 
 enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, NOPS };
 static const char *const k_op_names[NOPS] = { "cast", "cast_t", "cast_t_db", "dequant", "transpose" };
@@ -85,6 +95,47 @@ out:
     l8_event_destroy(e0);
     l8_event_destroy(e1);
     return m;
+}
+
+/* us per launch of op, SMALL_LAUNCHES launches captured in one graph and
+ * replayed reps times (median); -1 on an error. */
+#define SMALL_LAUNCHES 50
+typedef struct small_job { int op; bufs *b; } small_job;
+
+static l8_status small_fn(void *arg, l8_stream *s)
+{
+    small_job *j = arg;
+    for (int i = 0; i < SMALL_LAUNCHES; i++)
+        L8_CHECK(run_op(j->op, j->b, s));
+    return L8_OK;
+}
+
+static double graph_us(l8_ctx *ctx, int op, bufs *b, int reps)
+{
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    l8_graph *g = NULL;
+    l8_event *e0 = NULL, *e1 = NULL;
+    small_job job = { op, b };
+    double *t = calloc((size_t)reps, sizeof *t), us = -1;
+    if (!t || l8_graph_create(ctx, s, &g) != L8_OK || l8_graph_warmup(g, small_fn, &job) != L8_OK ||
+        l8_graph_capture(g, small_fn, &job) != L8_OK || l8_graph_launch(g) != L8_OK ||
+        l8_event_create(ctx, 1, &e0) != L8_OK || l8_event_create(ctx, 1, &e1) != L8_OK)
+        goto out;
+    for (int r = 0; r < reps; r++) {
+        float ms = 0;
+        if (l8_event_record(e0, s) != L8_OK || l8_graph_launch(g) != L8_OK ||
+            l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
+            l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
+            goto out;
+        t[r] = ms * 1e3 / SMALL_LAUNCHES;
+    }
+    us = bench_median(t, (size_t)reps);
+out:
+    free(t);
+    l8_graph_destroy(g);
+    l8_event_destroy(e0);
+    l8_event_destroy(e1);
+    return us;
 }
 
 static double copy_tbps(l8_ctx *ctx, int reps)
@@ -211,6 +262,27 @@ int bench_cast(const bench_opts *o)
                 bench_json_num(&j, key, tbps);
                 snprintf(key, sizeof key, "%s_%s_%s_ratio", k_op_names[op], l8_dtype_name(dts[di]), shp);
                 bench_json_num(&j, key, copy > 0 ? tbps / copy : 0);
+            }
+            free_bufs(&b);
+        }
+    printf("  small shapes (a training step's): us per launch, %d launches in one CUDA graph\n",
+           SMALL_LAUNCHES);
+    for (size_t di = 0; di < 2 && !rc; di++)
+        for (size_t si = 0; si < NSMALL && !rc; si++) {
+            bufs b = {0};
+            if (make_bufs(ctx, dts[di], &k_small[si], meta, &b) != L8_OK) {
+                fprintf(stderr, "buffers: %s\n", l8_last_error_string());
+                rc = 1;
+                break;
+            }
+            for (int op = OP_CAST_T; op <= OP_CAST_T_DB; op++) {
+                double us = graph_us(ctx, op, &b, reps);
+                if (us <= 0) { fprintf(stderr, "%s: %s\n", k_op_names[op], l8_last_error_string()); rc = 1; break; }
+                char shp[32], key[96];
+                snprintf(shp, sizeof shp, "%lldx%lld", (long long)k_small[si].r, (long long)k_small[si].c);
+                printf("  %-10s %-5s %-12s %10.2f us\n", k_op_names[op], l8_dtype_name(dts[di]), shp, us);
+                snprintf(key, sizeof key, "%s_%s_%s_us", k_op_names[op], l8_dtype_name(dts[di]), shp);
+                bench_json_num(&j, key, us);
             }
             free_bufs(&b);
         }

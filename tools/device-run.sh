@@ -24,6 +24,8 @@
 #             CUDA graph steps equal --no-graph bitwise), lean8-train fp8/bf16
 #             and tools/bench_torch_mlp.py (needs .data/, the Fashion-MNIST
 #             files carried along: the machine has no package registry)
+#   modes     (not in the default set) lean8-train FP8 against bf16 mode with CUDA
+#             graphs, the default model and 784-512-512-10 (batch 256), twice each
 #   graphs    (not in the default set) the graph comparison on 784-512-512-10,
 #             batch 256: lean8-train fp8 and bf16 with CUDA graphs and with
 #             --no-graph, PyTorch with the whole step in one CUDA graph
@@ -122,6 +124,18 @@ if want graphs && [ -d .data ]; then
     step "train bf16 no-graph" graphs-bf16-eager.log build/bin/lean8-train "${g[@]}" --bf16 --no-graph
     step "torch mlp graph" graphs-torch.log python3 tools/bench_torch_mlp.py .data --hidden 512,512 \
         --batch 256 --epochs 3 --graph
+fi
+if want modes && [ -d .data ]; then
+    # FP8 mode against bf16 mode (issue 13: FP8 >= bf16), CUDA graphs on (the
+    # default), the default model and 784-512-512-10 at batch 256, 3 epochs each
+    for rr in 1 2; do
+        step "modes default fp8 #$rr" modes-def-fp8-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3
+        step "modes default bf16 #$rr" modes-def-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 --bf16
+        step "modes 512x512 fp8 #$rr" modes-512-fp8-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 \
+            --hidden 512,512 --batch 256
+        step "modes 512x512 bf16 #$rr" modes-512-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 \
+            --hidden 512,512 --batch 256 --bf16
+    done
 fi
 if want trace && [ -d .data ]; then
     # the recorder's cost per event (this machine's CPU), lean8-trace over 10 M events, and a
