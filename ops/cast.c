@@ -18,6 +18,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ops/cast.h"
@@ -226,18 +227,29 @@ static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, floa
     return L8_OK;
 }
 
-static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
-                                     l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
-                                     l8_stream *s)
+/* One cast_transpose, checked and resolved: what the host reference, the
+ * single launch and a group launch need. */
+typedef struct ct_job {
+    l8_ctx *ctx;
+    l8_fp8_meta *m;
+    int64_t R, C;
+    l8_dtype idt, fmt;
+    void *x, *y, *yt, *db;        /* y, db may be NULL */
+    uint32_t kf;                  /* KF_VEC_ROW, KF_IN_WORDS, KF_VEC_T16 */
+    uint64_t ntr, ntc;            /* tile rows, tile columns */
+} ct_job;
+
+/* Check the arguments of one cast_transpose(_dbias) on ctx (NULL: in's) and
+ * fill *j. Nothing is enqueued. */
+static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
+                            l8_tensor *out_t, l8_tensor *dbias, l8_ctx *ctx, ct_job *j)
 {
-    L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
-    l8_ctx *ctx = l8_tensor_ctx(in);
+    L8_CHECK(l8i_need_tensor(op, "in", in, ctx));
+    ctx = l8_tensor_ctx(in);
     L8_CHECK(need_hp(op, "in", in));
     L8_CHECK(l8i_need_tensor(op, "out_t", out_t, ctx));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, "out_t", out_t, &m));
-    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
     int64_t R, C;
     rows_cols(in, &R, &C);
     l8_dtype fmt = l8_tensor_dtype(out_t);
@@ -268,26 +280,52 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
-    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
-    void *x, *y = NULL, *yt, *db = NULL;
-    L8_CHECK(l8_tensor_data(in, &x));
+    *j = (ct_job){ .ctx = ctx, .m = m, .R = R, .C = C, .idt = l8_tensor_dtype(in), .fmt = fmt };
+    L8_CHECK(l8_tensor_data(in, &j->x));
     if (out)
-        L8_CHECK(l8_tensor_data(out, &y));
-    L8_CHECK(l8_tensor_data(out_t, &yt));
+        L8_CHECK(l8_tensor_data(out, &j->y));
+    L8_CHECK(l8_tensor_data(out_t, &j->yt));
     if (dbias)
-        L8_CHECK(l8_tensor_data(dbias, &db));
-    l8_dtype idt = l8_tensor_dtype(in);
-    float *scale = l8_fp8_meta_scale(m), *amax = l8_fp8_meta_amax(m);
-    float *sinv = l8_fp8_meta_scale_inv(m);
+        L8_CHECK(l8_tensor_data(dbias, &j->db));
+    if (C % 8 == 0 && aligned(j->x, 16) && (!j->y || aligned(j->y, 8)))
+        j->kf |= KF_VEC_ROW;
+    if (aligned(j->x, 4))
+        j->kf |= KF_IN_WORDS;
+    if (R % 16 == 0 && aligned(j->yt, 16))
+        j->kf |= KF_VEC_T16;
+    j->ntr = (uint64_t)(R + 127) / 128;
+    j->ntc = (uint64_t)(C + 127) / 128;
+    return L8_OK;
+}
 
-    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
-        if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-            *amax = 0.0f;
-        L8_CHECK(ct_host(x, idt, R, C, *scale, fmt, y, yt, amax, db,
-                         dbias ? l8_tensor_dtype(dbias) : L8_F32));
-        *sinv = 1.0f / *scale;
-        return L8_OK;
-    }
+/* The host reference of one prepared job. */
+static l8_status ct_job_host(const ct_job *j, l8_dtype ddt, unsigned flags)
+{
+    float *amax = l8_fp8_meta_amax(j->m), *scale = l8_fp8_meta_scale(j->m);
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        *amax = 0.0f;
+    L8_CHECK(ct_host(j->x, j->idt, j->R, j->C, *scale, j->fmt, j->y, j->yt, amax, j->db, ddt));
+    *l8_fp8_meta_scale_inv(j->m) = 1.0f / *scale;
+    return L8_OK;
+}
+
+static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
+                                     l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
+                                     l8_stream *s)
+{
+    ct_job j;
+    L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    l8_ctx *ctx = j.ctx;
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST)
+        return ct_job_host(&j, dbias ? l8_tensor_dtype(dbias) : L8_F32, flags);
+    const int64_t R = j.R, C = j.C;
+    void *x = j.x, *y = j.y, *yt = j.yt, *db = j.db;
+    l8_dtype idt = j.idt, fmt = j.fmt;
+    float *scale = l8_fp8_meta_scale(j.m), *amax = l8_fp8_meta_amax(j.m);
+    float *sinv = l8_fp8_meta_scale_inv(j.m);
 
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
@@ -296,15 +334,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[idt], &f));
     if (dbias)
         L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
-    uint32_t kf = 0;
-    if (C % 8 == 0 && aligned(x, 16) && (!y || aligned(y, 8)))
-        kf |= KF_VEC_ROW;
-    if (aligned(x, 4))
-        kf |= KF_IN_WORDS;
-    if (R % 16 == 0 && aligned(yt, 16))
-        kf |= KF_VEC_T16;
-    uint64_t ntr = (uint64_t)(R + 127) / 128, ntc = (uint64_t)(C + 127) / 128;
-    uint64_t ntiles = ntr * ntc;
+    uint32_t kf = j.kf;
+    uint64_t ntr = j.ntr, ntc = j.ntc, ntiles = ntr * ntc;
     unsigned grid = tile_grid(ntiles);
     const int direct = dbias && ntr <= DB_DIRECT_MAX_TILE_ROWS;
     if (direct) {                 /* the grid is the tile columns, exactly (one CTA for none) */
@@ -355,6 +386,98 @@ l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_te
     if (!dbias)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_fp8_cast_transpose_dbias: dbias is NULL");
     return cast_transpose_impl("l8_fp8_cast_transpose_dbias", in, out, out_t, dbias, flags, s);
+}
+
+/* A group launch: up to GROUP_MAX tensors of one input dtype, one CTA per
+ * tile (at least one per tensor: it writes scale_inv), descriptors as kernel
+ * parameters (ptx/cast_transpose.ptx.in, the "many" entries). */
+#define GROUP_MAX 16
+#define GROUP_DESC 64
+
+static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream *s)
+{
+    static const char *const entry[] = { "l8_cast_transpose_many_f32",
+                                         "l8_cast_transpose_many_bf16",
+                                         "l8_cast_transpose_many_f16" };
+    CUfunction f;
+    L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[jobs[0].idt], &f));
+    _Alignas(8) unsigned char desc[GROUP_MAX * GROUP_DESC];
+    memset(desc, 0xff, sizeof desc);              /* unused: first tile 0xffffffff */
+    uint32_t tile = 0;
+    for (int i = 0; i < n; i++) {
+        const ct_job *j = &jobs[i];
+        uint64_t p[6] = { dptr(j->x), dptr(j->y), dptr(j->yt), dptr(l8_fp8_meta_scale(j->m)),
+                          dptr(l8_fp8_meta_amax(j->m)), dptr(l8_fp8_meta_scale_inv(j->m)) };
+        uint32_t w[4] = { (uint32_t)j->R, (uint32_t)j->C, j->kf | (uint32_t)j->fmt << 8, tile };
+        memcpy(desc + i * GROUP_DESC, p, sizeof p);
+        memcpy(desc + i * GROUP_DESC + sizeof p, w, sizeof w);
+        uint64_t nt = j->ntr * j->ntc;
+        tile += (uint32_t)(nt ? nt : 1);
+    }
+    void *args[] = { desc };
+    return l8i_launch(s, f, tile, 1, 1, CTA_THREADS, 1, 1, 0, args);
+}
+
+l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,
+                                     l8_tensor *const *out_t, unsigned flags, l8_stream *s)
+{
+    static const char *op = "l8_fp8_cast_transpose_many";
+    if (n < 1 || n > L8_CAST_MANY_MAX || !in || !out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (1..%d) or in / out_t is NULL", op, n,
+                       L8_CAST_MANY_MAX);
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    ct_job jobs[L8_CAST_MANY_MAX];
+    for (int i = 0; i < n; i++) {
+        l8_status st = ct_prepare(op, in[i], out ? out[i] : NULL, out_t[i], NULL,
+                                  i ? jobs[0].ctx : NULL, &jobs[i]);
+        if (st != L8_OK) {
+            char why[512];          /* the record is rewritten below: copy it first */
+            snprintf(why, sizeof why, "%s", l8_last_error()->message);
+            return L8_FAIL(st, "tensor %d: %s", i, why);
+        }
+        for (int k = 0; k < i; k++)
+            if (jobs[k].m == jobs[i].m)
+                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "
+                               "tensor's amax and scale_inv are its own)", op, k, i);
+    }
+    l8_ctx *ctx = jobs[0].ctx;
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        for (int i = 0; i < n; i++)
+            L8_CHECK(ct_job_host(&jobs[i], L8_F32, flags));
+        return L8_OK;
+    }
+    L8_CHECK(l8i_ctx_bind(ctx));
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        for (int i = 0; i < n; i++)
+            L8_CHECK(zero_amax(s, l8_fp8_meta_amax(jobs[i].m)));
+    /* launches of consecutive tensors: one input dtype, <= GROUP_MAX of
+     * them, <= MAX_TILE_CTAS tiles (a tensor above that goes alone, looped
+     * over by the single-tensor kernel) */
+    int first = 0;
+    uint64_t tiles = 0;
+    for (int i = 0; i <= n; i++) {
+        uint64_t nt = 0;
+        if (i < n) {
+            nt = jobs[i].ntr * jobs[i].ntc;
+            nt = nt ? nt : 1;
+        }
+        int flush = i == n || i - first == GROUP_MAX || jobs[i].idt != jobs[first].idt ||
+                    tiles + nt > MAX_TILE_CTAS;
+        if (flush && i > first) {
+            if (i - first == 1 && tiles > MAX_TILE_CTAS) {
+                L8_CHECK(l8_fp8_cast_transpose(in[first], out ? out[first] : NULL, out_t[first],
+                                               L8_CAST_ACCUMULATE_AMAX, s));
+            } else {
+                L8_CHECK(group_launch(ctx, jobs + first, i - first, s));
+            }
+            first = i;
+            tiles = 0;
+        }
+        tiles += nt;
+    }
+    return L8_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -79,6 +79,21 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tenso
                                                    l8_tensor *out_t, l8_tensor *dbias,
                                                    unsigned flags, l8_stream *s);
 
+/* l8_fp8_cast_transpose of n tensors in as few launches as their tiles
+ * allow (one for up to 16 tensors of one input dtype and 32768 tiles in
+ * all): in[i] -> out[i] (out, or out[i], may be NULL) and out_t[i], each
+ * with its own meta (two tensors sharing a meta: L8_ERR_INVALID_ARG), the
+ * same bytes, amaxes and scale_invs as n single calls. For the per-step
+ * casts of many small tensors (every layer's weights), where a launch costs
+ * more than its work. n is 1..L8_CAST_MANY_MAX; all on one context. Errors:
+ * those of l8_fp8_cast_transpose, naming the tensor; nothing is enqueued
+ * unless every tensor passes. */
+#define L8_CAST_MANY_MAX 64
+L8_NODISCARD l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in,
+                                                  l8_tensor *const *out,
+                                                  l8_tensor *const *out_t, unsigned flags,
+                                                  l8_stream *s);
+
 /* out = f32(in) * scale_inv, rounded to out's dtype (F32, BF16, F16); in is
  * FP8 with a meta (its scale_inv is used), out has in's numel. NaN codes give
  * NaN, E5M2 infinities give infinities. Errors: see above. */

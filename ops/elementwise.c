@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "ops/elementwise.h"
 #include "runtime/fp8.h"
@@ -105,6 +106,74 @@ l8_status l8_convert(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     uint32_t itype = (uint32_t)it, otype = (uint32_t)ot;
     void *args[] = { &a_in, &a_out, &n, &itype, &otype };
     return launch(ctx, s, "l8_ew_convert", n, args);
+}
+
+#define CONVERT_GROUP 16       /* descriptors of l8_ew_convert_many */
+#define CONVERT_BLOCK 2048u    /* elements per CTA of it */
+
+l8_status l8_convert_many(int n, const l8_tensor *const *in, l8_tensor *const *out, l8_stream *s)
+{
+    static const char *op = "l8_convert_many";
+    if (n < 0 || n > L8_CONVERT_MANY_MAX || (n > 0 && (!in || !out)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (0..%d) or in / out is NULL", op, n,
+                       L8_CONVERT_MANY_MAX);
+    if (n == 0)
+        return L8_OK;
+    l8_ctx *ctx = NULL;
+    for (int i = 0; i < n; i++) {
+        l8_status st = need(op, "in", in[i], ctx);
+        if (st == L8_OK) {
+            ctx = l8_tensor_ctx(in[i]);
+            st = need(op, "out", out[i], ctx);
+        }
+        if (st == L8_OK) st = same_numel(op, "in", in[i], "out", out[i]);
+        if (st == L8_OK) st = no_overlap(op, out[i], in[i], 1);
+        if (st != L8_OK) {
+            char why[512];          /* the record is rewritten below: copy it first */
+            snprintf(why, sizeof why, "%s", l8_last_error()->message);
+            return L8_FAIL(st, "pair %d: %s", i, why);
+        }
+    }
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        for (int i = 0; i < n; i++)
+            L8_CHECK(l8_convert(in[i], out[i], s));
+        return L8_OK;
+    }
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "elementwise", "l8_ew_convert_many", &f));
+    _Alignas(8) unsigned char desc[CONVERT_GROUP * 32];
+    int k = 0;
+    uint64_t blocks = 0;
+    for (int i = 0; i <= n; i++) {
+        void *x = NULL, *y = NULL;
+        uint64_t cnt = 0;
+        if (i < n) {
+            L8_CHECK(l8_tensor_data(in[i], &x));
+            L8_CHECK(l8_tensor_data(out[i], &y));
+            cnt = (uint64_t)l8_tensor_numel(in[i]);
+        }
+        uint64_t nb = (cnt + CONVERT_BLOCK - 1) / CONVERT_BLOCK;
+        if (k > 0 && (i == n || k == CONVERT_GROUP || blocks + nb > UINT32_MAX / 2)) {
+            void *args[] = { desc };
+            L8_CHECK(l8i_launch(s, f, (unsigned)blocks, 1, 1, EW_THREADS, 1, 1, 0, args));
+            k = 0;
+            blocks = 0;
+        }
+        if (i == n || cnt == 0 || x == y)         /* as l8_convert: nothing to do */
+            continue;
+        if (k == 0)
+            memset(desc, 0xff, sizeof desc);      /* unused: first block 0xffffffff */
+        uint64_t p[3] = { dptr(x), dptr(y), cnt };
+        uint32_t w[2] = { (uint32_t)l8_tensor_dtype(in[i]) | (uint32_t)l8_tensor_dtype(out[i]) << 8,
+                          (uint32_t)blocks };
+        memcpy(desc + k * 32, p, sizeof p);
+        memcpy(desc + k * 32 + sizeof p, w, sizeof w);
+        k++;
+        blocks += nb;
+    }
+    return L8_OK;
 }
 
 /* ---- accumulate ---- */

@@ -40,6 +40,16 @@ extern "C" {
  * combination (same dtype: a plain copy). */
 L8_NODISCARD l8_status l8_convert(const l8_tensor *in, l8_tensor *out, l8_stream *s);
 
+/* l8_convert of n pairs in[i] -> out[i] in as few launches as possible (one
+ * for up to 16 pairs): the same results. For the per-step conversions of
+ * many small tensors (every layer's bias), where a launch costs more than
+ * its work. n is 0..L8_CONVERT_MANY_MAX; all on one context. Errors: those
+ * of l8_convert, naming the pair; nothing is enqueued unless every pair
+ * passes. */
+#define L8_CONVERT_MANY_MAX 64
+L8_NODISCARD l8_status l8_convert_many(int n, const l8_tensor *const *in,
+                                       l8_tensor *const *out, l8_stream *s);
+
 /* y[i] = y[i] + x[i] (accumulated, not overwritten): F32, BF16 or F16 in
  * any combination, added in f32 and rounded once to y's dtype. */
 L8_NODISCARD l8_status l8_add_into(l8_tensor *y, const l8_tensor *x, l8_stream *s);

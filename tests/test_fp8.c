@@ -645,6 +645,117 @@ START_TEST(test_cast_transpose_host)
 }
 END_TEST
 
+/* l8_fp8_cast_transpose_many against one l8_fp8_cast_transpose per tensor:
+ * every byte of out and out_t, amax and scale_inv, with and without
+ * ACCUMULATE_AMAX, mixed input dtypes, empty and edge shapes, out NULL or
+ * not; `extra` more tensors past 16 make the GPU split the group. */
+static void cast_many_run(const char *dev, int extra)
+{
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_rng r;
+    l8_rng_init(&r, 0x3a7);
+    const struct { int64_t r, c; l8_dtype dt; } base[] = {
+        { 512, 784, L8_F32 }, { 512, 512, L8_F32 }, { 16, 512, L8_F32 }, { 0, 40, L8_F32 },
+        { 300, 130, L8_BF16 }, { 129, 8, L8_F16 }, { 1, 1, L8_F32 }, { 128, 256, L8_BF16 },
+        { 257, 1000, L8_F32 } };
+    const int nb = (int)(sizeof base / sizeof base[0]), n = nb + extra;
+    ck_assert(n <= 32);
+    l8_tensor *in[32], *q[2][32], *qt[2][32];
+    l8_fp8_meta *m[2][32];
+    for (int acc = 0; acc < 2; acc++) {
+        unsigned fl = acc ? L8_CAST_ACCUMULATE_AMAX : 0;
+        for (int i = 0; i < n; i++) {
+            int64_t R = base[i % nb].r, C = base[i % nb].c + (i >= nb ? 16 * i : 0);
+            l8_dtype dt = base[i % nb].dt;
+            size_t cnt = (size_t)(R * C);
+            void *x = xmalloc(cnt * 4);
+            fill_hp(&r, x, dt, cnt, i % 3 == 0, 300.0f);
+            in[i] = mk2(ctx, dt, R, C);
+            put(in[i], x);
+            free(x);
+            float sc = random_scale(&r);
+            for (int side = 0; side < 2; side++) {
+                l8_dtype f = i % 2 ? L8_E5M2 : L8_E4M3;
+                q[side][i] = mk2(ctx, f, R, C);
+                qt[side][i] = mk2(ctx, f, C, R);
+                m[side][i] = add_meta(qt[side][i], sc, 0.75f);
+                L8_CK(l8_tensor_set_fp8_meta(q[side][i], m[side][i]));
+                poison(q[side][i], 0x5a);
+                poison(qt[side][i], 0x5a);
+            }
+        }
+        /* side 0: the group, out NULL for every third tensor; side 1: one by one */
+        l8_tensor *outs[32];
+        for (int i = 0; i < n; i++) outs[i] = i % 3 == 2 ? NULL : q[0][i];
+        L8_CK(l8_fp8_cast_transpose_many(n, (const l8_tensor *const *)in, outs, qt[0], fl, NULL));
+        for (int i = 0; i < n; i++)
+            L8_CK(l8_fp8_cast_transpose(in[i], i % 3 == 2 ? NULL : q[1][i], qt[1][i], fl, NULL));
+        for (int i = 0; i < n; i++) {
+            size_t nbytes = l8_tensor_nbytes(qt[0][i]);
+            uint8_t *a = xmalloc(nbytes + 1), *b = xmalloc(nbytes + 1);
+            for (int which = 0; which < 2; which++) {
+                get(which ? q[0][i] : qt[0][i], a);
+                get(which ? q[1][i] : qt[1][i], b);
+                ck_assert_msg(memcmp(a, b, nbytes) == 0, "%s many: tensor %d %s differs", dev, i,
+                              which ? "out" : "out_t");
+            }
+            free(a);
+            free(b);
+            float g[3], w[3];
+            L8_CK(l8_fp8_meta_get(m[0][i], &g[0], &g[1], &g[2]));
+            L8_CK(l8_fp8_meta_get(m[1][i], &w[0], &w[1], &w[2]));
+            ck_assert_msg(same_float(g[2], w[2]) && fbits(g[1]) == fbits(w[1]),
+                          "%s many: tensor %d amax %g / %g", dev, i, g[2], w[2]);
+        }
+        for (int i = 0; i < n; i++) {
+            l8_tensor_destroy(in[i]);
+            for (int side = 0; side < 2; side++) {
+                l8_tensor_destroy(q[side][i]);
+                l8_tensor_destroy(qt[side][i]);
+            }
+        }
+    }
+    done_ctx(ctx);
+}
+
+START_TEST(test_cast_transpose_many_host)
+{
+    cast_many_run("host", 0);
+    /* errors: nothing is cast unless every tensor passes */
+    l8_ctx *ctx = mk_ctx("host");
+    l8_tensor *x = mk2(ctx, L8_F32, 4, 8), *qt = mk2(ctx, L8_E4M3, 8, 4);
+    l8_tensor *qt2 = mk2(ctx, L8_E4M3, 8, 4), *bad = mk2(ctx, L8_E4M3, 4, 8);
+    poison(x, 0x3f);
+    l8_fp8_meta *m = add_meta(qt, 1.0f, 0.0f);
+    add_meta(qt2, 1.0f, 0.0f);
+    add_meta(bad, 1.0f, 0.0f);
+    const l8_tensor *in[2] = { x, x };
+    l8_tensor *ot[2] = { qt, qt2 };
+    L8_CK_ST(l8_fp8_cast_transpose_many(0, in, NULL, ot, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose_many(L8_CAST_MANY_MAX + 1, in, NULL, ot, 0, NULL),
+             L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, 0x8, NULL), L8_ERR_INVALID_ARG);
+    ot[1] = bad;                                    /* [4, 8], wanted [8, 4] */
+    L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, 0, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "tensor 1"));
+    L8_CK(l8_tensor_set_fp8_meta(qt2, m));          /* two tensors, one meta */
+    ot[1] = qt2;
+    L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, 0, NULL), L8_ERR_INVALID_ARG);
+    l8_tensor_destroy(x);
+    l8_tensor_destroy(qt);
+    l8_tensor_destroy(qt2);
+    l8_tensor_destroy(bad);
+    done_ctx(ctx);
+}
+END_TEST
+
+START_TEST(test_gpu_cast_transpose_many)
+{
+    cast_many_run("cuda:0", 0);
+    cast_many_run("cuda:0", 12);                    /* 21 tensors: two launches */
+}
+END_TEST
+
 START_TEST(test_cast_transpose_dbias_host)
 {
     l8_ctx *ctx = mk_ctx("host");
@@ -1631,6 +1742,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(ops, test_cast_host);
     tcase_add_test(ops, test_cast_transpose_host);
     tcase_add_test(ops, test_cast_transpose_dbias_host);
+    tcase_add_test(ops, test_cast_transpose_many_host);
     tcase_add_test(ops, test_dequantize_transpose_host);
     tcase_add_test(ops, test_scale_update_host);
     tcase_add_test(ops, test_errors_host);
@@ -1643,6 +1755,7 @@ Suite *l8_fp8_suite(void)
     TCase *gpu = tcase_create("gpu_kernels");
     tcase_add_test(gpu, test_gpu_cast);
     tcase_add_test(gpu, test_gpu_cast_transpose);
+    tcase_add_test(gpu, test_gpu_cast_transpose_many);
     tcase_add_test(gpu, test_gpu_dequantize_transpose);
     tcase_add_test(gpu, test_gpu_scale_update);
     tcase_add_test(gpu, test_gpu_bandwidth);
