@@ -411,6 +411,14 @@ void l8_linear_ctx_destroy(l8_linear_ctx *c)
 /* ------------------------------------------------------------------------ */
 /* forward                                                                   */
 
+/* The layer's copies are current (the casts are enqueued). */
+static void weights_built(l8_linear *l)
+{
+    l->stale = 0;
+    l->weight_version++;
+    l->stats.weight_casts++;
+}
+
 /* Rebuild the weight copies if the step changed (once per step). */
 static l8_status ensure_weights(l8_linear *l, l8_stream *s)
 {
@@ -422,9 +430,61 @@ static l8_status ensure_weights(l8_linear *l, l8_stream *s)
         L8_CHECK(l8_convert(l->w, l->w16, s));
     if (l->b)
         L8_CHECK(l8_convert(l->b, l->b16, s));
-    l->stale = 0;
-    l->weight_version++;
-    l->stats.weight_casts++;
+    weights_built(l);
+    return L8_OK;
+}
+
+l8_status l8_linear_refresh_weights(l8_linear *const *layers, int n, l8_stream *s)
+{
+    static const char *op = "l8_linear_refresh_weights";
+    if (n < 0 || n > L8_CAST_MANY_MAX || (n > 0 && !layers))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (0..%d) or layers is NULL", op, n,
+                       L8_CAST_MANY_MAX);
+    for (int i = 0; i < n; i++) {
+        if (!layers[i])
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: layers[%d] is NULL", op, i);
+        if (layers[i]->ctx != layers[0]->ctx)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: layers[%d] (%s) belongs to another context",
+                           op, i, layers[i]->name);
+    }
+    if (n == 0)
+        return L8_OK;
+    L8_CHECK(l8i_resolve_stream(op, layers[0]->ctx, &s));
+    /* the stale layers, once each; FP8 weights in one cast group, every
+     * other conversion (bf16 weights, biases) in one convert group */
+    l8_linear *todo[L8_CAST_MANY_MAX];
+    const l8_tensor *w[L8_CAST_MANY_MAX], *cin[2 * L8_CAST_MANY_MAX];
+    l8_tensor *w8[L8_CAST_MANY_MAX], *w8t[L8_CAST_MANY_MAX], *cout[2 * L8_CAST_MANY_MAX];
+    int nt = 0, nw = 0, nc = 0;
+    for (int i = 0; i < n; i++) {
+        l8_linear *l = layers[i];
+        int dup = 0;
+        for (int j = 0; j < nt; j++)
+            dup |= todo[j] == l;
+        if (!l->stale || dup)
+            continue;
+        todo[nt++] = l;
+        if (is_fp8_mode(l)) {
+            w[nw] = l->w;
+            w8[nw] = l->w8;
+            w8t[nw++] = l->w8t;
+        } else {
+            cin[nc] = l->w;
+            cout[nc++] = l->w16;
+        }
+        if (l->b) {
+            cin[nc] = l->b;
+            cout[nc++] = l->b16;
+        }
+    }
+    if (nw > 0)
+        L8_CHECK(l8_fp8_cast_transpose_many(nw, w, w8, w8t, L8_CAST_ACCUMULATE_AMAX, s));
+    for (int c0 = 0; c0 < nc; c0 += L8_CONVERT_MANY_MAX) {
+        int m = nc - c0 < L8_CONVERT_MANY_MAX ? nc - c0 : L8_CONVERT_MANY_MAX;
+        L8_CHECK(l8_convert_many(m, cin + c0, cout + c0, s));
+    }
+    for (int j = 0; j < nt; j++)
+        weights_built(todo[j]);
     return L8_OK;
 }
 

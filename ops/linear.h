@@ -38,7 +38,8 @@
  *
  * Steps and micro-batches. l8_linear_begin_step marks a new optimizer step:
  * the weight copies are rebuilt at the next forward (once per step, not per
- * micro-batch; l8_linear_stats counts the casts) and the micro-batch count
+ * micro-batch; l8_linear_stats counts the casts), or for several layers at
+ * once by l8_linear_refresh_weights, and the micro-batch count
  * restarts. The first backward of a step writes main_grad (=, beta = 0: old
  * contents, NaNs included, are never read); later ones accumulate (+=,
  * beta = 1) - gradient-accumulation fusion. With accumulate_grad = 1 every
@@ -204,6 +205,18 @@ void l8_linear_destroy(l8_linear *l);
  * copies are rebuilt at the next forward; the next backward writes
  * main_grad (=). Never fails on a valid layer. Errors: L8_ERR_INVALID_ARG. */
 L8_NODISCARD l8_status l8_linear_begin_step(l8_linear *l);
+
+/* Rebuild now, on s, the weight copies of those of the n layers that need
+ * it (after begin_step; the others are left alone): the FP8 layers' weight
+ * casts in one launch for up to 16 layers (l8_fp8_cast_transpose_many),
+ * then each one's bias conversion; bf16 layers as their forward would do
+ * it. The copies are those the layers' next forward would build, bit for
+ * bit; that forward then builds nothing. For a model of many small layers,
+ * where each launch costs more than its work. A layer listed twice counts
+ * once. n is 0..L8_CAST_MANY_MAX; every layer of one context. Errors:
+ * L8_ERR_INVALID_ARG (NULL, n, contexts), and those of the casts. */
+L8_NODISCARD l8_status l8_linear_refresh_weights(l8_linear *const *layers, int n,
+                                                l8_stream *s);
 
 /* Y = X . W^T + b.
  *   x      bf16 [.., K], contiguous; read

@@ -593,6 +593,82 @@ static void micro_run(const char *dev, l8_linear_mode mode, int order, int accum
     done_ctx(ctx);
 }
 
+/* l8_linear_refresh_weights: FP8 layers a and b (the same weights) and a
+ * bf16 layer c; a and c refreshed together (a listed twice), b rebuilt
+ * lazily by its forward: the same Y bit for bit, one weight cast each per
+ * step, a second refresh casts nothing; then errors. */
+static void refresh_run(const char *dev)
+{
+    const int64_t T = 32, K = 48, N = 64;
+    l8_rng r, ra, rb;
+    l8_rng_init(&r, 0x2ef);
+    ra = rb = r;
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *reca = mk_recipe(ctx), *recb = mk_recipe(ctx);
+    fx a, b, c;
+    fx_init(&a, ctx, h, reca, L8_LINEAR_FP8, K, N, 1, L8_F32, &ra);
+    fx_init(&b, ctx, h, recb, L8_LINEAR_FP8, K, N, 1, L8_F32, &rb);
+    fx_init(&c, ctx, h, NULL, L8_LINEAR_BF16, K, N, 1, L8_F32, &r);
+    float *x = fmem(T * K), *ya = fmem(T * N), *yb = fmem(T * N), *yc = fmem(T * N);
+    for (int step = 0; step < 2; step++) {
+        if (step) {
+            fx_new_weights(&a, &r);
+            memcpy(b.w, a.w, (size_t)(N * K) * sizeof *b.w);
+            memcpy(b.b, a.b, (size_t)N * sizeof *b.b);
+            put(b.tw, b.w);
+            put(b.tb, b.b);
+            L8_CK(l8_linear_begin_step(b.lin));
+            L8_CK(l8_linear_begin_step(c.lin));
+        }
+        l8_linear *group[3] = { a.lin, c.lin, a.lin };
+        L8_CK(l8_linear_refresh_weights(group, 3, NULL));
+        L8_CK(l8_linear_refresh_weights(group, 3, NULL));  /* current: nothing to do */
+        ck_assert_uint_eq(stats(&a).weight_casts, (uint64_t)step + 1);
+        ck_assert_uint_eq(stats(&c).weight_casts, (uint64_t)step + 1);
+        fill_bf16(&r, x, T * K);
+        l8_linear_ctx *ca = fwd(&a, T, x, ya), *cb = fwd(&b, T, x, yb), *cc = fwd(&c, T, x, yc);
+        ck_assert_uint_eq(stats(&a).weight_casts, (uint64_t)step + 1);
+        ck_assert_uint_eq(stats(&b).weight_casts, (uint64_t)step + 1);
+        ck_assert_msg(memcmp(ya, yb, (size_t)(T * N) * sizeof *ya) == 0, "%s step %d", dev, step);
+        l8_linear_ctx_destroy(ca);
+        l8_linear_ctx_destroy(cb);
+        l8_linear_ctx_destroy(cc);
+        L8_CK(l8_recipe_update(reca, NULL));
+        L8_CK(l8_recipe_update(recb, NULL));
+    }
+    l8_linear *none[2] = { a.lin, NULL };
+    L8_CK_ST(l8_linear_refresh_weights(none, 2, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_refresh_weights(none, -1, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_refresh_weights(NULL, 1, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_linear_refresh_weights(NULL, 0, NULL));
+    l8_ctx *other = mk_ctx("host");
+    l8_gemm_handle *ho = mk_gemm(other);
+    l8_recipe *reco = mk_recipe(other);
+    fx o;
+    fx_init(&o, other, ho, reco, L8_LINEAR_FP8, K, N, 0, L8_F32, &r);
+    l8_linear *mixed[2] = { a.lin, o.lin };
+    L8_CK_ST(l8_linear_refresh_weights(mixed, 2, NULL), L8_ERR_INVALID_ARG);
+    fx_free(&o);
+    l8_recipe_destroy(reco);
+    l8_gemm_handle_destroy(ho);
+    done_ctx(other);
+    free(x); free(ya); free(yb); free(yc);
+    fx_free(&a);
+    fx_free(&b);
+    fx_free(&c);
+    l8_recipe_destroy(reca);
+    l8_recipe_destroy(recb);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_refresh_weights) { refresh_run("host"); }
+END_TEST
+
+START_TEST(test_gpu_refresh_weights) { refresh_run("cuda:0"); }
+END_TEST
+
 START_TEST(test_micro_batches)
 {
     /* _i: bit 0 mode, bit 1 order, bit 2 accumulate */
@@ -1274,6 +1350,66 @@ static double gelu_grad_ref(double x)
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x);
 }
 
+/* l8_convert_many against l8_convert pair by pair: 20 pairs (two groups on
+ * a GPU) of every dtype combination, sizes around the 2048-element block,
+ * an empty pair; then errors. */
+static void convert_many_run(const char *dev)
+{
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_rng r;
+    l8_rng_init(&r, 0xc0e);
+    static const l8_dtype dts[3] = { L8_F32, L8_BF16, L8_F16 };
+    static const int64_t sizes[] = { 784 * 16, 512, 2048, 2049, 1, 0, 4097 };
+    enum { NP = 20 };
+    l8_tensor *in[NP], *o[2][NP];
+    float *v = fmem(784 * 16);
+    for (int i = 0; i < NP; i++) {
+        int64_t n = sizes[i % 7];
+        in[i] = mk(ctx, dts[i % 3], n, -1);
+        o[0][i] = mk(ctx, dts[(i / 3) % 3], n, -1);
+        o[1][i] = mk(ctx, dts[(i / 3) % 3], n, -1);
+        fill_f32(&r, v, n);
+        if (n) put(in[i], v);
+        poison(o[0][i]);
+        poison(o[1][i]);
+    }
+    L8_CK(l8_convert_many(NP, (const l8_tensor *const *)in, o[0], NULL));
+    for (int i = 0; i < NP; i++)
+        L8_CK(l8_convert(in[i], o[1][i], NULL));
+    float *a = fmem(784 * 16), *b = fmem(784 * 16);
+    for (int i = 0; i < NP; i++) {
+        int64_t n = sizes[i % 7];
+        if (!n) continue;
+        get(o[0][i], a);
+        get(o[1][i], b);
+        ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s convert_many pair %d", dev, i);
+        for (int64_t k = 0; k < n; k++)          /* written: the poison is NaN */
+            ck_assert(!isnan(a[k]));
+    }
+    /* errors: nothing converted unless every pair passes */
+    l8_tensor *small = mk(ctx, L8_BF16, 3, -1);
+    l8_tensor *po[3] = { o[0][0], o[0][1], small };
+    L8_CK_ST(l8_convert_many(3, (const l8_tensor *const *)in, po, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "pair 2"));
+    L8_CK_ST(l8_convert_many(-1, (const l8_tensor *const *)in, po, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_convert_many(2, NULL, po, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_convert_many(0, NULL, NULL, NULL));
+    l8_tensor_destroy(small);
+    for (int i = 0; i < NP; i++) {
+        l8_tensor_destroy(in[i]);
+        l8_tensor_destroy(o[0][i]);
+        l8_tensor_destroy(o[1][i]);
+    }
+    free(v); free(a); free(b);
+    done_ctx(ctx);
+}
+
+START_TEST(test_convert_many) { convert_many_run("host"); }
+END_TEST
+
+START_TEST(test_gpu_convert_many) { convert_many_run("cuda:0"); }
+END_TEST
+
 START_TEST(test_elementwise_host)
 {
     l8_rng r;
@@ -1709,11 +1845,13 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_weight_cast_once_per_step);
     tcase_add_test(tc, test_zero_grad_written);
     tcase_add_test(tc, test_grad_ready);
+    tcase_add_test(tc, test_refresh_weights);
     tcase_add_test(tc, test_save_hooks);
     tcase_add_test(tc, test_tags);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_fault_injection);
     tcase_add_test(tc, test_elementwise_host);
+    tcase_add_test(tc, test_convert_many);
     tcase_add_test(tc, test_host_gemm_blocked);
     tcase_add_test(tc, test_host_gemm_split_invariance);
     suite_add_tcase(s, tc);
@@ -1721,9 +1859,11 @@ Suite *l8_linear_suite(void)
     tcase_set_tags(tg, "gpu");
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_gpu_linear_vs_host);
+    tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
     tcase_add_test(tg, test_gpu_elementwise);
+    tcase_add_test(tg, test_gpu_convert_many);
     suite_add_tcase(s, tg);
     return s;
 }

@@ -542,8 +542,11 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.act[0]), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
-    if (train)
+    if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
+        /* every layer's weight copies at once (FP8: one cast launch for all) */
+        L8_TRY(st, l8_linear_refresh_weights(m->lin, m->nl, m->s), out);
+    }
     for (int i = 0; i < m->nl; i++) {
         int off = train && m->off && i < m->nl - m->off_keep;
         if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
