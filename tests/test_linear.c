@@ -359,6 +359,17 @@ static void fx_new_weights(fx *f, l8_rng *r)
     L8_CK(l8_linear_begin_step(f->lin));
 }
 
+/* dst takes src's master weights (host copies and device), then begin_step */
+static void fx_copy_weights(fx *dst, const fx *src)
+{
+    memcpy(dst->w, src->w, (size_t)(dst->N * dst->K) * sizeof *dst->w);
+    memcpy(dst->b, src->b, (size_t)dst->N * sizeof *dst->b);
+    put(dst->tw, dst->w);
+    if (dst->bias)
+        put(dst->tb, dst->b);
+    L8_CK(l8_linear_begin_step(dst->lin));
+}
+
 /* forward with a ctx; y (T*N) may be NULL */
 static l8_linear_ctx *fwd(fx *f, int64_t T, const float *x, float *y)
 {
@@ -614,11 +625,7 @@ static void refresh_run(const char *dev)
     for (int step = 0; step < 2; step++) {
         if (step) {
             fx_new_weights(&a, &r);
-            memcpy(b.w, a.w, (size_t)(N * K) * sizeof *b.w);
-            memcpy(b.b, a.b, (size_t)N * sizeof *b.b);
-            put(b.tw, b.w);
-            put(b.tb, b.b);
-            L8_CK(l8_linear_begin_step(b.lin));
+            fx_copy_weights(&b, &a);
             L8_CK(l8_linear_begin_step(c.lin));
         }
         l8_linear *group[3] = { a.lin, c.lin, a.lin };
@@ -1646,11 +1653,7 @@ static void gpu_vs_host(l8_linear_mode mode, int64_t T, int64_t K, int64_t N)
     for (int step = 0; step < 2; step++) {
         if (step) {
             fx_new_weights(&g, &r);
-            memcpy(h.w, g.w, (size_t)(N * K) * sizeof *h.w);
-            memcpy(h.b, g.b, (size_t)N * sizeof *h.b);
-            put(h.tw, h.w);
-            put(h.tb, h.b);
-            L8_CK(l8_linear_begin_step(h.lin));
+            fx_copy_weights(&h, &g);
         }
         memset(rdw, 0, (size_t)(N * K) * sizeof *rdw);
         memset(sdw, 0, (size_t)(N * K) * sizeof *sdw);
