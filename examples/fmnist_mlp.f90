@@ -161,6 +161,7 @@ contains
         do i = 1, NL
             call ck(l8_linear_begin_step(lin(i)))
         end do
+        call ck(l8_linear_refresh_weights(lin))   ! every layer's weight copies in two launches
         do i = 1, NL
             call ck(l8_linear_forward(lin(i), act(i - 1), pre(i), saved(i)))
             if (i < NL) call ck(l8_gelu(pre(i), act(i)))

@@ -127,6 +127,7 @@ module lean8
     public :: l8_gemm_handle_create, l8_gemm_handle_destroy
     public :: l8_recipe_create, l8_recipe_destroy, l8_recipe_update
     public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
+    public :: l8_linear_refresh_weights
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
@@ -337,6 +338,13 @@ module lean8
             import :: c_ptr, c_int
             type(c_ptr), value :: l
             integer(c_int) :: c_linear_begin_step
+        end function
+        function c_linear_refresh_weights(ls, n, s) bind(c, name='l8_linear_refresh_weights')
+            import :: c_ptr, c_int
+            type(c_ptr), intent(in) :: ls(*)
+            integer(c_int), value :: n
+            type(c_ptr), value :: s
+            integer(c_int) :: c_linear_refresh_weights
         end function
         function c_linear_forward(l, x, y, saved, s) bind(c, name='l8_linear_forward')
             import :: c_ptr, c_int
@@ -897,6 +905,19 @@ contains
     integer(c_int) function l8_linear_begin_step(lin) result(st)
         type(l8_linear), intent(in) :: lin
         st = c_linear_begin_step(lin%p)
+    end function
+
+    ! After begin_step: every listed layer's weight copies rebuilt at once
+    ! (two launches for the whole model instead of two per layer; the
+    ! forwards then rebuild nothing). At most 64 layers.
+    integer(c_int) function l8_linear_refresh_weights(lins) result(st)
+        type(l8_linear), intent(in) :: lins(:)
+        type(c_ptr) :: ps(size(lins))
+        integer :: i
+        do i = 1, size(lins)
+            ps(i) = lins(i)%p
+        end do
+        st = c_linear_refresh_weights(ps, int(size(lins), c_int), c_null_ptr)
     end function
 
     ! y = x . W^T + b; x bf16 (T, K) = Fortran dims [K, T], y (T, N). With

@@ -83,6 +83,7 @@ program test_fortran
     call ok(l8_convert(xt, xb), 'l8_convert to bf16')
     call ok(l8_tag_push('fortran-test'), 'l8_tag_push')
     call ok(l8_linear_begin_step(lin), 'l8_linear_begin_step')
+    call ok(l8_linear_refresh_weights([lin, lin]), 'l8_linear_refresh_weights (a layer twice)')
     call ok(l8_linear_forward(lin, xb, yb, saved), 'l8_linear_forward')
     call ok(l8_tag_pop(), 'l8_tag_pop')
     call check(l8_tag_pop() /= L8_OK, 'popping an empty tag stack is refused')
