@@ -85,9 +85,11 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tenso
  * with its own meta (two tensors sharing a meta: L8_ERR_INVALID_ARG), the
  * same bytes, amaxes and scale_invs as n single calls. For the per-step
  * casts of many small tensors (every layer's weights), where a launch costs
- * more than its work. n is 1..L8_CAST_MANY_MAX; all on one context. Errors:
- * those of l8_fp8_cast_transpose, naming the tensor; nothing is enqueued
- * unless every tensor passes. */
+ * more than its work. Without L8_CAST_ACCUMULATE_AMAX each amax is zeroed
+ * first by a memset of its own (n more launches): l8_linear_refresh_weights
+ * accumulates. n is 1..L8_CAST_MANY_MAX; all on one context. Errors: those
+ * of l8_fp8_cast_transpose, naming the tensor; nothing is enqueued unless
+ * every tensor passes. */
 #define L8_CAST_MANY_MAX 64
 L8_NODISCARD l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in,
                                                   l8_tensor *const *out,
