@@ -30,10 +30,14 @@
  * of that stream instead of querying each (an offload keeps dozens of
  * buffers pending on the copy stream; cuEventQuery is not free).
  *
- * Every provider call is made under the pool mutex, so providers need not be
- * thread-safe; the price is that a cold allocation (cuMemHostAlloc, which
- * takes milliseconds) makes other threads wait. Warm allocations and frees
- * never call the provider except to record and query events.
+ * A cold allocation calls segment_alloc (cuMemHostAlloc: milliseconds)
+ * without the pool mutex, so other threads keep allocating from the cache
+ * and freeing meanwhile; its bytes count in `growing` until it returns, and
+ * memory_limit holds for reserved + growing, so concurrent cold allocations
+ * never overshoot it. The provider is thread-safe (alloc.h). segment_free
+ * and event_sync (empty_cache, destroy, the OOM ladder's wait) still run
+ * under the mutex. Warm allocations and frees never call the provider
+ * except to record and query events.
  *
  * Trace: PINNED_ALLOC (addr, size = class bytes, aux = requested bytes) and
  * PINNED_FREE (addr, size = class bytes, aux = number of streams the block
@@ -84,6 +88,7 @@ struct l8_pinned {
     void **evpool;                /* completed events ready for reuse */
     size_t nev, evcap;
     l8_pinned_stats st;
+    size_t growing;               /* class bytes of segment_allocs in flight (unlocked) */
     int capturing;                /* l8_pinned_set_capturing: atomic */
 };
 
@@ -389,18 +394,25 @@ static l8_status oom_error(l8_pinned *p, size_t bytes, size_t cbytes, const char
                    p->prov.name ? p->prov.name : "?");
 }
 
-/* A fresh segment of class cls. L8_ERR_OOM also when the limit forbids it. */
+/* A fresh segment of class cls. L8_ERR_OOM also when the limit forbids it.
+ * Called and returns with p->mu held; the provider call runs without it
+ * (the banner), its bytes in p->growing meanwhile. */
 static l8_status new_block(l8_pinned *p, int cls, size_t cbytes, pblock **out)
 {
     if (p->memory_limit) {
         if (cbytes > p->memory_limit) return L8_ERR_OOM;
-        if (p->st.reserved_bytes + cbytes > p->memory_limit) (void)release_cached(p, cbytes);
-        if (p->st.reserved_bytes + cbytes > p->memory_limit) return L8_ERR_OOM;
+        if (p->st.reserved_bytes + p->growing + cbytes > p->memory_limit)
+            (void)release_cached(p, p->growing + cbytes);
+        if (p->st.reserved_bytes + p->growing + cbytes > p->memory_limit) return L8_ERR_OOM;
     }
     pblock *b = calloc(1, sizeof *b);
     if (!b) return L8_FAIL(L8_ERR_OOM, "no host memory for a pinned block record");
     void *ptr = NULL;
+    p->growing += cbytes;
+    pthread_mutex_unlock(&p->mu);
     l8_status st = p->prov.segment_alloc(p->prov.user, cbytes, &ptr);
+    pthread_mutex_lock(&p->mu);
+    p->growing -= cbytes;
     if (st != L8_OK) {
         free(b);
         return st;
@@ -445,9 +457,10 @@ static l8_status get_block(l8_pinned *p, size_t bytes, int cls, size_t cbytes, p
     if (st != L8_ERR_OOM) return st;
     if (p->memory_limit && cbytes > p->memory_limit)
         return oom_error(p, bytes, cbytes, "the class is larger than memory_limit");
-    if (p->memory_limit && p->st.reserved_bytes + cbytes > p->memory_limit)
-        return oom_error(p, bytes, cbytes,
-                         "memory_limit reached with no cached block left to free");
+    if (p->memory_limit && p->st.reserved_bytes + p->growing + cbytes > p->memory_limit)
+        return oom_error(p, bytes, cbytes, p->growing
+                         ? "memory_limit reached, counting other threads' allocations in flight"
+                         : "memory_limit reached with no cached block left to free");
     char why[600];
     const char *said = l8_last_error()->message;
     snprintf(why, sizeof why, "the provider said: %s", said[0] ? said : "L8_ERR_OOM");

@@ -11,7 +11,10 @@
  *
  * Uses the same provider type as the device allocator: segment_alloc /
  * segment_free give page-locked memory, events as for streams.
- * Thread safety: every function may be called from any thread.
+ * Thread safety: every function may be called from any thread; a cold
+ * allocation's segment_alloc (cuMemHostAlloc, milliseconds) runs without the
+ * pool's lock, so other threads keep allocating from the cache and freeing
+ * meanwhile (memory_limit counts the bytes in flight).
  */
 #ifndef L8_PINNED_H
 #define L8_PINNED_H

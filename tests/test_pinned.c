@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "tests/tests.h"
 #include "alloc/pinned.h"
 #include "alloc/trace.h"
@@ -30,6 +31,12 @@ typedef struct fake_event {
 
 typedef struct fake {
     l8_segment_provider prov;
+    pthread_mutex_t mu;           /* segment_alloc runs outside the pool's lock */
+    /* gate: segment_alloc of gate_bytes announces itself (gate_in) and waits
+     * until the test opens the gate, at most 5 s (then gate_timeout) */
+    size_t gate_bytes;
+    int gate_in, gate_open, gate_timeout;
+    pthread_cond_t cv;
     size_t capacity;              /* 0: unlimited; else real OOM above it */
     uint64_t fail_nth;            /* fail this segment_alloc (1-based), 0: never */
     int fail_sticky;              /* ... and every later one */
@@ -45,9 +52,28 @@ typedef struct fake {
     struct { void *p; size_t bytes; } segs[MAX_SEGS];
 } fake;
 
+static l8_status seg_alloc_locked(fake *f, size_t bytes, void **ptr);
+
 static l8_status fake_seg_alloc(void *user, size_t bytes, void **ptr)
 {
     fake *f = user;
+    pthread_mutex_lock(&f->mu);
+    if (f->gate_bytes && bytes == f->gate_bytes) {
+        f->gate_in = 1;
+        pthread_cond_broadcast(&f->cv);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 5;
+        while (!f->gate_open && !f->gate_timeout)
+            if (pthread_cond_timedwait(&f->cv, &f->mu, &until) != 0) f->gate_timeout = 1;
+    }
+    l8_status st = seg_alloc_locked(f, bytes, ptr);
+    pthread_mutex_unlock(&f->mu);
+    return st;
+}
+
+static l8_status seg_alloc_locked(fake *f, size_t bytes, void **ptr)
+{
     uint64_t n = ++f->seg_calls;
     *ptr = NULL;
     if (f->fail_nth && (n == f->fail_nth || (f->fail_sticky && n > f->fail_nth)))
@@ -73,6 +99,7 @@ static l8_status fake_seg_alloc(void *user, size_t bytes, void **ptr)
 static l8_status fake_seg_free(void *user, void *ptr, size_t bytes)
 {
     fake *f = user;
+    pthread_mutex_lock(&f->mu);
     for (int i = 0; i < MAX_SEGS; i++) {
         if (f->segs[i].p != ptr) continue;
         if (f->segs[i].bytes != bytes) f->bad_calls++;
@@ -81,9 +108,11 @@ static l8_status fake_seg_free(void *user, void *ptr, size_t bytes)
         f->live_bytes -= f->segs[i].bytes;
         f->live_segs--;
         f->seg_frees++;
+        pthread_mutex_unlock(&f->mu);
         return L8_OK;
     }
     f->bad_calls++;
+    pthread_mutex_unlock(&f->mu);
     return L8_FAIL(L8_ERR_INVALID_ARG, "fake: segment_free of unknown %p", ptr);
 }
 
@@ -154,6 +183,8 @@ static fake *fake_new(void)
 {
     fake *f = calloc(1, sizeof *f);
     ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(pthread_mutex_init(&f->mu, NULL), 0);
+    ck_assert_int_eq(pthread_cond_init(&f->cv, NULL), 0);
     f->prov.size = sizeof f->prov;
     f->prov.user = f;
     f->prov.name = "fake";
@@ -179,6 +210,8 @@ static void fake_done_check(fake *f)
     ck_assert_uint_eq(f->live_segs, 0);
     ck_assert_int_eq(f->ev_created, f->ev_destroyed);
     ck_assert_int_eq(f->bad_calls, 0);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
     free(f);
 }
 
@@ -896,6 +929,86 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* ---- a cold allocation does not hold the pool ---- */
+
+typedef struct cold_job {
+    l8_pinned *p;
+    size_t bytes;
+    void *ptr;
+    l8_status st;
+} cold_job;
+
+static void *cold_thread(void *arg)
+{
+    cold_job *j = arg;
+    j->st = l8_pinned_alloc(j->p, j->bytes, &j->ptr);
+    return NULL;
+}
+
+/* Until the gated segment_alloc is entered (at most 5 s); 1 if it was. */
+static int gate_entered(fake *f)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&f->mu);
+    while (!f->gate_in && pthread_cond_timedwait(&f->cv, &f->mu, &until) == 0) {}
+    int in = f->gate_in;
+    pthread_mutex_unlock(&f->mu);
+    return in;
+}
+
+static void gate_release(fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate_open = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+START_TEST(test_cold_alloc_unlocked)
+{
+    /* One thread's segment_alloc is held inside the provider (the gate)
+     * while this thread uses the pool: with the pool's lock held across the
+     * provider call these calls would wait for the gate's 5 s timeout, and
+     * the test sees gate_timeout. */
+    fake *f = fake_new();
+    f->auto_complete = 1;
+    const size_t cold = (size_t)1 << 20, warm = 64 * KiB, limit = warm + cold + cold / 2;
+    l8_pinned *p;
+    L8_CK(l8_pinned_create(&f->prov, limit, NULL, &p));
+    void *w = alloc_touch(p, warm, 1);
+    L8_CK(l8_pinned_free(p, w));                   /* cached */
+    f->gate_bytes = cold;
+    cold_job j = { p, cold, NULL, L8_OK };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, cold_thread, &j), 0);
+    ck_assert_msg(gate_entered(f), "the cold allocation never reached the provider");
+    /* the pool is free meanwhile: a warm allocation, a free, the stats */
+    void *w2 = alloc_touch(p, warm, 2);
+    ck_assert_ptr_eq(w2, w);
+    L8_CK(l8_pinned_free(p, w2));
+    ck_assert_uint_eq(stats_of(p).reserved_bytes, warm);
+    /* a second cold block would pass the limit counting the one in flight:
+     * refused without a provider call (it would wait at the gate) */
+    void *x = NULL;
+    L8_CK_ST(l8_pinned_alloc(p, cold, &x), L8_ERR_OOM);
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "in flight"));
+    ck_assert_int_eq(f->gate_timeout, 0);
+    gate_release(f);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    L8_CK(j.st);
+    ck_assert_int_eq(f->gate_timeout, 0);
+    /* the refused allocation gave the cached warm block back to make room */
+    l8_pinned_stats s = stats_of(p);
+    ck_assert_uint_eq(s.reserved_bytes, cold);
+    ck_assert_uint_le(s.reserved_peak, limit);
+    L8_CK(l8_pinned_free(p, j.ptr));
+    l8_pinned_destroy(p);
+    fake_done_check(f);
+}
+END_TEST
+
 /* ---- trace events ---- */
 
 START_TEST(test_trace_events)
@@ -956,6 +1069,7 @@ Suite *l8_pinned_suite(void)
     tcase_add_test(tc, test_bad_pointers);
     tcase_add_test(tc, test_stats_random);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_cold_alloc_unlocked);
     tcase_add_test(tc, test_trace_events);
     suite_add_tcase(s, tc);
     return s;
