@@ -139,17 +139,17 @@ module lean8
     public :: l8_comm_all_reduce, l8_comm_broadcast
     public :: l8_fortran_check_layouts
 
-    ! Tensors from and to Fortran arrays: f32 (real(c_float)) of rank 1 to 3,
-    ! i32 (integer(c_int32_t)) of rank 1 and 2.
+    ! Tensors from and to Fortran arrays of f32 (real(c_float)) or i32
+    ! (integer(c_int32_t)) elements, of any rank the C side takes (one
+    ! assumed-rank procedure per element type).
     interface l8_tensor_from_array
-        module procedure from_f32_1, from_f32_2, from_f32_3, from_i32_1, from_i32_2
+        module procedure from_f32, from_i32
     end interface
     interface l8_tensor_copy_from_array
-        module procedure copy_from_f32_1, copy_from_f32_2, copy_from_f32_3, copy_from_i32_1, &
-            copy_from_i32_2
+        module procedure copy_from_f32, copy_from_i32
     end interface
     interface l8_tensor_to_array
-        module procedure to_f32_1, to_f32_2, to_f32_3, to_i32_1, to_i32_2
+        module procedure to_f32, to_i32
     end interface
 
     ! ---- the C functions (private: the wrappers below are the interface) ----
@@ -514,31 +514,38 @@ module lean8
     ! Room for the C init functions to write a whole (grown) struct into.
     integer, parameter :: SCRATCH_WORDS = 512             ! 4 KiB
 
+    ! The C config init functions (l8_*_config_init) as procedure arguments.
+    abstract interface
+        subroutine c_config_init(cfg) bind(c)
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+    end interface
+
 contains
 
     ! ---- config mirrors: the C defaults, cut to the mirror's length ----
-    subroutine init_ctx_config(cfg)
-        type(ctx_config), intent(out) :: cfg
+
+    ! What `init` writes, in a zeroed scratch of SCRATCH_WORDS words.
+    function c_defaults(init) result(scratch)
+        procedure(c_config_init) :: init
         integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
         scratch = 0
-        call c_ctx_config_init(c_loc(scratch))
-        cfg = transfer(scratch, cfg)
+        call init(c_loc(scratch))
+    end function
+    subroutine init_ctx_config(cfg)
+        type(ctx_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_ctx_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
     subroutine init_adamw_config(cfg)
         type(adamw_config), intent(out) :: cfg
-        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
-        scratch = 0
-        call c_adamw_config_init(c_loc(scratch))
-        cfg = transfer(scratch, cfg)
+        cfg = transfer(c_defaults(c_adamw_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
     subroutine init_linear_config(cfg)
         type(linear_config), intent(out) :: cfg
-        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
-        scratch = 0
-        call c_linear_config_init(c_loc(scratch))
-        cfg = transfer(scratch, cfg)
+        cfg = transfer(c_defaults(c_linear_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
 
@@ -681,89 +688,41 @@ contains
         if (st /= L8_OK) call l8_tensor_destroy(t)
     end function
 
-    integer(c_int) function from_f32_1(ctx, x, t) result(st)
+    integer(c_int) function from_f32(ctx, x, t) result(st)
         type(l8_ctx), intent(in) :: ctx
-        real(c_float), intent(in), target, contiguous :: x(:)
+        real(c_float), intent(in), target, contiguous :: x(..)
         type(l8_tensor), intent(out) :: t
         st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
     end function
-    integer(c_int) function from_f32_2(ctx, x, t) result(st)
+    integer(c_int) function from_i32(ctx, x, t) result(st)
         type(l8_ctx), intent(in) :: ctx
-        real(c_float), intent(in), target, contiguous :: x(:, :)
-        type(l8_tensor), intent(out) :: t
-        st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
-    end function
-    integer(c_int) function from_f32_3(ctx, x, t) result(st)
-        type(l8_ctx), intent(in) :: ctx
-        real(c_float), intent(in), target, contiguous :: x(:, :, :)
-        type(l8_tensor), intent(out) :: t
-        st = new_from(ctx, L8_F32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
-    end function
-    integer(c_int) function from_i32_1(ctx, x, t) result(st)
-        type(l8_ctx), intent(in) :: ctx
-        integer(c_int32_t), intent(in), target, contiguous :: x(:)
-        type(l8_tensor), intent(out) :: t
-        st = new_from(ctx, L8_I32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
-    end function
-    integer(c_int) function from_i32_2(ctx, x, t) result(st)
-        type(l8_ctx), intent(in) :: ctx
-        integer(c_int32_t), intent(in), target, contiguous :: x(:, :)
+        integer(c_int32_t), intent(in), target, contiguous :: x(..)
         type(l8_tensor), intent(out) :: t
         st = new_from(ctx, L8_I32, shape(x), c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, t)
     end function
 
     ! Copy an array into an existing tensor of as many bytes (blocks).
-    integer(c_int) function copy_from_f32_1(t, x) result(st)
+    integer(c_int) function copy_from_f32(t, x) result(st)
         type(l8_tensor), intent(in) :: t
-        real(c_float), intent(in), target, contiguous :: x(:)
+        real(c_float), intent(in), target, contiguous :: x(..)
         st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
     end function
-    integer(c_int) function copy_from_f32_2(t, x) result(st)
+    integer(c_int) function copy_from_i32(t, x) result(st)
         type(l8_tensor), intent(in) :: t
-        real(c_float), intent(in), target, contiguous :: x(:, :)
-        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function copy_from_f32_3(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        real(c_float), intent(in), target, contiguous :: x(:, :, :)
-        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function copy_from_i32_1(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        integer(c_int32_t), intent(in), target, contiguous :: x(:)
-        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function copy_from_i32_2(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        integer(c_int32_t), intent(in), target, contiguous :: x(:, :)
+        integer(c_int32_t), intent(in), target, contiguous :: x(..)
         st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
     end function
 
     ! Copy a tensor of as many bytes out into an array (blocks until done,
     ! after the work enqueued before it).
-    integer(c_int) function to_f32_1(t, x) result(st)
+    integer(c_int) function to_f32(t, x) result(st)
         type(l8_tensor), intent(in) :: t
-        real(c_float), intent(inout), target, contiguous :: x(:)
+        real(c_float), intent(inout), target, contiguous :: x(..)
         st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
     end function
-    integer(c_int) function to_f32_2(t, x) result(st)
+    integer(c_int) function to_i32(t, x) result(st)
         type(l8_tensor), intent(in) :: t
-        real(c_float), intent(inout), target, contiguous :: x(:, :)
-        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function to_f32_3(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        real(c_float), intent(inout), target, contiguous :: x(:, :, :)
-        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function to_i32_1(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        integer(c_int32_t), intent(inout), target, contiguous :: x(:)
-        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
-    end function
-    integer(c_int) function to_i32_2(t, x) result(st)
-        type(l8_tensor), intent(in) :: t
-        integer(c_int32_t), intent(inout), target, contiguous :: x(:, :)
+        integer(c_int32_t), intent(inout), target, contiguous :: x(..)
         st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
     end function
 

@@ -27,6 +27,9 @@ program test_fortran
     type(l8_comm_id) :: id
     real(c_float) :: x(K, T), wf(K, N), bias(N), y(N, T), want(N, T), back(K, T)
     real(c_float), allocatable :: before(:), after(:), restored(:)
+    real(c_float) :: r4(2, 3, 4, 5), r4back(2, 3, 4, 5)
+    integer(c_int32_t) :: i3(4, 3, 2), i3back(4, 3, 2)
+    type(l8_tensor) :: t4, t3
     integer(c_int) :: wid, bid
     integer :: fails, i, j, tt
     character(len=256) :: path
@@ -55,6 +58,24 @@ program test_fortran
     call ok(l8_tensor_to_array(xt, back), 'l8_tensor_to_array')
     call check(all(back == x), 'round trip of a (K, T) array')
     call check(l8_tensor_to_array(xt, bias) == L8_ERR_INVALID_ARG, 'a copy of the wrong size is refused')
+    ! any rank, either element type (assumed-rank procedures)
+    r4 = reshape([(real(i, c_float), i = 1, size(r4))], shape(r4))
+    i3 = reshape([(int(-i, c_int32_t), i = 1, size(i3))], shape(i3))
+    call ok(l8_tensor_from_array(ctx, r4, t4), 'l8_tensor_from_array of rank 4')
+    call ok(l8_tensor_from_array(ctx, i3, t3), 'l8_tensor_from_array of i32 rank 3')
+    call check(all(l8_tensor_dims(t4) == [2, 3, 4, 5]), 'rank-4 dims')
+    call check(all(l8_tensor_dims(t3) == [4, 3, 2]), 'i32 rank-3 dims')
+    r4back = 0
+    i3back = 0
+    call ok(l8_tensor_to_array(t4, r4back), 'rank 4 back')
+    call ok(l8_tensor_to_array(t3, i3back), 'i32 rank 3 back')
+    call check(all(r4back == r4), 'round trip of rank 4')
+    call check(all(i3back == i3), 'round trip of i32 rank 3')
+    call ok(l8_tensor_copy_from_array(t4, r4(:, :, :, 5:1:-1)), 'a reversed (non-contiguous) section in')
+    call ok(l8_tensor_to_array(t4, r4back), 'rank 4 back again')
+    call check(all(r4back == r4(:, :, :, 5:1:-1)), 'the section arrived in order')
+    call l8_tensor_destroy(t4)
+    call l8_tensor_destroy(t3)
 
     ! -- a Linear of Fortran dims [K, N] in bf16 with a bias
     call ok(l8_params_create(ctx, g), 'l8_params_create')
