@@ -303,8 +303,10 @@ void l8_ctx_destroy(l8_ctx *ctx)
      * later: refuse, and say so where a void call can be heard. */
     l8_alloc_stats as = { .size = sizeof as };
     l8_pinned_stats ps = { .size = sizeof ps };
-    if (l8_alloc_get_stats(ctx->alloc, &as) != L8_OK) as.live_blocks = 0;
-    if (l8_pinned_get_stats(ctx->pinned, &ps) != L8_OK) ps.allocated_bytes = 0;
+    /* (a context that failed in l8_ctx_create may lack both: asking would
+     * replace the creation's error with one about a NULL argument) */
+    if (ctx->alloc && l8_alloc_get_stats(ctx->alloc, &as) != L8_OK) as.live_blocks = 0;
+    if (ctx->pinned && l8_pinned_get_stats(ctx->pinned, &ps) != L8_OK) ps.allocated_bytes = 0;
     if (as.live_blocks || ps.allocated_bytes) {
         L8_FAIL(L8_ERR_STATE, "l8_ctx_destroy: %llu device blocks (%llu bytes) and %llu pinned"
                 " bytes are still alive (tensors, parameter groups, GEMM handles, optimizers ...);"

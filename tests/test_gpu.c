@@ -36,6 +36,13 @@ static void done_ctx(l8_ctx *ctx)
 
 START_TEST(test_gpu_context_and_events)
 {
+    /* a failed creation keeps its own error (not one from the cleanup) */
+    l8_ctx_config bad = L8_CTX_CONFIG_INIT;
+    l8_ctx *none = NULL;
+    bad.device = "cuda:4000";
+    ck_assert_int_eq(l8_ctx_create(&bad, &none), L8_ERR_NO_DEVICE);
+    ck_assert_ptr_null(none);
+    ck_assert_msg(strstr(l8_last_error_string(), "cuda:4000") != NULL, "%s", l8_last_error_string());
     l8_ctx *ctx = gpu_ctx(0);
     ck_assert_int_eq(l8_ctx_backend(ctx), L8_BACKEND_CUDA);
     ck_assert_int_eq(l8_ctx_device(ctx), 0);
