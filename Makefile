@@ -183,6 +183,9 @@ test-ptx: $(PTX_GEN)
 	$(Q)printf '@for i = 0 to 1\n$${nope}\n' | awk -f ptx/ptxgen.awk >/dev/null 2>&1 && \
 	    { echo "ptxgen: a template with an error was accepted"; exit 1; } || true
 	@echo "  PTXGEN  self-test ok"
+	$(Q)awk -f tests/ptx_pdl.awk $(PTX_ALL)
+	$(Q)printf '.entry k(\n.param .u64 p)\n{\n.reg .b32 %%r;\nld.param.u32 %%r, [p];\ngriddepcontrol.wait;\n}\n' | \
+	    awk -f tests/ptx_pdl.awk >/dev/null && { echo "ptx_pdl: an entry without the wait first was accepted"; exit 1; } || true
 	@if command -v $(CUDA_HOME)/bin/ptxas >/dev/null 2>&1 || command -v ptxas >/dev/null 2>&1; then \
 	    PTXAS=$$(command -v $(CUDA_HOME)/bin/ptxas || command -v ptxas); \
 	    for f in $(PTX_ALL); do \

@@ -51,6 +51,7 @@ struct l8_ctx {
     l8_trace *trace;              /* what the allocator and pool record into, or NULL */
     l8_trace *own_trace;          /* trace_path's trace (destroyed with the context) */
     int streams_registered;
+    int pdl;                      /* kernels launch with programmatic dependent launch */
     pthread_mutex_t mod_lock;
     ptx_module modules[L8_MAX_MODULES];
     int n_modules;
@@ -191,6 +192,28 @@ static l8_status choose_device(const l8_ctx_config *cfg, l8_backend *backend, in
     return L8_OK;
 }
 
+/* Programmatic dependent launch (PDL): with it, a kernel of ours may be
+ * launched while the kernel before it on the stream still runs; its CTAs
+ * wait in griddepcontrol.wait, the first instruction of every entry in
+ * ptx/ (tests/ptx_pdl.sh checks that no entry touches memory before it),
+ * until that kernel has finished and its writes are visible. What it saves
+ * is the launch latency between two of our kernels. On where the device
+ * (sm_90 on) and the driver (cuLaunchKernelEx) have it, unless L8_PDL=0. */
+static l8_status pdl_choose(l8_ctx *ctx)
+{
+    const char *e = getenv("L8_PDL");
+    if (e && strcmp(e, "0") && strcmp(e, "1"))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "L8_PDL is \"%s\": it must be 0 (off) or 1 (on where"
+                       " the device and driver have it, the default)", e);
+    int major = 0;
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                   ctx->cu_dev));
+    ctx->pdl = major >= 9 && l8i_cu.cuLaunchKernelEx && !(e && !strcmp(e, "0"));
+    return L8_OK;
+}
+
+int l8i_ctx_pdl(const l8_ctx *ctx) { return ctx->pdl; }
+
 static l8_status cuda_open(l8_ctx *ctx)
 {
     L8_CHECK(l8i_cuda_load());
@@ -200,6 +223,7 @@ static l8_status cuda_open(l8_ctx *ctx)
                        "only %d CUDA device(s) found", ctx->device, n);
     L8_CHECK(L8_CU(cuDeviceGet, &ctx->cu_dev, ctx->device));
     L8_CHECK(L8_CU(cuDeviceGetName, ctx->name, (int)sizeof ctx->name, ctx->cu_dev));
+    L8_CHECK(pdl_choose(ctx));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
     l8_status st = l8i_ctx_bind(ctx);
     for (int i = 0; i < 3 && st == L8_OK; i++)
@@ -548,7 +572,21 @@ l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsig
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args)
 {
     L8_CHECK(l8i_ctx_bind(s->ctx));
-    return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
+    if (!s->ctx->pdl)
+        return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
+    CUlaunchAttribute at;
+    memset(&at, 0, sizeof at);
+    at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig lc;
+    memset(&lc, 0, sizeof lc);
+    lc.gridDimX = gx; lc.gridDimY = gy; lc.gridDimZ = gz;
+    lc.blockDimX = bx; lc.blockDimY = by; lc.blockDimZ = bz;
+    lc.sharedMemBytes = smem;
+    lc.hStream = s->cu;
+    lc.attrs = &at;
+    lc.numAttrs = 1;
+    return L8_CU(cuLaunchKernelEx, &lc, f, args, NULL);
 }
 
 #define MAX_DEVICES 64

@@ -55,6 +55,13 @@ static const l8i_sym k_graph_entries[] = {
 };
 static int g_has_graphs;
 
+/* Optional one by one: launch attributes (CUDA 12.0 drivers have them). */
+static const l8i_sym k_optional_entries[] = {
+#define E(fn) { #fn, offsetof(l8_cuda_api, fn), 1 }
+    E(cuLaunchKernelEx),
+#undef E
+};
+
 int l8i_cuda_has_graphs(void) { return g_has_graphs; }
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -127,6 +134,10 @@ static void load_once(void)
                            sizeof g_load_reason) != L8_OK)
         return;
     resolve_graph_entries();
+    if (l8i_sym_table_load("the driver", driver_lookup, NULL, k_optional_entries,
+                           sizeof k_optional_entries / sizeof k_optional_entries[0], &l8i_cu,
+                           g_load_reason, sizeof g_load_reason) != L8_OK)
+        return;                   /* unreachable: every entry is optional */
     CUresult r = l8i_cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *name = "?";

@@ -74,6 +74,9 @@ typedef struct l8_cuda_api {
     CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
     CUresult (*cuGraphExecDestroy)(CUgraphExec);
     CUresult (*cuGraphDestroy)(CUgraph);
+    /* Launches with attributes (programmatic dependent launch, runtime/ctx.c).
+     * Optional: NULL when the driver lacks it; launches then use cuLaunchKernel. */
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
 } l8_cuda_api;
 
 /* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the

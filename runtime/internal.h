@@ -46,9 +46,14 @@ CUstream l8i_stream_cu(const l8_stream *s);
  * context with cuModuleLoadDataEx; the JIT error log goes into the last
  * error. Errors: L8_ERR_UNSUPPORTED (host context), L8_ERR_CUDA. */
 l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunction *out);
-/* Launch on s with cuLaunchKernel argument pointers. */
+/* Launch on s with cuLaunchKernel argument pointers; with programmatic
+ * dependent launch where the context uses it (l8i_ctx_pdl): the kernel
+ * must begin with griddepcontrol.wait (every ptx/ entry does). */
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args);
+/* 1 when ctx's kernels launch with programmatic dependent launch (CUDA, sm_90
+ * on, a driver with cuLaunchKernelEx, L8_PDL not 0), else 0. */
+int l8i_ctx_pdl(const l8_ctx *ctx);
 /* Multiprocessors of ctx's device (a CUDA context), asked once per device;
  * what capped grids are sized from. Errors: L8_ERR_CUDA. */
 l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);

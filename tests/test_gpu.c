@@ -11,6 +11,7 @@
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "runtime/internal.h"
+#include "ops/elementwise.h"
 
 static l8_ctx *gpu_ctx(size_t memory_limit)
 {
@@ -329,6 +330,64 @@ START_TEST(test_gpu_kernel_errors)
 }
 END_TEST
 
+/* Programmatic dependent launch: a chain of kernels where each reads what
+ * the one before wrote (x += 1 repeated, then x += bf16(x)) gives the exact
+ * count with PDL on (the default on sm_90) and off (L8_PDL=0); a kernel
+ * that ran ahead of its wait would lose increments. L8_PDL=2 is refused. */
+static void pdl_chain(const char *env, int want_pdl)
+{
+    setenv("L8_PDL", env, 1);
+    l8_ctx *ctx = gpu_ctx(0);
+    ck_assert_int_eq(l8i_ctx_pdl(ctx), want_pdl);
+    l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
+    const int64_t n = (int64_t)4 << 20;
+    const int reps = 200;
+    float *h = calloc((size_t)n, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    l8_tensor *x = NULL, *one = NULL, *xb = NULL;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &n, &x));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &n, &one));
+    L8_CK(l8_tensor_empty(ctx, L8_BF16, 1, &n, &xb));
+    L8_CK(l8_tensor_copy_from_host(x, h, (size_t)n * sizeof *h, s));
+    for (int64_t i = 0; i < n; i++) h[i] = 1.0f;
+    L8_CK(l8_tensor_copy_from_host(one, h, (size_t)n * sizeof *h, s));
+    for (int r = 0; r < reps; r++) L8_CK(l8_add_into(x, one, s));
+    L8_CK(l8_convert(x, xb, s));                  /* 200: exact in bf16 */
+    L8_CK(l8_add_into(x, xb, s));
+    L8_CK(l8_tensor_copy_to_host(x, h, (size_t)n * sizeof *h, s));
+    L8_CK(l8_stream_synchronize(s));
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (h[i] != 2.0f * reps && bad++ == 0) first = i;
+    ck_assert_msg(bad == 0, "L8_PDL=%s: %lld of %lld elements wrong, first [%lld] = %g (want %d)",
+                  env, (long long)bad, (long long)n, (long long)first, first >= 0 ? h[first] : 0.0,
+                  2 * reps);
+    l8_tensor_destroy(x);
+    l8_tensor_destroy(one);
+    l8_tensor_destroy(xb);
+    free(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_gpu_pdl_chain)
+{
+    const char *old = getenv("L8_PDL");
+    char *keep = old ? strdup(old) : NULL;
+    pdl_chain("1", 1);
+    pdl_chain("0", 0);
+    setenv("L8_PDL", "2", 1);
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = "cuda:0";
+    ck_assert_int_eq(l8_ctx_create(&cfg, &ctx), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(l8_last_error_string(), "L8_PDL") != NULL, "%s", l8_last_error_string());
+    if (keep) setenv("L8_PDL", keep, 1);
+    else unsetenv("L8_PDL");
+    free(keep);
+}
+END_TEST
+
 Suite *l8_gpu_suite(void)
 {
     Suite *s = suite_create("gpu");
@@ -342,6 +401,7 @@ Suite *l8_gpu_suite(void)
     tcase_add_test(tc, test_gpu_pinned_pool);
     tcase_add_test(tc, test_gpu_tensor_views_match_host);
     tcase_add_test(tc, test_gpu_kernel_errors);
+    tcase_add_test(tc, test_gpu_pdl_chain);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -186,6 +186,9 @@ for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|i
 for f in graphs-fp8 graphs-fp8-eager graphs-bf16 graphs-bf16-eager graphs-torch; do
     [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E 'epoch|graph' "$OUT/$f.log" | tail -n 4; }
 done
+for f in "$OUT"/modes-*.log; do
+    [ -f "$f" ] && printf '%-24s %s\n' "$(basename "$f" .log)" "$(grep -E '^ *[0-9.]+ +epoch' "$f" | tail -n 1)"
+done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
 for f in gemm-cache2 gemm-cache-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
