@@ -50,6 +50,16 @@
  * 9.2 against 6.0 (512 x 784): a CTA walking several tiles costs what the
  * saved launch gains */
 #define DB_DIRECT_MAX_TILE_ROWS 1
+/* Small tensors go to ptx/cast_transpose_sm.ptx.in (a 128 x 32 block per
+ * CTA of 512 threads, 8 elements a thread) up to this many 128 x 128 tiles,
+ * and with dbias up to SM_MAX_DB_TILE_ROWS tile rows (one CTA of 512 per
+ * tile row then holds all of a column block's rows, to keep the dbias sums
+ * in order). Same results bit for bit; see the .ptx banner for why and
+ * docs/perf.md for the measurements. */
+#define SM_MAX_TILES 64
+#define SM_MAX_DB_TILE_ROWS 2
+#define KF_SM_VEC_T8 0x1u     /* cast_transpose_sm: rows % 8 == 0, 8-B aligned out_t */
+int l8i_cast_sm_max_tiles = SM_MAX_TILES;
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -309,6 +319,37 @@ static l8_status ct_job_host(const ct_job *j, l8_dtype ddt, unsigned flags)
     return L8_OK;
 }
 
+/* A small tensor's cast_transpose(_dbias): one launch of the small-tile
+ * kernel, grid (column blocks of 32, tile rows; one with dbias). */
+_Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile rows a CTA");
+static l8_status cast_transpose_sm(const ct_job *j, const l8_tensor *dbias, unsigned flags,
+                                   l8_stream *s)
+{
+    static const char *const entry[] = { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16",
+                                         "l8_cast_transpose_sm_f16" };
+    CUfunction f;
+    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[j->idt], &f));
+    float *amax = l8_fp8_meta_amax(j->m);
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        L8_CHECK(zero_amax(s, amax));
+    uint32_t kf = 0;
+    if (j->R % 8 == 0 && aligned(j->yt, 8))
+        kf |= KF_SM_VEC_T8;
+    if (dbias)
+        kf |= (uint32_t)l8_tensor_dtype(dbias) << 6;
+    uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
+    uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
+    uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m)), a_db = dptr(j->db);
+    uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
+    void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
+                     &rows, &cols, &kf, &ofmt };
+    /* with dbias one CTA holds every tile row of its columns (<= 2: 1024
+     * threads); without, one CTA per tile row */
+    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = dbias ? 1u : (unsigned)j->ntr;
+    unsigned tr = dbias && j->ntr > 1 ? (unsigned)j->ntr : 1u;
+    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, 512 * tr, 1, 1, 0, args);
+}
+
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
                                      l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
                                      l8_stream *s)
@@ -327,10 +368,13 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     float *scale = l8_fp8_meta_scale(j.m), *amax = l8_fp8_meta_amax(j.m);
     float *sinv = l8_fp8_meta_scale_inv(j.m);
 
+    L8_CHECK(l8i_ctx_bind(ctx));
+    if (j.ntr * j.ntc <= (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0) &&
+        (!dbias || j.ntr <= SM_MAX_DB_TILE_ROWS))
+        return cast_transpose_sm(&j, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
     CUfunction f, fr = NULL;
-    L8_CHECK(l8i_ctx_bind(ctx));
     L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[idt], &f));
     if (dbias)
         L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
@@ -390,32 +434,44 @@ l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_te
 
 /* A group launch: up to GROUP_MAX tensors of one input dtype, one CTA per
  * tile (at least one per tensor: it writes scale_inv), descriptors as kernel
- * parameters (ptx/cast_transpose.ptx.in, the "many" entries). */
+ * parameters (ptx/cast_transpose.ptx.in, the "many" entries); when every
+ * tensor is small, the small-tile kernel's "many" entries
+ * (ptx/cast_transpose_sm.ptx.in: one CTA per 128 x 32 block). */
 #define GROUP_MAX 16
 #define GROUP_DESC 64
 
 static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream *s)
 {
-    static const char *const entry[] = { "l8_cast_transpose_many_f32",
-                                         "l8_cast_transpose_many_bf16",
-                                         "l8_cast_transpose_many_f16" };
+    static const char *const entry[2][3] = {
+        { "l8_cast_transpose_many_f32", "l8_cast_transpose_many_bf16",
+          "l8_cast_transpose_many_f16" },
+        { "l8_cast_transpose_sm_many_f32", "l8_cast_transpose_sm_many_bf16",
+          "l8_cast_transpose_sm_many_f16" } };
+    /* the small-tile kernel when every tensor is small enough for it alone */
+    int sm = 1;
+    for (int i = 0; i < n; i++)
+        if (jobs[i].ntr * jobs[i].ntc > (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0))
+            sm = 0;
     CUfunction f;
-    L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[jobs[0].idt], &f));
+    L8_CHECK(l8i_kernel(ctx, sm ? "cast_transpose_sm" : "cast_transpose", entry[sm][jobs[0].idt], &f));
     _Alignas(8) unsigned char desc[GROUP_MAX * GROUP_DESC];
-    memset(desc, 0xff, sizeof desc);              /* unused: first tile 0xffffffff */
-    uint32_t tile = 0;
+    memset(desc, 0xff, sizeof desc);              /* unused: first CTA 0xffffffff */
+    uint32_t cta = 0;
     for (int i = 0; i < n; i++) {
         const ct_job *j = &jobs[i];
         uint64_t p[6] = { dptr(j->x), dptr(j->y), dptr(j->yt), dptr(l8_fp8_meta_scale(j->m)),
                           dptr(l8_fp8_meta_amax(j->m)), dptr(l8_fp8_meta_scale_inv(j->m)) };
-        uint32_t w[4] = { (uint32_t)j->R, (uint32_t)j->C, j->kf | (uint32_t)j->fmt << 8, tile };
+        uint32_t kf = sm ? (j->R % 8 == 0 && aligned(j->yt, 8) ? KF_SM_VEC_T8 : 0u) : j->kf;
+        uint32_t w[4] = { (uint32_t)j->R, (uint32_t)j->C, kf | (uint32_t)j->fmt << 8, cta };
         memcpy(desc + i * GROUP_DESC, p, sizeof p);
         memcpy(desc + i * GROUP_DESC + sizeof p, w, sizeof w);
-        uint64_t nt = j->ntr * j->ntc;
-        tile += (uint32_t)(nt ? nt : 1);
+        /* tiles, or column blocks of 32 x tile rows (sm) */
+        uint64_t nc = sm ? j->ntr * (uint64_t)((j->C + 31) / 32 ? (j->C + 31) / 32 : 1)
+                         : j->ntr * j->ntc;
+        cta += (uint32_t)(nc ? nc : 1);
     }
     void *args[] = { desc };
-    return l8i_launch(s, f, tile, 1, 1, CTA_THREADS, 1, 1, 0, args);
+    return l8i_launch(s, f, cta, 1, 1, sm ? 512u : CTA_THREADS, 1, 1, 0, args);
 }
 
 l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,

@@ -5,4 +5,4 @@ PTX_SRCS += ptx/optim.ptx
 PTX_SRCS += ptx/elementwise.ptx
 PTX_SRCS += ptx/interleave.ptx
 # Templates (ptx/<name>.ptx.in, expanded by ptx/ptxgen.awk into build/ptx/<name>.ptx)
-PTX_TMPLS += ptx/cast_transpose.ptx.in ptx/transpose.ptx.in
+PTX_TMPLS += ptx/cast_transpose.ptx.in ptx/cast_transpose_sm.ptx.in ptx/transpose.ptx.in

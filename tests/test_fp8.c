@@ -25,6 +25,7 @@
 #define xmalloc l8t_xmalloc
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
+#include "ops/internal.h"   /* l8i_cast_sm_max_tiles */
 #include "runtime/fp8.h"
 #include "ops/cast.h"
 
@@ -657,7 +658,7 @@ static void cast_many_run(const char *dev, int extra)
     const struct { int64_t r, c; l8_dtype dt; } base[] = {
         { 512, 784, L8_F32 }, { 512, 512, L8_F32 }, { 16, 512, L8_F32 }, { 0, 40, L8_F32 },
         { 300, 130, L8_BF16 }, { 129, 8, L8_F16 }, { 1, 1, L8_F32 }, { 128, 256, L8_BF16 },
-        { 257, 1000, L8_F32 } };
+        { 257, 1000, L8_F32 }, { 1100, 1100, L8_BF16 } };
     const int nb = (int)(sizeof base / sizeof base[0]), n = nb + extra;
     ck_assert(n <= 32);
     l8_tensor *in[32], *q[2][32], *qt[2][32];
@@ -751,8 +752,15 @@ END_TEST
 
 START_TEST(test_gpu_cast_transpose_many)
 {
+    /* the tile kernel alone, then the default: groups of small tensors take
+     * the small-tile kernel (a group with the 1100 x 1100 tensor, 81 tiles,
+     * the tile kernel), single casts of small tensors too */
+    const int dflt = l8i_cast_sm_max_tiles;
+    l8i_cast_sm_max_tiles = 0;
     cast_many_run("cuda:0", 0);
-    cast_many_run("cuda:0", 12);                    /* 21 tensors: two launches */
+    l8i_cast_sm_max_tiles = dflt;
+    cast_many_run("cuda:0", 0);
+    cast_many_run("cuda:0", 12);                    /* 22 tensors: two launches */
 }
 END_TEST
 
@@ -1328,11 +1336,28 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
     for (int sd = 0; sd < 2; sd++) { free(y[sd][0]); free(y[sd][1]); free(db[sd]); }
 }
 
+/* Every shape below through both kernels: the tile kernel alone
+ * (l8i_cast_sm_max_tiles = 0), then the default, where tensors of up to 64
+ * tiles (and dbias up to 2 tile rows) take the small-tile kernel. */
+static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r);
+
 START_TEST(test_gpu_cast_transpose)
 {
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
     l8_rng r;
     l8_rng_init(&r, 0x9c7);
+    const int dflt = l8i_cast_sm_max_tiles;
+    l8i_cast_sm_max_tiles = 0;
+    gpu_ct_shapes(g, h, &r);
+    l8i_cast_sm_max_tiles = dflt;
+    gpu_ct_shapes(g, h, &r);
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
+{
     const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 256, 384 }, { 1000, 1000 },
                                   { 1, 1000 }, { 1000, 1 }, { 136, 264 }, { 16, 17 }, { 129, 127 },
                                   { 4096, 4096 },
@@ -1349,7 +1374,7 @@ START_TEST(test_gpu_cast_transpose)
                                   { 5, 300 }, { 100, 260 }, { 143, 136 }, { 150, 136 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
-            gpu_ct_case(g, h, &r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
+            gpu_ct_case(g, h, r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
                         (int)(k % 3 != 2), -1, (int)(k % 2));
     /* dbias, every output dtype. Up to one tile row (128 rows) the cast
      * kernel sums the columns itself (DB_DIRECT): 0..128 rows, here next to
@@ -1358,23 +1383,21 @@ START_TEST(test_gpu_cast_transpose)
      * one */
     const int64_t dshapes[][2] = { { 1, 1 }, { 17, 33 }, { 1000, 1000 }, { 300, 8 }, { 2048, 512 },
                                    { 4733, 72 }, { 128, 1100 }, { 129, 260 }, { 100, 130 },
-                                   { 0, 260 }, { 256, 512 } };
+                                   { 0, 260 }, { 256, 512 }, { 512, 100 }, { 500, 33 },
+                                   { 640, 64 } };
     for (size_t k = 0; k < sizeof dshapes / sizeof dshapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
-            gpu_ct_case(g, h, &r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
+            gpu_ct_case(g, h, r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
                         k == 1);
     /* views at offsets: every input path next to unaligned outputs */
     const int64_t oshapes[][2] = { { 300, 520 }, { 264, 257 }, { 257, 1031 }, { 1031, 136 } };
     const int64_t xoffs[] = { 2, 4, 6, 8 }, yoffs[] = { 1, 3, 5, 0 };
     for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
         for (size_t o = 0; o < 4; o++)
-            gpu_ct_offset_case(g, h, &r, oshapes[k][0], oshapes[k][1], HPS[(k + o) % 3],
+            gpu_ct_offset_case(g, h, r, oshapes[k][0], oshapes[k][1], HPS[(k + o) % 3],
                                xoffs[o] * (HPS[(k + o) % 3] == L8_F32 ? 2 : 1), yoffs[(o + k) % 4],
                                (int)((k + o) % 2));
-    done_ctx(h);
-    done_ctx(g);
 }
-END_TEST
 
 START_TEST(test_gpu_dequantize_transpose)
 {

@@ -17,7 +17,11 @@
  * where a launch is latency, not bandwidth: cast_t and cast_t_db in us per
  * launch, 50 launches replayed from one CUDA graph (as lean8-train runs a
  * step; launched eagerly the host's launch rate would be timed instead),
- * median of `reps` replays (keys <op>_<dtype>_<R>x<C>_us).
+ * median of `reps` replays (keys <op>_<dtype>_<R>x<C>_us), with the amax
+ * accumulated as a training step does (no memset before each cast); each
+ * with the kernel the library picks (for these, the small-tile kernel of
+ * ptx/cast_transpose_sm.ptx.in) and with the 128 x 128 tile kernel alone
+ * (keys ..._tile_us).
  * tools/bench_torch_cast.py runs the same ops in PyTorch (eager and
  * torch.compile) with the same keys for the side-by-side ratios.
  */
@@ -26,6 +30,7 @@
 #include "tools/bench.h"
 #include "ops/cast.h"
 #include "runtime/graph.h"
+#include "ops/internal.h"         /* l8i_cast_sm_max_tiles: the tile kernel alone, for comparison */
 
 typedef struct shape { int64_t r, c; } shape;
 /* aligned, then tails: rows odd, rows % 16 == 8, columns % 16 == 8, both odd */
@@ -43,12 +48,14 @@ typedef struct bufs {
     l8_tensor *in, *q, *qt, *db, *deq;
 } bufs;
 
-static l8_status run_op(int op, bufs *b, l8_stream *s)
+/* fl: 0 (amax zeroed first: a memset before each cast) or
+ * L8_CAST_ACCUMULATE_AMAX (a training step's casts: no memset). */
+static l8_status run_op(int op, bufs *b, unsigned fl, l8_stream *s)
 {
     switch (op) {
-    case OP_CAST: return l8_fp8_cast(b->in, b->q, 0, s);
-    case OP_CAST_T: return l8_fp8_cast_transpose(b->in, b->q, b->qt, 0, s);
-    case OP_CAST_T_DB: return l8_fp8_cast_transpose_dbias(b->in, b->q, b->qt, b->db, 0, s);
+    case OP_CAST: return l8_fp8_cast(b->in, b->q, fl, s);
+    case OP_CAST_T: return l8_fp8_cast_transpose(b->in, b->q, b->qt, fl, s);
+    case OP_CAST_T_DB: return l8_fp8_cast_transpose_dbias(b->in, b->q, b->qt, b->db, fl, s);
     case OP_DEQUANT: return l8_fp8_dequantize(b->q, b->deq, s);
     default: return l8_fp8_transpose(b->q, b->qt, s);
     }
@@ -75,14 +82,14 @@ static double time_ms(l8_ctx *ctx, int op, bufs *b, int reps, int iters)
     if (!t || l8_event_create(ctx, 1, &e0) != L8_OK || l8_event_create(ctx, 1, &e1) != L8_OK)
         goto out;
     for (int i = 0; i < 3; i++)
-        if (run_op(op, b, s) != L8_OK) goto out;
+        if (run_op(op, b, 0, s) != L8_OK) goto out;
     int host = l8_ctx_backend(ctx) == L8_BACKEND_HOST;   /* host: events don't time */
     for (int r = 0; r < reps; r++) {
         float ms = 0;
         double t0 = bench_now_ns();
         if (l8_event_record(e0, s) != L8_OK) goto out;
         for (int i = 0; i < iters; i++)
-            if (run_op(op, b, s) != L8_OK) goto out;
+            if (run_op(op, b, 0, s) != L8_OK) goto out;
         if (l8_event_record(e1, s) != L8_OK || l8_event_synchronize(e1) != L8_OK ||
             l8_event_elapsed_ms(e0, e1, &ms) != L8_OK)
             goto out;
@@ -106,7 +113,7 @@ static l8_status small_fn(void *arg, l8_stream *s)
 {
     small_job *j = arg;
     for (int i = 0; i < SMALL_LAUNCHES; i++)
-        L8_CHECK(run_op(j->op, j->b, s));
+        L8_CHECK(run_op(j->op, j->b, L8_CAST_ACCUMULATE_AMAX, s));
     return L8_OK;
 }
 
@@ -265,8 +272,9 @@ int bench_cast(const bench_opts *o)
             }
             free_bufs(&b);
         }
-    printf("  small shapes (a training step's): us per launch, %d launches in one CUDA graph\n",
-           SMALL_LAUNCHES);
+    printf("  small shapes (a training step's): us per launch, %d launches in one CUDA graph, amax\n"
+           "  accumulated (no memset); the library's choice, then the 128 x 128 tile kernel alone\n"
+           "  op         in    shape              us     tile us\n", SMALL_LAUNCHES);
     for (size_t di = 0; di < 2 && !rc; di++)
         for (size_t si = 0; si < NSMALL && !rc; si++) {
             bufs b = {0};
@@ -276,13 +284,21 @@ int bench_cast(const bench_opts *o)
                 break;
             }
             for (int op = OP_CAST_T; op <= OP_CAST_T_DB; op++) {
+                /* the library's choice, then the 128 x 128 tile kernel alone */
+                const int dflt = l8i_cast_sm_max_tiles;
                 double us = graph_us(ctx, op, &b, reps);
-                if (us <= 0) { fprintf(stderr, "%s: %s\n", k_op_names[op], l8_last_error_string()); rc = 1; break; }
+                l8i_cast_sm_max_tiles = 0;
+                double us_tile = us > 0 ? graph_us(ctx, op, &b, reps) : -1;
+                l8i_cast_sm_max_tiles = dflt;
+                if (us <= 0 || us_tile <= 0) { fprintf(stderr, "%s: %s\n", k_op_names[op], l8_last_error_string()); rc = 1; break; }
                 char shp[32], key[96];
                 snprintf(shp, sizeof shp, "%lldx%lld", (long long)k_small[si].r, (long long)k_small[si].c);
-                printf("  %-10s %-5s %-12s %10.2f us\n", k_op_names[op], l8_dtype_name(dts[di]), shp, us);
+                printf("  %-10s %-5s %-12s %10.2f %10.2f\n", k_op_names[op], l8_dtype_name(dts[di]), shp,
+                       us, us_tile);
                 snprintf(key, sizeof key, "%s_%s_%s_us", k_op_names[op], l8_dtype_name(dts[di]), shp);
                 bench_json_num(&j, key, us);
+                snprintf(key, sizeof key, "%s_%s_%s_tile_us", k_op_names[op], l8_dtype_name(dts[di]), shp);
+                bench_json_num(&j, key, us_tile);
             }
             free_bufs(&b);
         }
