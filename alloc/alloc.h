@@ -51,12 +51,12 @@ typedef uintptr_t l8_stream_id;
  * cached and reports the status. event_query sets *done to 1 once all work
  * recorded before the event on its stream has completed, without waiting;
  * event_sync blocks until then.
- * Threads: the allocator calls segment_alloc, segment_free and event_sync
- * without holding its lock, so they may run concurrently with each other and
- * with the other callbacks, from any thread that calls the allocator: a
- * provider must be thread-safe (the host, fault and CUDA providers are). It
- * never calls two callbacks on one event at once. The other callbacks run
- * under the lock and must not block. */
+ * Threads: the allocator and the pinned pool call segment_alloc,
+ * segment_free and event_sync without holding their locks, so they may run
+ * concurrently with each other and with the other callbacks, from any thread
+ * that calls them: a provider must be thread-safe (the host, fault and CUDA
+ * providers are). Neither calls two callbacks on one event at once. The
+ * other callbacks run under the lock and must not block. */
 typedef struct l8_segment_provider {
     size_t size;                  /* sizeof(l8_segment_provider) */
     void *user;

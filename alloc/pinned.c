@@ -16,11 +16,12 @@
  *             the last copy ends: never handed out again; empty_cache and
  *             destroy wait for the events that were recorded and return it
  *             to the provider (the device allocator's rule, alloc.h)
- * Every block is in by_addr (sorted by base address) for pointer lookups,
- * including pointers into the middle of a block (record_stream).
+ * Every block but a detached one is in by_addr (sorted by base address) for
+ * pointer lookups, including pointers into the middle of a block
+ * (record_stream).
  *
- * Invariants (under p->mu): reserved_bytes = sum of all blocks' class sizes
- * <= memory_limit when set; allocated_bytes = sum over LIVE blocks;
+ * Invariants (under p->mu): reserved_bytes = sum of the class sizes of all
+ * blocks, detached ones included (below), <= memory_limit when set; allocated_bytes = sum over LIVE blocks;
  * pending_blocks = PENDING + STRANDED blocks. Events are pooled: an event is
  * created only when the pool of completed ones is empty.
  *
@@ -34,10 +35,16 @@
  * without the pool mutex, so other threads keep allocating from the cache
  * and freeing meanwhile; its bytes count in `growing` until it returns, and
  * memory_limit holds for reserved + growing, so concurrent cold allocations
- * never overshoot it. The provider is thread-safe (alloc.h). segment_free
- * and event_sync (empty_cache, destroy, the OOM ladder's wait) still run
- * under the mutex. Warm allocations and frees never call the provider
- * except to record and query events.
+ * never overshoot it. The provider is thread-safe (alloc.h). Giving memory
+ * back and waiting for copies (empty_cache, the OOM ladder, a cold
+ * allocation making room under the limit) run without the mutex too: the
+ * blocks are detached first (off their list and the address index, where a
+ * new segment at the same address may then go), their bytes stay reserved
+ * and count in `shrinking` until segment_free returns, and `waiting` counts
+ * the event waits in flight; an allocation that finds no room while either
+ * is non-zero waits for them (p->cv) and tries again rather than fail.
+ * destroy runs alone and keeps the simple path. Warm allocations and frees
+ * never call the provider except to record and query events.
  *
  * Trace: PINNED_ALLOC (addr, size = class bytes, aux = requested bytes) and
  * PINNED_FREE (addr, size = class bytes, aux = number of streams the block
@@ -70,6 +77,7 @@ typedef struct pblock {
     l8_stream_id *streams;        /* -> inl_streams or heap */
     void **events;                /* after free: events[i] was recorded on streams[i] */
     uint32_t nevents;             /* events[0..nevents) not yet seen complete */
+    int unlocked_ok;              /* while detached (no mutex): the provider call succeeded */
     l8_stream_id inl_streams[INLINE_STREAMS];
     void *inl_events[INLINE_STREAMS];
 } pblock;
@@ -89,6 +97,9 @@ struct l8_pinned {
     size_t nev, evcap;
     l8_pinned_stats st;
     size_t growing;               /* class bytes of segment_allocs in flight (unlocked) */
+    size_t shrinking;             /* class bytes of segment_frees in flight (unlocked) */
+    int waiting;                  /* unlocked waits for pending blocks' events in flight */
+    pthread_cond_t cv;            /* signalled when shrinking or waiting drops */
     int capturing;                /* l8_pinned_set_capturing: atomic */
 };
 
@@ -250,16 +261,16 @@ static pblock *cache_pop(l8_pinned *p, int cls)
     return b;
 }
 
-/* Move pending blocks whose events are all complete to their free lists,
- * oldest first. wait = 1 blocks until every pending event completes. */
-static l8_status poll_pending(l8_pinned *p, int wait)
+/* Move pending blocks whose events have completed to their free lists,
+ * oldest first (queries only; wait_pending waits). */
+static l8_status poll_pending(l8_pinned *p)
 {
     l8_status first = L8_OK;
     busy_set bs = { 0 };
     pblock **link = &p->pending;
     while (*link) {
         pblock *b = *link;
-        l8_status st = block_events_done(p, b, wait, &bs);
+        l8_status st = block_events_done(p, b, 0, &bs);
         if (st != L8_OK && first == L8_OK) first = st;
         if (b->nevents == 0) {
             *link = b->next;
@@ -281,47 +292,109 @@ static void block_free_arrays(pblock *b)
     }
 }
 
-/* Return b (not in any list) to the provider. On failure b is unchanged. */
-static l8_status release_block(l8_pinned *p, pblock *b)
-{
-    l8_status st = p->prov.segment_free(p->prov.user, (void *)b->base, b->bytes);
-    if (st != L8_OK) return st;
-    index_remove(p, b);
-    p->st.reserved_bytes -= b->bytes;
-    p->st.segment_frees++;
-    block_free_arrays(b);
-    free(b);
-    return L8_OK;
-}
+/* Wake the threads waiting for memory to come back (get_block). */
+static void unlocked_done(l8_pinned *p) { pthread_cond_broadcast(&p->cv); }
 
 /* Free cached blocks, largest classes first, until `need` more bytes fit
- * under the limit (need = SIZE_MAX: free them all). Returns the first
- * provider error; blocks that could not be freed stay cached. */
+ * under the limit (need = SIZE_MAX: free them all). The segment_frees run
+ * without the mutex (the banner): the blocks leave their free lists and the
+ * index first and count in p->shrinking. Returns the first provider error;
+ * blocks that could not be freed are cached again. Called and returns with
+ * p->mu held. */
 static l8_status release_cached(l8_pinned *p, size_t need)
 {
-    l8_status first = L8_OK;
-    for (int c = NCLASSES - 1; c >= 0; c--) {
-        pblock *keep = NULL;
-        pblock *b;
-        while ((b = cache_pop(p, c)) != NULL) {
-            if (need != SIZE_MAX && p->st.reserved_bytes + need <= p->memory_limit) {
-                b->next = keep;             /* enough room: put it back below */
-                keep = b;
-                continue;
-            }
-            l8_status st = release_block(p, b);
-            if (st != L8_OK) {
-                if (first == L8_OK) first = st;
-                b->next = keep;
-                keep = b;
-            }
+    pblock *take = NULL;
+    size_t bytes = 0;
+    for (int c = NCLASSES - 1; c >= 0; c--)
+        while (p->cached[c]) {
+            if (need != SIZE_MAX &&
+                p->st.reserved_bytes - p->shrinking - bytes + need <= p->memory_limit)
+                goto taken;
+            pblock *b = cache_pop(p, c);
+            index_remove(p, b);
+            b->next = take;
+            take = b;
+            bytes += b->bytes;
         }
-        while (keep) {
-            b = keep;
-            keep = b->next;
+taken:
+    if (!take) return L8_OK;
+    p->shrinking += bytes;
+    pthread_mutex_unlock(&p->mu);
+    l8_status first = L8_OK;
+    for (pblock *b = take; b; b = b->next) {
+        l8_status st = p->prov.segment_free(p->prov.user, (void *)b->base, b->bytes);
+        b->unlocked_ok = st == L8_OK;
+        if (st != L8_OK && first == L8_OK) first = st;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->shrinking -= bytes;
+    while (take) {
+        pblock *b = take;
+        take = b->next;
+        if (b->unlocked_ok) {
+            p->st.reserved_bytes -= b->bytes;
+            p->st.segment_frees++;
+            block_free_arrays(b);
+            free(b);
+        } else if (index_insert(p, b) == 0) {
             cache_push(p, b);
+        } else {
+            /* no host memory to index it again: the segment is lost to the
+             * pool (it stays with the provider); the error says why */
+            p->st.reserved_bytes -= b->bytes;
+            block_free_arrays(b);
+            free(b);
         }
     }
+    unlocked_done(p);
+    return first;
+}
+
+/* Wait for every event of the pending blocks, without the mutex, and cache
+ * the blocks whose events all completed (those with a failed wait go back
+ * to the front of the pending list). Called and returns with p->mu held. */
+static l8_status wait_pending(l8_pinned *p)
+{
+    pblock *take = p->pending;
+    if (!take) return L8_OK;
+    p->pending = NULL;
+    p->pending_tail = &p->pending;
+    p->waiting++;
+    pthread_mutex_unlock(&p->mu);
+    l8_status first = L8_OK;
+    for (pblock *b = take; b; b = b->next) {
+        b->unlocked_ok = 1;
+        for (uint32_t i = 0; i < b->nevents && b->unlocked_ok; i++) {
+            l8_status st = p->prov.event_sync(p->prov.user, b->events[i]);
+            if (st != L8_OK) {
+                b->unlocked_ok = 0;
+                if (first == L8_OK) first = st;
+            }
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    p->waiting--;
+    pblock *back = NULL, **back_tail = &back;
+    while (take) {
+        pblock *b = take;
+        take = b->next;
+        b->next = NULL;
+        if (b->unlocked_ok) {
+            for (uint32_t i = 0; i < b->nevents; i++) event_put(p, b->events[i]);
+            b->nevents = 0;
+            p->st.pending_blocks--;
+            cache_push(p, b);
+        } else {
+            *back_tail = b;
+            back_tail = &b->next;
+        }
+    }
+    if (back) {                   /* older than anything freed meanwhile: in front */
+        *back_tail = p->pending;
+        if (!p->pending) p->pending_tail = back_tail;
+        p->pending = back;
+    }
+    unlocked_done(p);
     return first;
 }
 
@@ -343,6 +416,11 @@ l8_status l8_pinned_create(const l8_segment_provider *prov, size_t memory_limit,
     if (pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p);
         return L8_FAIL(L8_ERR_OOM, "pthread_mutex_init failed for a pinned pool");
+    }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return L8_FAIL(L8_ERR_OOM, "pthread_cond_init failed for a pinned pool");
     }
     p->prov = *prov;
     p->prov.size = sizeof p->prov;
@@ -373,6 +451,7 @@ void l8_pinned_destroy(l8_pinned *p)
     for (size_t i = 0; i < p->nev; i++) p->prov.event_destroy(p->prov.user, p->evpool[i]);
     free(p->evpool);
     free(p->by_addr);
+    pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -436,25 +515,32 @@ static l8_status new_block(l8_pinned *p, int cls, size_t cbytes, pblock **out)
 }
 
 /* The retry ladder: cache, new segment; on OOM wait for pending blocks,
- * try the cache again, free all cached blocks, one more new segment. */
+ * try the cache again, free all cached blocks, one more new segment; and
+ * while another thread is giving memory back or waiting for copies without
+ * the mutex, wait for it and climb the ladder again. */
 static l8_status get_block(l8_pinned *p, size_t bytes, int cls, size_t cbytes, pblock **out)
 {
-    (void)poll_pending(p, 0);   /* a failed query leaves the block pending: safe */
-    if ((*out = cache_pop(p, cls)) != NULL) {
-        p->st.cache_hits++;
-        return L8_OK;
+    l8_status st;
+    for (;;) {
+        (void)poll_pending(p);    /* a failed query leaves the block pending: safe */
+        if ((*out = cache_pop(p, cls)) != NULL) {
+            p->st.cache_hits++;
+            return L8_OK;
+        }
+        st = new_block(p, cls, cbytes, out);
+        if (st != L8_ERR_OOM) return st;
+        L8_CHECK(wait_pending(p));
+        if ((*out = cache_pop(p, cls)) != NULL) {
+            p->st.cache_hits++;
+            return L8_OK;
+        }
+        (void)release_cached(p, SIZE_MAX);
+        l8_error_clear();   /* so the message below is the provider's, not a stale one */
+        st = new_block(p, cls, cbytes, out);
+        if (st != L8_ERR_OOM) return st;
+        if (!p->shrinking && !p->waiting) break;
+        while (p->shrinking || p->waiting) pthread_cond_wait(&p->cv, &p->mu);
     }
-    l8_status st = new_block(p, cls, cbytes, out);
-    if (st != L8_ERR_OOM) return st;
-    L8_CHECK(poll_pending(p, 1));
-    if ((*out = cache_pop(p, cls)) != NULL) {
-        p->st.cache_hits++;
-        return L8_OK;
-    }
-    (void)release_cached(p, SIZE_MAX);
-    l8_error_clear();   /* so the message below is the provider's, not a stale one */
-    st = new_block(p, cls, cbytes, out);
-    if (st != L8_ERR_OOM) return st;
     if (p->memory_limit && cbytes > p->memory_limit)
         return oom_error(p, bytes, cbytes, "the class is larger than memory_limit");
     if (p->memory_limit && p->st.reserved_bytes + p->growing + cbytes > p->memory_limit)
@@ -622,21 +708,40 @@ l8_status l8_pinned_empty_cache(l8_pinned *p)
     L8_ARG(p != NULL);
     L8_CHECK(not_capturing(p, "l8_pinned_empty_cache"));
     pthread_mutex_lock(&p->mu);
-    l8_status st = poll_pending(p, 1);
-    /* Stranded blocks: wait for what was recorded, then give them back. */
-    pblock **link = &p->stranded;
-    while (st == L8_OK && *link) {
-        pblock *b = *link;
-        st = block_events_done(p, b, 1, NULL);
-        if (st != L8_OK) break;
-        *link = b->next;
-        p->st.pending_blocks--;
-        b->next = NULL;
-        st = release_block(p, b);
-        if (st != L8_OK) {
-            cache_push(p, b);   /* events are done: it is safe to reuse */
-            break;
+    l8_status st = wait_pending(p);
+    /* Stranded blocks: wait for what was recorded (without the mutex, as
+     * wait_pending), cache them, and give everything cached back. */
+    pblock *take = p->stranded;
+    p->stranded = NULL;
+    if (take) {
+        p->waiting++;
+        pthread_mutex_unlock(&p->mu);
+        for (pblock *b = take; b; b = b->next) {
+            b->unlocked_ok = 1;
+            for (uint32_t i = 0; i < b->nevents && b->unlocked_ok; i++) {
+                l8_status se = p->prov.event_sync(p->prov.user, b->events[i]);
+                if (se != L8_OK) {
+                    b->unlocked_ok = 0;
+                    if (st == L8_OK) st = se;
+                }
+            }
         }
+        pthread_mutex_lock(&p->mu);
+        p->waiting--;
+        while (take) {
+            pblock *b = take;
+            take = b->next;
+            if (b->unlocked_ok) {
+                for (uint32_t i = 0; i < b->nevents; i++) event_put(p, b->events[i]);
+                b->nevents = 0;
+                p->st.pending_blocks--;
+                cache_push(p, b);
+            } else {
+                b->next = p->stranded;
+                p->stranded = b;
+            }
+        }
+        unlocked_done(p);
     }
     l8_status st2 = release_cached(p, SIZE_MAX);
     if (st == L8_OK) st = st2;

@@ -31,9 +31,11 @@ typedef struct fake_event {
 
 typedef struct fake {
     l8_segment_provider prov;
-    pthread_mutex_t mu;           /* segment_alloc runs outside the pool's lock */
-    /* gate: segment_alloc of gate_bytes announces itself (gate_in) and waits
-     * until the test opens the gate, at most 5 s (then gate_timeout) */
+    pthread_mutex_t mu;           /* the pool calls the provider outside its own lock */
+    /* gate: the call gate_kind names (segment_alloc or segment_free of
+     * gate_bytes, any event_sync) announces itself (gate_in) and waits until
+     * the test opens the gate, at most 5 s (then gate_timeout) */
+    int gate_kind;
     size_t gate_bytes;
     int gate_in, gate_open, gate_timeout;
     pthread_cond_t cv;
@@ -52,21 +54,29 @@ typedef struct fake {
     struct { void *p; size_t bytes; } segs[MAX_SEGS];
 } fake;
 
+enum { GATE_NONE, GATE_ALLOC, GATE_FREE, GATE_SYNC };
+
 static l8_status seg_alloc_locked(fake *f, size_t bytes, void **ptr);
+
+/* With f->mu held: when this call is the gated one, announce it and wait
+ * for the test to open the gate (at most 5 s). */
+static void gate_locked(fake *f, int kind, size_t bytes)
+{
+    if (f->gate_kind != kind || (kind != GATE_SYNC && bytes != f->gate_bytes)) return;
+    f->gate_in = 1;
+    pthread_cond_broadcast(&f->cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (!f->gate_open && !f->gate_timeout)
+        if (pthread_cond_timedwait(&f->cv, &f->mu, &until) != 0) f->gate_timeout = 1;
+}
 
 static l8_status fake_seg_alloc(void *user, size_t bytes, void **ptr)
 {
     fake *f = user;
     pthread_mutex_lock(&f->mu);
-    if (f->gate_bytes && bytes == f->gate_bytes) {
-        f->gate_in = 1;
-        pthread_cond_broadcast(&f->cv);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 5;
-        while (!f->gate_open && !f->gate_timeout)
-            if (pthread_cond_timedwait(&f->cv, &f->mu, &until) != 0) f->gate_timeout = 1;
-    }
+    gate_locked(f, GATE_ALLOC, bytes);
     l8_status st = seg_alloc_locked(f, bytes, ptr);
     pthread_mutex_unlock(&f->mu);
     return st;
@@ -100,6 +110,7 @@ static l8_status fake_seg_free(void *user, void *ptr, size_t bytes)
 {
     fake *f = user;
     pthread_mutex_lock(&f->mu);
+    gate_locked(f, GATE_FREE, bytes);
     for (int i = 0; i < MAX_SEGS; i++) {
         if (f->segs[i].p != ptr) continue;
         if (f->segs[i].bytes != bytes) f->bad_calls++;
@@ -119,36 +130,42 @@ static l8_status fake_seg_free(void *user, void *ptr, size_t bytes)
 static l8_status fake_ev_create(void *user, void **ev)
 {
     fake *f = user;
+    pthread_mutex_lock(&f->mu);
+    l8_status st = L8_OK;
     if (f->fail_event_create > 0) {
         f->fail_event_create--;
-        return l8_error_set(L8_ERR_CUDA, 2, "CUDA_ERROR_OUT_OF_MEMORY", "cuEventCreate", __FILE__,
-                            __LINE__, "fake: injected event_create failure");
+        st = l8_error_set(L8_ERR_CUDA, 2, "CUDA_ERROR_OUT_OF_MEMORY", "cuEventCreate", __FILE__,
+                          __LINE__, "fake: injected event_create failure");
+    } else if ((*ev = calloc(1, sizeof(fake_event))) == NULL) {
+        st = L8_FAIL(L8_ERR_OOM, "fake: no memory for an event");
+    } else {
+        f->ev_created++;
     }
-    fake_event *e = calloc(1, sizeof *e);
-    if (!e) return L8_FAIL(L8_ERR_OOM, "fake: no memory for an event");
-    f->ev_created++;
-    *ev = e;
-    return L8_OK;
+    pthread_mutex_unlock(&f->mu);
+    return st;
 }
 
 static l8_status fake_ev_record(void *user, void *ev, l8_stream_id stream)
 {
     fake *f = user;
     fake_event *e = ev;
+    pthread_mutex_lock(&f->mu);
+    l8_status st = L8_OK;
     if (f->fail_event_record > 0) {
         f->fail_event_record--;
-        return l8_error_set(L8_ERR_CUDA, 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "cuEventRecord",
-                            __FILE__, __LINE__, "fake: injected event_record failure");
-    }
-    if (stream >= NSTREAMS) {
+        st = l8_error_set(L8_ERR_CUDA, 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "cuEventRecord",
+                          __FILE__, __LINE__, "fake: injected event_record failure");
+    } else if (stream >= NSTREAMS) {
         f->bad_calls++;
-        return L8_FAIL(L8_ERR_INVALID_ARG, "fake: bad stream");
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "fake: bad stream");
+    } else {
+        f->ev_records++;
+        e->recorded = 1;
+        e->stream = (unsigned)stream;
+        e->seq = ++f->rec_seq[stream];
     }
-    f->ev_records++;
-    e->recorded = 1;
-    e->stream = (unsigned)stream;
-    e->seq = ++f->rec_seq[stream];
-    return L8_OK;
+    pthread_mutex_unlock(&f->mu);
+    return st;
 }
 
 static int fake_done(const fake *f, const fake_event *e)
@@ -158,8 +175,11 @@ static int fake_done(const fake *f, const fake_event *e)
 
 static l8_status fake_ev_query(void *user, void *ev, int *done)
 {
-    ((fake *)user)->ev_queries++;
-    *done = fake_done(user, ev);
+    fake *f = user;
+    pthread_mutex_lock(&f->mu);
+    f->ev_queries++;
+    *done = fake_done(f, ev);
+    pthread_mutex_unlock(&f->mu);
     return L8_OK;
 }
 
@@ -167,15 +187,20 @@ static l8_status fake_ev_sync(void *user, void *ev)
 {
     fake *f = user;
     fake_event *e = ev;
+    pthread_mutex_lock(&f->mu);
+    gate_locked(f, GATE_SYNC, 0);
     f->ev_syncs++;
     if (e->recorded && f->done_seq[e->stream] < e->seq) f->done_seq[e->stream] = e->seq;
+    pthread_mutex_unlock(&f->mu);
     return L8_OK;
 }
 
 static void fake_ev_destroy(void *user, void *ev)
 {
     fake *f = user;
+    pthread_mutex_lock(&f->mu);
     f->ev_destroyed++;
+    pthread_mutex_unlock(&f->mu);
     free(ev);
 }
 
@@ -201,7 +226,12 @@ static fake *fake_new(void)
 }
 
 /* All work recorded so far on `stream` has finished. */
-static void fake_complete(fake *f, unsigned stream) { f->done_seq[stream] = f->rec_seq[stream]; }
+static void fake_complete(fake *f, unsigned stream)
+{
+    pthread_mutex_lock(&f->mu);
+    f->done_seq[stream] = f->rec_seq[stream];
+    pthread_mutex_unlock(&f->mu);
+}
 
 /* After the pool is destroyed: everything came back, nothing was misused. */
 static void fake_done_check(fake *f)
@@ -979,6 +1009,7 @@ START_TEST(test_cold_alloc_unlocked)
     L8_CK(l8_pinned_create(&f->prov, limit, NULL, &p));
     void *w = alloc_touch(p, warm, 1);
     L8_CK(l8_pinned_free(p, w));                   /* cached */
+    f->gate_kind = GATE_ALLOC;
     f->gate_bytes = cold;
     cold_job j = { p, cold, NULL, L8_OK };
     pthread_t th;
@@ -1004,6 +1035,140 @@ START_TEST(test_cold_alloc_unlocked)
     ck_assert_uint_eq(s.reserved_bytes, cold);
     ck_assert_uint_le(s.reserved_peak, limit);
     L8_CK(l8_pinned_free(p, j.ptr));
+    l8_pinned_destroy(p);
+    fake_done_check(f);
+}
+END_TEST
+
+/* empty_cache on another thread, held inside the provider (the gate). */
+typedef struct empty_job {
+    l8_pinned *p;
+    l8_status st;
+} empty_job;
+
+static void *empty_thread(void *arg)
+{
+    empty_job *j = arg;
+    j->st = l8_pinned_empty_cache(j->p);
+    return NULL;
+}
+
+/* Opens the gate after about 200 ms (a thread: the test itself is blocked). */
+static void *gate_later(void *arg)
+{
+    struct timespec d = { 0, 200 * 1000 * 1000 };
+    nanosleep(&d, NULL);
+    gate_release(arg);
+    return NULL;
+}
+
+START_TEST(test_release_unlocked)
+{
+    /* empty_cache's segment_free is held in the provider while this thread
+     * allocates (a new class: a cold allocation), frees and reads the
+     * stats: with the pool's lock held across segment_free these would wait
+     * for the gate's 5 s timeout (gate_timeout). The block on its way back
+     * still counts as reserved until it is gone. */
+    fake *f = fake_new();
+    f->auto_complete = 1;
+    const size_t big = (size_t)1 << 20, small = 64 * KiB;
+    l8_pinned *p;
+    L8_CK(l8_pinned_create(&f->prov, 0, NULL, &p));
+    L8_CK(l8_pinned_free(p, alloc_touch(p, big, 1)));
+    f->gate_kind = GATE_FREE;
+    f->gate_bytes = big;
+    empty_job j = { p, L8_OK };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
+    ck_assert_msg(gate_entered(f), "empty_cache never reached segment_free");
+    void *x = alloc_touch(p, small, 2);
+    L8_CK(l8_pinned_free(p, x));
+    l8_pinned_stats s = stats_of(p);
+    ck_assert_uint_eq(s.reserved_bytes, big + small);
+    ck_assert_int_eq(f->gate_timeout, 0);
+    gate_release(f);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    L8_CK(j.st);
+    s = stats_of(p);
+    ck_assert_uint_eq(s.reserved_bytes, small);   /* cached after the detach: kept */
+    ck_assert_uint_eq(s.segment_frees, 1);
+    void *y = alloc_touch(p, small, 3);           /* the cached block again */
+    ck_assert_ptr_eq(y, x);
+    L8_CK(l8_pinned_free(p, y));
+    l8_pinned_destroy(p);
+    fake_done_check(f);
+}
+END_TEST
+
+START_TEST(test_oom_waits_for_release)
+{
+    /* Under a limit with room for one big block: while another thread's
+     * empty_cache is giving the cached big block back (held in segment_free),
+     * an allocation that needs its room must wait for it and succeed, not
+     * fail with L8_ERR_OOM. */
+    fake *f = fake_new();
+    f->auto_complete = 1;
+    const size_t big = (size_t)1 << 20;
+    l8_pinned *p;
+    L8_CK(l8_pinned_create(&f->prov, big + big / 4, NULL, &p));
+    L8_CK(l8_pinned_free(p, alloc_touch(p, big, 1)));
+    f->gate_kind = GATE_FREE;
+    f->gate_bytes = big;
+    empty_job j = { p, L8_OK };
+    pthread_t th, opener;
+    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
+    ck_assert_msg(gate_entered(f), "empty_cache never reached segment_free");
+    ck_assert_int_eq(pthread_create(&opener, NULL, gate_later, f), 0);
+    void *x = NULL;
+    L8_CK(l8_pinned_alloc(p, big, &x));           /* waits for the release, then grows */
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(pthread_join(opener, NULL), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    L8_CK(j.st);
+    ck_assert_int_eq(f->gate_timeout, 0);
+    l8_pinned_stats s = stats_of(p);
+    ck_assert_uint_eq(s.reserved_bytes, big);
+    ck_assert_uint_le(s.reserved_peak, big + big / 4);
+    ck_assert_uint_eq(s.segment_frees, 1);
+    L8_CK(l8_pinned_free(p, x));
+    l8_pinned_destroy(p);
+    fake_done_check(f);
+}
+END_TEST
+
+START_TEST(test_event_wait_unlocked)
+{
+    /* empty_cache waits for a pending block's copy (event_sync, held in the
+     * gate) while this thread allocates, frees and records streams: none of
+     * it waits for that copy. Afterwards the block is cached and given back. */
+    fake *f = fake_new();
+    const size_t sz = 64 * KiB;
+    l8_pinned *p;
+    L8_CK(l8_pinned_create(&f->prov, 0, NULL, &p));
+    void *a = alloc_touch(p, sz, 1);
+    L8_CK(l8_pinned_record_stream(p, a, 1));
+    L8_CK(l8_pinned_free(p, a));                  /* pending on stream 1 */
+    ck_assert_uint_eq(stats_of(p).pending_blocks, 1);
+    f->gate_kind = GATE_SYNC;
+    empty_job j = { p, L8_OK };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
+    ck_assert_msg(gate_entered(f), "empty_cache never waited for the event");
+    void *b = alloc_touch(p, sz, 2);              /* not a: its copy may still run */
+    ck_assert_ptr_ne(b, a);
+    L8_CK(l8_pinned_record_stream(p, b, 2));
+    fake_complete(f, 2);
+    L8_CK(l8_pinned_free(p, b));
+    ck_assert_int_eq(f->gate_timeout, 0);
+    gate_release(f);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    L8_CK(j.st);
+    l8_pinned_stats s = stats_of(p);
+    ck_assert_uint_eq(s.pending_blocks, 1);       /* b: freed after the wait began */
+    L8_CK(l8_pinned_empty_cache(p));              /* b's copy is done: both gone */
+    s = stats_of(p);
+    ck_assert_uint_eq(s.pending_blocks, 0);
+    ck_assert_uint_eq(s.reserved_bytes, 0);
     l8_pinned_destroy(p);
     fake_done_check(f);
 }
@@ -1070,6 +1235,9 @@ Suite *l8_pinned_suite(void)
     tcase_add_test(tc, test_stats_random);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_cold_alloc_unlocked);
+    tcase_add_test(tc, test_release_unlocked);
+    tcase_add_test(tc, test_oom_waits_for_release);
+    tcase_add_test(tc, test_event_wait_unlocked);
     tcase_add_test(tc, test_trace_events);
     suite_add_tcase(s, tc);
     return s;
