@@ -35,15 +35,21 @@ static void done_ctx(l8_ctx *ctx)
     l8_ctx_destroy(ctx);
 }
 
+/* l8_ctx_create(device) fails with want, no context, and a last error that
+ * names `names` (its own error, not one from the cleanup). */
+static void create_fails(const char *device, l8_status want, const char *names)
+{
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *none = NULL;
+    cfg.device = device;
+    ck_assert_int_eq(l8_ctx_create(&cfg, &none), want);
+    ck_assert_ptr_null(none);
+    ck_assert_msg(strstr(l8_last_error_string(), names) != NULL, "%s", l8_last_error_string());
+}
+
 START_TEST(test_gpu_context_and_events)
 {
-    /* a failed creation keeps its own error (not one from the cleanup) */
-    l8_ctx_config bad = L8_CTX_CONFIG_INIT;
-    l8_ctx *none = NULL;
-    bad.device = "cuda:4000";
-    ck_assert_int_eq(l8_ctx_create(&bad, &none), L8_ERR_NO_DEVICE);
-    ck_assert_ptr_null(none);
-    ck_assert_msg(strstr(l8_last_error_string(), "cuda:4000") != NULL, "%s", l8_last_error_string());
+    create_fails("cuda:4000", L8_ERR_NO_DEVICE, "cuda:4000");
     l8_ctx *ctx = gpu_ctx(0);
     ck_assert_int_eq(l8_ctx_backend(ctx), L8_BACKEND_CUDA);
     ck_assert_int_eq(l8_ctx_device(ctx), 0);
@@ -376,12 +382,7 @@ START_TEST(test_gpu_pdl_chain)
     pdl_chain("1", 1);
     pdl_chain("0", 0);
     setenv("L8_PDL", "2", 1);
-    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
-    l8_ctx *ctx = NULL;
-    cfg.device = "cuda:0";
-    ck_assert_int_eq(l8_ctx_create(&cfg, &ctx), L8_ERR_INVALID_ARG);
-    ck_assert_ptr_null(ctx);
-    ck_assert_msg(strstr(l8_last_error_string(), "L8_PDL") != NULL, "%s", l8_last_error_string());
+    create_fails("cuda:0", L8_ERR_INVALID_ARG, "L8_PDL");
     if (keep) setenv("L8_PDL", keep, 1);
     else unsetenv("L8_PDL");
     free(keep);
