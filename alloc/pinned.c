@@ -350,15 +350,11 @@ taken:
     return first;
 }
 
-/* Wait for every event of the pending blocks, without the mutex, and cache
- * the blocks whose events all completed (those with a failed wait go back
- * to the front of the pending list). Called and returns with p->mu held. */
-static l8_status wait_pending(l8_pinned *p)
+/* Wait for every event of the detached blocks `take` without the mutex,
+ * then cache those whose events all completed; the others (a failed wait)
+ * come back in *back, in order. Called and returns with p->mu held. */
+static l8_status wait_detached(l8_pinned *p, pblock *take, pblock **back)
 {
-    pblock *take = p->pending;
-    if (!take) return L8_OK;
-    p->pending = NULL;
-    p->pending_tail = &p->pending;
     p->waiting++;
     pthread_mutex_unlock(&p->mu);
     l8_status first = L8_OK;
@@ -374,7 +370,8 @@ static l8_status wait_pending(l8_pinned *p)
     }
     pthread_mutex_lock(&p->mu);
     p->waiting--;
-    pblock *back = NULL, **back_tail = &back;
+    pblock **back_tail = back;
+    *back = NULL;
     while (take) {
         pblock *b = take;
         take = b->next;
@@ -389,13 +386,28 @@ static l8_status wait_pending(l8_pinned *p)
             back_tail = &b->next;
         }
     }
-    if (back) {                   /* older than anything freed meanwhile: in front */
-        *back_tail = p->pending;
-        if (!p->pending) p->pending_tail = back_tail;
-        p->pending = back;
-    }
     unlocked_done(p);
     return first;
+}
+
+/* Wait for the pending blocks (wait_detached); those with a failed wait go
+ * back to the front of the pending list, older than anything freed
+ * meanwhile. Called and returns with p->mu held. */
+static l8_status wait_pending(l8_pinned *p)
+{
+    pblock *take = p->pending, *back;
+    if (!take) return L8_OK;
+    p->pending = NULL;
+    p->pending_tail = &p->pending;
+    l8_status st = wait_detached(p, take, &back);
+    if (back) {
+        pblock **tail = &back;
+        while (*tail) tail = &(*tail)->next;
+        *tail = p->pending;
+        if (!p->pending) p->pending_tail = tail;
+        p->pending = back;
+    }
+    return st;
 }
 
 /* ---- create / destroy ---- */
@@ -710,38 +722,18 @@ l8_status l8_pinned_empty_cache(l8_pinned *p)
     pthread_mutex_lock(&p->mu);
     l8_status st = wait_pending(p);
     /* Stranded blocks: wait for what was recorded (without the mutex, as
-     * wait_pending), cache them, and give everything cached back. */
-    pblock *take = p->stranded;
+     * the pending ones), cache them, and give everything cached back. */
+    pblock *take = p->stranded, *back = NULL;
     p->stranded = NULL;
     if (take) {
-        p->waiting++;
-        pthread_mutex_unlock(&p->mu);
-        for (pblock *b = take; b; b = b->next) {
-            b->unlocked_ok = 1;
-            for (uint32_t i = 0; i < b->nevents && b->unlocked_ok; i++) {
-                l8_status se = p->prov.event_sync(p->prov.user, b->events[i]);
-                if (se != L8_OK) {
-                    b->unlocked_ok = 0;
-                    if (st == L8_OK) st = se;
-                }
-            }
+        l8_status sw = wait_detached(p, take, &back);
+        if (st == L8_OK) st = sw;
+        while (back) {
+            pblock *b = back;
+            back = b->next;
+            b->next = p->stranded;
+            p->stranded = b;
         }
-        pthread_mutex_lock(&p->mu);
-        p->waiting--;
-        while (take) {
-            pblock *b = take;
-            take = b->next;
-            if (b->unlocked_ok) {
-                for (uint32_t i = 0; i < b->nevents; i++) event_put(p, b->events[i]);
-                b->nevents = 0;
-                p->st.pending_blocks--;
-                cache_push(p, b);
-            } else {
-                b->next = p->stranded;
-                p->stranded = b;
-            }
-        }
-        unlocked_done(p);
     }
     l8_status st2 = release_cached(p, SIZE_MAX);
     if (st == L8_OK) st = st2;

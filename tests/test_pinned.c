@@ -1053,6 +1053,16 @@ static void *empty_thread(void *arg)
     return NULL;
 }
 
+/* Start l8_pinned_empty_cache on thread *th with the provider call `kind`
+ * (of `bytes`) gated, and wait until it is held there. */
+static void start_gated_empty(fake *f, int kind, size_t bytes, empty_job *j, pthread_t *th)
+{
+    f->gate_kind = kind;
+    f->gate_bytes = bytes;
+    ck_assert_int_eq(pthread_create(th, NULL, empty_thread, j), 0);
+    ck_assert_msg(gate_entered(f), "empty_cache never reached the gated provider call");
+}
+
 /* Opens the gate after about 200 ms (a thread: the test itself is blocked). */
 static void *gate_later(void *arg)
 {
@@ -1075,12 +1085,9 @@ START_TEST(test_release_unlocked)
     l8_pinned *p;
     L8_CK(l8_pinned_create(&f->prov, 0, NULL, &p));
     L8_CK(l8_pinned_free(p, alloc_touch(p, big, 1)));
-    f->gate_kind = GATE_FREE;
-    f->gate_bytes = big;
     empty_job j = { p, L8_OK };
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
-    ck_assert_msg(gate_entered(f), "empty_cache never reached segment_free");
+    start_gated_empty(f, GATE_FREE, big, &j, &th);
     void *x = alloc_touch(p, small, 2);
     L8_CK(l8_pinned_free(p, x));
     l8_pinned_stats s = stats_of(p);
@@ -1112,12 +1119,9 @@ START_TEST(test_oom_waits_for_release)
     l8_pinned *p;
     L8_CK(l8_pinned_create(&f->prov, big + big / 4, NULL, &p));
     L8_CK(l8_pinned_free(p, alloc_touch(p, big, 1)));
-    f->gate_kind = GATE_FREE;
-    f->gate_bytes = big;
     empty_job j = { p, L8_OK };
     pthread_t th, opener;
-    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
-    ck_assert_msg(gate_entered(f), "empty_cache never reached segment_free");
+    start_gated_empty(f, GATE_FREE, big, &j, &th);
     ck_assert_int_eq(pthread_create(&opener, NULL, gate_later, f), 0);
     void *x = NULL;
     L8_CK(l8_pinned_alloc(p, big, &x));           /* waits for the release, then grows */
@@ -1149,11 +1153,9 @@ START_TEST(test_event_wait_unlocked)
     L8_CK(l8_pinned_record_stream(p, a, 1));
     L8_CK(l8_pinned_free(p, a));                  /* pending on stream 1 */
     ck_assert_uint_eq(stats_of(p).pending_blocks, 1);
-    f->gate_kind = GATE_SYNC;
     empty_job j = { p, L8_OK };
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, empty_thread, &j), 0);
-    ck_assert_msg(gate_entered(f), "empty_cache never waited for the event");
+    start_gated_empty(f, GATE_SYNC, 0, &j, &th);
     void *b = alloc_touch(p, sz, 2);              /* not a: its copy may still run */
     ck_assert_ptr_ne(b, a);
     L8_CK(l8_pinned_record_stream(p, b, 2));
