@@ -319,6 +319,13 @@ static l8_status ct_job_host(const ct_job *j, l8_dtype ddt, unsigned flags)
     return L8_OK;
 }
 
+/* Whether j takes the small-tile kernel (by its own size; dbias adds the
+ * tile-row limit at the call). */
+static int sm_sized(const ct_job *j)
+{
+    return j->ntr * j->ntc <= (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0);
+}
+
 /* A small tensor's cast_transpose(_dbias): one launch of the small-tile
  * kernel, grid (column blocks of 32, tile rows; one with dbias). */
 _Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile rows a CTA");
@@ -369,8 +376,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     float *sinv = l8_fp8_meta_scale_inv(j.m);
 
     L8_CHECK(l8i_ctx_bind(ctx));
-    if (j.ntr * j.ntc <= (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0) &&
-        (!dbias || j.ntr <= SM_MAX_DB_TILE_ROWS))
+    if (sm_sized(&j) && (!dbias || j.ntr <= SM_MAX_DB_TILE_ROWS))
         return cast_transpose_sm(&j, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
@@ -450,7 +456,7 @@ static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream 
     /* the small-tile kernel when every tensor is small enough for it alone */
     int sm = 1;
     for (int i = 0; i < n; i++)
-        if (jobs[i].ntr * jobs[i].ntc > (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0))
+        if (!sm_sized(&jobs[i]))
             sm = 0;
     CUfunction f;
     L8_CHECK(l8i_kernel(ctx, sm ? "cast_transpose_sm" : "cast_transpose", entry[sm][jobs[0].idt], &f));

@@ -4,8 +4,9 @@
  * Every op takes l8_tensor views and a stream and is enqueued on that stream
  * (NULL: the context's compute stream); on a host context it runs at once in
  * the calling thread with the host reference, which is the same arithmetic
- * as the GPU kernels (ptx/cast.ptx, cast_transpose.ptx, transpose.ptx,
- * dequantize.ptx, scale_update.ptx), bit for bit except for NaN payloads.
+ * as the GPU kernels (ptx/cast.ptx, cast_transpose.ptx, cast_transpose_sm.ptx
+ * for tensors of up to 64 128 x 128 tiles, transpose.ptx, dequantize.ptx,
+ * scale_update.ptx), bit for bit except for NaN payloads.
  *
  * Common rules:
  *  - All tensors of a call belong to one context, and a given stream to it.
@@ -70,11 +71,12 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out
  * dbias is F32, BF16 or F16 (rounded once from the f32 sum), contiguous.
  * Deterministic: the summation order is fixed (128-row tiles, see
  * ptx/cast_transpose.ptx) and does not depend on the device or grid, so
- * repeated runs give identical bits. Up to 128 rows the cast kernel sums the
- * columns itself (one launch); above, it leaves per-tile partial sums in a
- * workspace of ceil(rows/128) * cols * 4 bytes from the context's allocator
- * on s (released on s before returning) that a second kernel adds up, in the
- * same order. Errors: see above, L8_ERR_OOM for the workspace. */
+ * repeated runs give identical bits. Up to 128 rows (256 for tensors of up
+ * to 64 tiles) the cast kernel sums the columns itself (one launch); above,
+ * it leaves per-tile partial sums in a workspace of ceil(rows/128) * cols *
+ * 4 bytes from the context's allocator on s (released on s before
+ * returning) that a second kernel adds up, in the same order. Errors: see
+ * above, L8_ERR_OOM for the workspace. */
 L8_NODISCARD l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out,
                                                    l8_tensor *out_t, l8_tensor *dbias,
                                                    unsigned flags, l8_stream *s);
