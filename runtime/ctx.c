@@ -194,11 +194,11 @@ static l8_status choose_device(const l8_ctx_config *cfg, l8_backend *backend, in
 
 /* Programmatic dependent launch (PDL): with it, a kernel of ours may be
  * launched while the kernel before it on the stream still runs; its CTAs
- * wait in griddepcontrol.wait, the first instruction of every entry in
- * ptx/ (tests/ptx_pdl.sh checks that no entry touches memory before it),
- * until that kernel has finished and its writes are visible. What it saves
- * is the launch latency between two of our kernels. On where the device
- * (sm_90 on) and the driver (cuLaunchKernelEx) have it, unless L8_PDL=0. */
+ * wait in griddepcontrol.wait, the first statement of every entry in ptx/
+ * (tests/ptx_pdl.awk checks that in make test), until that kernel has
+ * finished and its writes are visible. What it saves is the launch latency
+ * between two of our kernels. On where the device (sm_90 on) and the driver
+ * (cuLaunchKernelEx) have it, unless L8_PDL=0. */
 static l8_status pdl_choose(l8_ctx *ctx)
 {
     const char *e = getenv("L8_PDL");
