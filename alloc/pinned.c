@@ -292,9 +292,6 @@ static void block_free_arrays(pblock *b)
     }
 }
 
-/* Wake the threads waiting for memory to come back (get_block). */
-static void unlocked_done(l8_pinned *p) { pthread_cond_broadcast(&p->cv); }
-
 /* Free cached blocks, largest classes first, until `need` more bytes fit
  * under the limit (need = SIZE_MAX: free them all). The segment_frees run
  * without the mutex (the banner): the blocks leave their free lists and the
@@ -346,7 +343,7 @@ taken:
             free(b);
         }
     }
-    unlocked_done(p);
+    pthread_cond_broadcast(&p->cv);   /* get_block may wait for this */
     return first;
 }
 
@@ -386,7 +383,7 @@ static l8_status wait_detached(l8_pinned *p, pblock *take, pblock **back)
             back_tail = &b->next;
         }
     }
-    unlocked_done(p);
+    pthread_cond_broadcast(&p->cv);   /* get_block may wait for this */
     return first;
 }
 

@@ -493,11 +493,8 @@ l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tenso
     for (int i = 0; i < n; i++) {
         l8_status st = ct_prepare(op, in[i], out ? out[i] : NULL, out_t[i], NULL,
                                   i ? jobs[0].ctx : NULL, &jobs[i]);
-        if (st != L8_OK) {
-            char why[512];          /* the record is rewritten below: copy it first */
-            snprintf(why, sizeof why, "%s", l8_last_error()->message);
-            return L8_FAIL(st, "tensor %d: %s", i, why);
-        }
+        if (st != L8_OK)
+            return l8i_fail_item(st, "tensor", i);
         for (int k = 0; k < i; k++)
             if (jobs[k].m == jobs[i].m)
                 return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "

@@ -9,7 +9,6 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include "ops/elementwise.h"
 #include "runtime/fp8.h"
@@ -128,11 +127,8 @@ l8_status l8_convert_many(int n, const l8_tensor *const *in, l8_tensor *const *o
         }
         if (st == L8_OK) st = same_numel(op, "in", in[i], "out", out[i]);
         if (st == L8_OK) st = no_overlap(op, out[i], in[i], 1);
-        if (st != L8_OK) {
-            char why[512];          /* the record is rewritten below: copy it first */
-            snprintf(why, sizeof why, "%s", l8_last_error()->message);
-            return L8_FAIL(st, "pair %d: %s", i, why);
-        }
+        if (st != L8_OK)
+            return l8i_fail_item(st, "pair", i);
     }
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {

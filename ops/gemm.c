@@ -282,7 +282,6 @@ l8_status l8_gemm_get_stats(l8_gemm_handle *h, l8_gemm_stats *out)
     pthread_mutex_lock(&h->lock);
     l8_gemm_stats s = h->stats;
     pthread_mutex_unlock(&h->lock);
-    s.size = sizeof s;
     return l8i_stats_out(out, &s, sizeof s, "l8_gemm_get_stats");
 }
 

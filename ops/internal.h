@@ -73,6 +73,10 @@ static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 
 /* Grid for `work` CTAs' worth of work: min(work, SMs x occ), at least 1
  * (occ = resident CTAs per SM from ptxas -v; the SM count is runtime's
  * l8i_sm_count). Grid sizes never change results. */
+/* A group op's check of item i failed with st: the same status, the last
+ * error's message prefixed with "<what> <i>: ". */
+l8_status l8i_fail_item(l8_status st, const char *what, int i);
+
 /* cast_transpose(_dbias) of tensors up to this many 128 x 128 tiles runs the
  * small-tile kernel (ops/cast.c, SM_MAX_TILES); tests set 0 to run the tile
  * kernel on every shape, then put the default back. */

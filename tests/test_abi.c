@@ -85,21 +85,29 @@ START_TEST(test_alloc_trace_gemm_older)
 }
 END_TEST
 
+/* A bf16 layer's config over h with fresh 8 x 16 weight and gradient
+ * tensors (*w, *wg: the caller destroys them). */
+static l8_linear_config small_layer(l8_ctx *ctx, l8_gemm_handle *h, l8_tensor **w, l8_tensor **wg)
+{
+    int64_t shape[2] = { 8, 16 };
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, w));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, wg));
+    l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
+    lc.mode = L8_LINEAR_BF16;
+    lc.gemm = h;
+    lc.weight = *w;
+    lc.weight_grad = *wg;
+    return lc;
+}
+
 START_TEST(test_linear_config_older)
 {
     _Alignas(16) unsigned char buf[512];
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
     l8_gemm_handle *h = NULL;
     L8_CK(l8_gemm_handle_create(ctx, NULL, &h));
-    int64_t shape[2] = { 8, 16 };
     l8_tensor *w = NULL, *wg = NULL;
-    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &w));
-    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &wg));
-    l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
-    lc.mode = L8_LINEAR_BF16;
-    lc.gemm = h;
-    lc.weight = w;
-    lc.weight_grad = wg;
+    l8_linear_config lc = small_layer(ctx, h, &w, &wg);
     /* before save_hooks existed: 0xA5... there would be copied through */
     l8_linear *l = NULL;
     L8_CK(l8_linear_create(ctx, older(buf, sizeof buf, &lc, offsetof(l8_linear_config, save_hooks)),
@@ -160,15 +168,8 @@ START_TEST(test_stats_older_and_newer)
     L8_CK_ST(l8_gemm_get_stats(h, &gs), L8_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "l8_gemm_get_stats: stats->size 8"));
 
-    int64_t shape[2] = { 8, 16 };
     l8_tensor *w = NULL, *wg = NULL;
-    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &w));
-    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, shape, &wg));
-    l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
-    lc.mode = L8_LINEAR_BF16;
-    lc.gemm = h;
-    lc.weight = w;
-    lc.weight_grad = wg;
+    l8_linear_config lc = small_layer(ctx, h, &w, &wg);
     l8_linear *l = NULL;
     L8_CK(l8_linear_create(ctx, &lc, &l));
     l8_linear_stats ls = { .size = sizeof ls };

@@ -1216,6 +1216,13 @@ START_TEST(test_gpu_cast)
 }
 END_TEST
 
+/* cast_transpose of in, with its dbias when db is not NULL (default stream). */
+static void ct_call(const l8_tensor *in, l8_tensor *out, l8_tensor *ot, l8_tensor *db)
+{
+    if (db) L8_CK(l8_fp8_cast_transpose_dbias(in, out, ot, db, 0, NULL));
+    else L8_CK(l8_fp8_cast_transpose(in, out, ot, 0, NULL));
+}
+
 static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
                         l8_dtype f, int with_out, int dbias_dt, int specials)
 {
@@ -1235,13 +1242,9 @@ static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l
         put(in, x);
         poison(out, 0x5a);
         poison(ot, 0x5a);
-        if (tdb) {
-            poison(tdb, 0xee);
-            L8_CK(l8_fp8_cast_transpose_dbias(in, with_out ? out : NULL, ot, tdb, 0, NULL));
-            get(tdb, db[side]);
-        } else {
-            L8_CK(l8_fp8_cast_transpose(in, with_out ? out : NULL, ot, 0, NULL));
-        }
+        if (tdb) poison(tdb, 0xee);
+        ct_call(in, with_out ? out : NULL, ot, tdb);
+        if (tdb) get(tdb, db[side]);
         get(out, y[side]);
         get(ot, yt[side]);
         L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
@@ -1306,14 +1309,10 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
         put(in, x);
         poison(wo, 0x5a);
         poison(wt, 0x5a);
-        if (with_dbias) {
-            l8_tensor *tdb = mk1(ctx, L8_F32, c1);
-            L8_CK(l8_fp8_cast_transpose_dbias(in, out, ot, tdb, 0, NULL));
-            get(tdb, db[side]);
-            l8_tensor_destroy(tdb);
-        } else {
-            L8_CK(l8_fp8_cast_transpose(in, out, ot, 0, NULL));
-        }
+        l8_tensor *tdb = with_dbias ? mk1(ctx, L8_F32, c1) : NULL;
+        ct_call(in, out, ot, tdb);
+        if (tdb) get(tdb, db[side]);
+        l8_tensor_destroy(tdb);
         y[side][0] = xmalloc((size_t)nb);
         y[side][1] = xmalloc((size_t)nb);
         get(wo, y[side][0]);
