@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/cast.h"
+#include "ops/elementwise.h"
 #include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
@@ -192,7 +193,8 @@ static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, floa
             uint8_t q = l8_fp8_from_f32(v * scale, fmt);
             if (out)
                 out[r * C + c] = q;
-            out_t[c * R + r] = q;
+            if (out_t)
+                out_t[c * R + r] = q;
         }
     }
     union { uint32_t u; float f; } cv = { am };
@@ -244,27 +246,29 @@ typedef struct ct_job {
     l8_fp8_meta *m;
     int64_t R, C;
     l8_dtype idt, fmt;
-    void *x, *y, *yt, *db;        /* y, db may be NULL */
+    void *x, *y, *yt, *db;        /* y, db may be NULL; yt too for the _act ops */
     uint32_t kf;                  /* KF_VEC_ROW, KF_IN_WORDS, KF_VEC_T16 */
     uint64_t ntr, ntc;            /* tile rows, tile columns */
 } ct_job;
 
 /* Check the arguments of one cast_transpose(_dbias) on ctx (NULL: in's) and
- * fill *j. Nothing is enqueued. */
+ * fill *j. out_t may be NULL only when out is not (a cast without its
+ * transpose: the _act ops). Nothing is enqueued. */
 static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
                             l8_tensor *out_t, l8_tensor *dbias, l8_ctx *ctx, ct_job *j)
 {
     L8_CHECK(l8i_need_tensor(op, "in", in, ctx));
     ctx = l8_tensor_ctx(in);
     L8_CHECK(need_hp(op, "in", in));
-    L8_CHECK(l8i_need_tensor(op, "out_t", out_t, ctx));
+    l8_tensor *ref = out_t ? out_t : out;
+    L8_CHECK(l8i_need_tensor(op, out_t ? "out_t" : "out (out_t is NULL)", ref, ctx));
     l8_fp8_meta *m;
-    L8_CHECK(need_fp8(op, "out_t", out_t, &m));
+    L8_CHECK(need_fp8(op, out_t ? "out_t" : "out", ref, &m));
     int64_t R, C;
     rows_cols(in, &R, &C);
-    l8_dtype fmt = l8_tensor_dtype(out_t);
-    if (l8_tensor_ndim(out_t) != 2 || l8_tensor_dim(out_t, 0) != C ||
-        l8_tensor_dim(out_t, 1) != R)
+    l8_dtype fmt = l8_tensor_dtype(ref);
+    if (out_t && (l8_tensor_ndim(out_t) != 2 || l8_tensor_dim(out_t, 0) != C ||
+                  l8_tensor_dim(out_t, 1) != R))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out_t must be 2-D [%lld, %lld] (cols, rows of in)",
                        op, (long long)C, (long long)R);
     if (out) {
@@ -294,14 +298,15 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
     L8_CHECK(l8_tensor_data(in, &j->x));
     if (out)
         L8_CHECK(l8_tensor_data(out, &j->y));
-    L8_CHECK(l8_tensor_data(out_t, &j->yt));
+    if (out_t)
+        L8_CHECK(l8_tensor_data(out_t, &j->yt));
     if (dbias)
         L8_CHECK(l8_tensor_data(dbias, &j->db));
     if (C % 8 == 0 && aligned(j->x, 16) && (!j->y || aligned(j->y, 8)))
         j->kf |= KF_VEC_ROW;
     if (aligned(j->x, 4))
         j->kf |= KF_IN_WORDS;
-    if (R % 16 == 0 && aligned(j->yt, 16))
+    if (R % 16 == 0 && j->yt && aligned(j->yt, 16))
         j->kf |= KF_VEC_T16;
     j->ntr = (uint64_t)(R + 127) / 128;
     j->ntc = (uint64_t)(C + 127) / 128;
@@ -326,30 +331,44 @@ static int sm_sized(const ct_job *j)
     return j->ntr * j->ntc <= (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0);
 }
 
-/* A small tensor's cast_transpose(_dbias): one launch of the small-tile
- * kernel, grid (column blocks of 32, tile rows; one with dbias). */
-_Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile rows a CTA");
-static l8_status cast_transpose_sm(const ct_job *j, const l8_tensor *dbias, unsigned flags,
-                                   l8_stream *s)
+/* Whether j (with dbias or not) takes the small-tile kernel. */
+static int sm_fits(const ct_job *j, const l8_tensor *dbias)
 {
-    static const char *const entry[] = { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16",
-                                         "l8_cast_transpose_sm_f16" };
+    return sm_sized(j) && (!dbias || j->ntr <= SM_MAX_DB_TILE_ROWS);
+}
+
+/* A small tensor's cast_transpose(_dbias): one launch of the small-tile
+ * kernel, grid (column blocks of 32, tile rows; one with dbias). With act
+ * (L8_ACT_GELU) the kernel applies the activation to the input first, or
+ * with a (the activation's input, of the input's dtype) its gradient. */
+_Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile rows a CTA");
+static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
+                                   const l8_tensor *dbias, unsigned flags, l8_stream *s)
+{
+    static const char *const entry[3][3] = {
+        { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
+        { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
+          "l8_cast_transpose_sm_gelu_f16" },
+        { "l8_cast_transpose_sm_dgelu_f32", "l8_cast_transpose_sm_dgelu_bf16",
+          "l8_cast_transpose_sm_dgelu_f16" } };
+    const int k = act == L8_ACT_NONE ? 0 : a ? 2 : 1;
     CUfunction f;
-    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[j->idt], &f));
+    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         L8_CHECK(zero_amax(s, amax));
     uint32_t kf = 0;
-    if (j->R % 8 == 0 && aligned(j->yt, 8))
+    if (j->R % 8 == 0 && j->yt && aligned(j->yt, 8))
         kf |= KF_SM_VEC_T8;
     if (dbias)
         kf |= (uint32_t)l8_tensor_dtype(dbias) << 6;
     uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
     uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
     uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m)), a_db = dptr(j->db);
+    uint64_t a_act = dptr(a);
     uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
     void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
-                     &rows, &cols, &kf, &ofmt };
+                     &rows, &cols, &kf, &ofmt, &a_act };   /* a_act: dgelu entries only */
     /* with dbias one CTA holds every tile row of its columns (<= 2: 1024
      * threads); without, one CTA per tile row */
     unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = dbias ? 1u : (unsigned)j->ntr;
@@ -362,6 +381,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
                                      l8_stream *s)
 {
     ct_job j;
+    if (!out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out_t is NULL", op);
     L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
     if (flags & ~L8_CAST_ACCUMULATE_AMAX)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
@@ -376,8 +397,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     float *sinv = l8_fp8_meta_scale_inv(j.m);
 
     L8_CHECK(l8i_ctx_bind(ctx));
-    if (sm_sized(&j) && (!dbias || j.ntr <= SM_MAX_DB_TILE_ROWS))
-        return cast_transpose_sm(&j, dbias, flags, s);
+    if (sm_fits(&j, dbias))
+        return cast_transpose_sm(&j, L8_ACT_NONE, NULL, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
     CUfunction f, fr = NULL;
@@ -436,6 +457,97 @@ l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_te
     if (!dbias)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_fp8_cast_transpose_dbias: dbias is NULL");
     return cast_transpose_impl("l8_fp8_cast_transpose_dbias", in, out, out_t, dbias, flags, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cast + transpose through an activation                                    */
+
+/* The activation (a NULL) or its gradient (a: the activation's input)
+ * written to a scratch tensor of in's dtype and shape, then the plain cast:
+ * l8_gelu / l8_gelu_backward and l8_fp8_cast_transpose(_dbias) or
+ * l8_fp8_cast, as a caller would run them. For the host backend and the
+ * shapes the fused kernel does not take. The arguments are checked. */
+static l8_status act_unfused(const char *op, const l8_tensor *in, const l8_tensor *a,
+                             l8_tensor *out, l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
+                             l8_stream *s)
+{
+    l8_dtype dt = l8_tensor_dtype(in);
+    int nd = l8_tensor_ndim(in);
+    int64_t shape[L8_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        shape[d] = l8_tensor_dim(in, d);
+    l8_storage *st = NULL;
+    l8_tensor *t = NULL;
+    l8_status ret = l8_storage_create_tagged(l8_tensor_ctx(in),
+                                             (size_t)l8_tensor_numel(in) * l8_dtype_size(dt), s,
+                                             "cast.act", &st);
+    if (ret == L8_OK)
+        ret = l8_tensor_from_storage(st, 0, dt, nd, shape, NULL, &t);
+    l8_storage_release(st);       /* t holds its own reference */
+    if (ret == L8_OK)
+        ret = a ? l8_gelu_backward(a, in, t, s) : l8_gelu(in, t, s);
+    if (ret == L8_OK && !out_t)
+        ret = l8_fp8_cast(t, out, flags, s);
+    else if (ret == L8_OK)
+        ret = cast_transpose_impl(op, t, out, out_t, dbias, flags, s);
+    l8_tensor_destroy(t);         /* stream-ordered after the cast on s */
+    return ret;
+}
+
+/* The _act ops: check everything, then one launch of the small-tile kernel
+ * with the activation inside when the shape allows, else act_unfused. */
+static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const l8_tensor *a,
+                          l8_tensor *out, l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
+                          l8_stream *s)
+{
+    if (act != L8_ACT_NONE && act != L8_ACT_GELU)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown activation %d", op, (int)act);
+    if (!out && !out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out and out_t are both NULL", op);
+    if (dbias && !out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias needs out_t", op);
+    ct_job j;
+    L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    l8_ctx *ctx = j.ctx;
+    if (a) {
+        L8_CHECK(l8i_need_tensor(op, "a", a, ctx));
+        L8_CHECK(need_hp(op, "a", a));
+        if (l8_tensor_numel(a) != j.R * j.C)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a has %lld elements, dy has %lld", op,
+                           (long long)l8_tensor_numel(a), (long long)(j.R * j.C));
+    }
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    if (act == L8_ACT_NONE) {
+        if (!out_t)
+            return l8_fp8_cast(in, out, flags, s);
+        return cast_transpose_impl(op, in, out, out_t, dbias, flags, s);
+    }
+    void *pa = NULL;
+    if (a)
+        L8_CHECK(l8_tensor_data(a, &pa));
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST || !sm_fits(&j, dbias) ||
+        (a && l8_tensor_dtype(a) != j.idt))
+        return act_unfused(op, in, a, out, out_t, dbias, flags, s);
+    L8_CHECK(l8i_ctx_bind(ctx));
+    return cast_transpose_sm(&j, act, pa, dbias, flags, s);
+}
+
+l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x, l8_tensor *out,
+                                    l8_tensor *out_t, unsigned flags, l8_stream *s)
+{
+    return act_impl("l8_fp8_cast_transpose_act", act, x, NULL, out, out_t, NULL, flags, s);
+}
+
+l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *dy, const l8_tensor *a,
+                                     l8_tensor *out, l8_tensor *out_t, l8_tensor *dbias,
+                                     unsigned flags, l8_stream *s)
+{
+    static const char *op = "l8_fp8_cast_transpose_dact";
+    if (!a)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a (the activation's input) is NULL", op);
+    return act_impl(op, act, dy, a, out, out_t, dbias, flags, s);
 }
 
 /* A group launch: up to GROUP_MAX tensors of one input dtype, one CTA per

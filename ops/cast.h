@@ -81,6 +81,47 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tenso
                                                    l8_tensor *out_t, l8_tensor *dbias,
                                                    unsigned flags, l8_stream *s);
 
+/* Activations the casts can apply on the way in. Append-only. */
+typedef enum l8_act {
+    L8_ACT_NONE = 0,              /* none: the plain cast */
+    L8_ACT_GELU = 1               /* l8_gelu's tanh GELU (ops/elementwise.h) */
+} l8_act;
+
+/* The FP8 input of a layer that follows an activation, without the
+ * activation in memory: h = act(x) rounded to x's dtype, with l8_gelu's
+ * arithmetic, then
+ *   out   [rows, cols] = fp8(h * scale)   (may be NULL)
+ *   out_t [cols, rows] = the same bytes transposed (may be NULL when out is
+ *                        not: then out has x's [rows, cols] and nothing is
+ *                        transposed)
+ * amax is that of h. Bit for bit l8_gelu(x, h) followed by
+ * l8_fp8_cast_transpose(h, out, out_t) (l8_fp8_cast(h, out) without out_t)
+ * on the same context, h of x's dtype. One launch for tensors of up to 64
+ * 128 x 128 tiles (the small-tile kernel, ptx/cast_transpose_sm.ptx.in);
+ * larger ones, and the host backend, run exactly those two ops through a
+ * scratch h from the context's allocator on s (tag "cast.act", released on
+ * s). L8_ACT_NONE: the plain cast. Errors: those of l8_fp8_cast_transpose,
+ * L8_ERR_INVALID_ARG for an unknown act or out and out_t both NULL, and
+ * L8_ERR_OOM for the scratch. */
+L8_NODISCARD l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x, l8_tensor *out,
+                                                 l8_tensor *out_t, unsigned flags, l8_stream *s);
+
+/* The FP8 output gradient of a layer followed by an activation: g = dy *
+ * act'(a) rounded to dy's dtype, with l8_gelu_backward's arithmetic (a is
+ * the activation's input, the layer's output, any high-precision dtype, dy's
+ * numel), then l8_fp8_cast_transpose of g into out / out_t and, when dbias
+ * is given, the column sums of g as l8_fp8_cast_transpose_dbias computes
+ * them (dbias needs out_t). Bit for bit l8_gelu_backward(a, dy, g) followed
+ * by that cast, g of dy's dtype. One launch when a has dy's dtype and the
+ * tensor has up to 64 tiles (with dbias: up to 256 rows); otherwise the two
+ * ops through a scratch as above. Errors: those of
+ * l8_fp8_cast_transpose_act, and L8_ERR_INVALID_ARG for a NULL or of
+ * another numel. */
+L8_NODISCARD l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *dy,
+                                                  const l8_tensor *a, l8_tensor *out,
+                                                  l8_tensor *out_t, l8_tensor *dbias,
+                                                  unsigned flags, l8_stream *s);
+
 /* l8_fp8_cast_transpose of n tensors in as few launches as their tiles
  * allow (one for up to 16 tensors of one input dtype and 32768 tiles in
  * all): in[i] -> out[i] (out, or out[i], may be NULL) and out_t[i], each

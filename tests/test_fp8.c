@@ -26,6 +26,7 @@
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
 #include "ops/internal.h"   /* l8i_cast_sm_max_tiles */
+#include "ops/elementwise.h"
 #include "runtime/fp8.h"
 #include "ops/cast.h"
 
@@ -1145,6 +1146,121 @@ START_TEST(test_errors_host)
 }
 END_TEST
 
+/* l8_fp8_cast_transpose_act / _dact on the host, where the activation is
+ * exact: gelu(20) = 20, gelu(-20) = -0, gelu(+-0) = +-0; gelu'(20) = 1,
+ * gelu'(-20) = +0. The results must be those of the plain cast of the
+ * exact activation (and its dbias); then the errors. */
+START_TEST(test_cast_act_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xac7);
+    const int64_t R = 40, C = 24, n = R * C;
+    float *x = xmalloc((size_t)n * 4), *a = xmalloc((size_t)n * 4), *dy = xmalloc((size_t)n * 4);
+    float *hx = xmalloc((size_t)n * 4), *gd = xmalloc((size_t)n * 4);
+    static const float xs[4] = { 20.0f, -20.0f, 0.0f, -0.0f }, hs[4] = { 20.0f, -0.0f, 0.0f, -0.0f };
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = xs[i % 4 == 3 ? 3 : (i * 7) % 3];
+        hx[i] = hs[i % 4 == 3 ? 3 : (i * 7) % 3];
+        a[i] = (i * 5) % 3 ? 20.0f : -20.0f;
+        dy[i] = l8_bf16_to_f32(l8_bf16_from_f32(gen_value(&r, 0, 8.0f)));
+        gd[i] = a[i] > 0 ? dy[i] : dy[i] * 0.0f;
+    }
+    /* [0]: the _act op, [1]: the plain cast of what it must have computed */
+    l8_tensor *in[2], *ta, *out[2], *ot[2], *db[2];
+    uint8_t *y[2][2];
+    float dbv[2][24], meta[2][3];
+    for (int dact = 0; dact < 2; dact++) {
+        for (int side = 0; side < 2; side++) {
+            in[side] = mk2(ctx, L8_BF16, R, C);
+            const float *v = side ? (dact ? gd : hx) : (dact ? dy : x);
+            uint16_t *b16 = xmalloc((size_t)n * 2);
+            for (int64_t i = 0; i < n; i++) b16[i] = l8_bf16_from_f32(v[i]);
+            put(in[side], b16);
+            free(b16);
+            out[side] = mk2(ctx, L8_E5M2, R, C);
+            ot[side] = mk2(ctx, L8_E5M2, C, R);
+            db[side] = mk1(ctx, L8_F32, C);
+            l8_fp8_meta *m = add_meta(out[side], 0.75f, 0.0f);
+            L8_CK(l8_tensor_set_fp8_meta(ot[side], m));
+        }
+        ta = mk2(ctx, L8_F32, R, C);              /* a of another dtype than dy */
+        put(ta, a);
+        if (dact) {
+            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], ta, out[0], ot[0], db[0], 0,
+                                             NULL));
+            L8_CK(l8_fp8_cast_transpose_dbias(in[1], out[1], ot[1], db[1], 0, NULL));
+        } else {
+            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], ot[0], 0, NULL));
+            L8_CK(l8_fp8_cast_transpose(in[1], out[1], ot[1], 0, NULL));
+        }
+        for (int side = 0; side < 2; side++) {
+            y[side][0] = xmalloc((size_t)n);
+            y[side][1] = xmalloc((size_t)n);
+            get(out[side], y[side][0]);
+            get(ot[side], y[side][1]);
+            get(db[side], dbv[side]);
+            L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(out[side]), &meta[side][0], &meta[side][1],
+                                  &meta[side][2]));
+        }
+        ck_assert_msg(memcmp(y[0][0], y[1][0], (size_t)n) == 0, "%s: out", dact ? "dact" : "act");
+        ck_assert_msg(memcmp(y[0][1], y[1][1], (size_t)n) == 0, "%s: out_t", dact ? "dact" : "act");
+        ck_assert(fbits(meta[0][2]) == fbits(meta[1][2]) && fbits(meta[0][1]) == fbits(meta[1][1]));
+        if (dact)
+            ck_assert(memcmp(dbv[0], dbv[1], sizeof dbv[0]) == 0);
+        /* out_t NULL: the cast alone, the same bytes */
+        poison(out[0], 0x5a);
+        if (dact)
+            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], ta, out[0], NULL, NULL, 0, NULL));
+        else
+            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], NULL, 0, NULL));
+        get(out[0], y[0][0]);
+        ck_assert(memcmp(y[0][0], y[1][0], (size_t)n) == 0);
+        /* L8_ACT_NONE: the plain cast of the input */
+        L8_CK(l8_fp8_cast_transpose_act(L8_ACT_NONE, in[1], out[0], ot[0], 0, NULL));
+        get(out[0], y[0][0]);
+        ck_assert(memcmp(y[0][0], y[1][0], (size_t)n) == 0);
+        if (dact) {               /* errors; nothing written */
+            l8_tensor *a7 = mk1(ctx, L8_F32, n - 1), *ai = mk2(ctx, L8_I32, R, C);
+            L8_CK_ST(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], NULL, out[0], ot[0], NULL, 0,
+                                                NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], a7, out[0], ot[0], NULL, 0,
+                                                NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], ai, out[0], ot[0], NULL, 0,
+                                                NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], ta, out[0], NULL, db[0], 0,
+                                                NULL), L8_ERR_INVALID_ARG);   /* dbias, no out_t */
+            L8_CK_ST(l8_fp8_cast_transpose_dact((l8_act)9, in[0], ta, out[0], ot[0], NULL, 0,
+                                                NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], NULL, NULL, 0, NULL),
+                     L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], ot[0], 0x40, NULL),
+                     L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], ot[0], NULL, 0, NULL),
+                     L8_ERR_INVALID_ARG);                                   /* out's shape */
+            L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, ta, out[0], in[0], 0, NULL),
+                     L8_ERR_INVALID_ARG);                                   /* out_t not FP8 */
+            poison(out[0], 0x5a);
+            get(out[0], y[0][0]);
+            for (int64_t i = 0; i < n; i++) ck_assert_uint_eq(y[0][0][i], 0x5a);
+            l8_tensor_destroy(a7);
+            l8_tensor_destroy(ai);
+        }
+        for (int side = 0; side < 2; side++) {
+            l8_tensor_destroy(in[side]);
+            l8_tensor_destroy(out[side]);
+            l8_tensor_destroy(ot[side]);
+            l8_tensor_destroy(db[side]);
+            free(y[side][0]);
+            free(y[side][1]);
+        }
+        l8_tensor_destroy(ta);
+    }
+    free(x); free(a); free(dy); free(hx); free(gd);
+    done_ctx(ctx);
+}
+END_TEST
+
 /* ======================================================================== */
 /* GPU: every kernel against the host context                               */
 
@@ -1351,6 +1467,102 @@ START_TEST(test_gpu_cast_transpose)
     l8i_cast_sm_max_tiles = dflt;
     gpu_ct_shapes(g, h, &r);
     done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
+/* l8_fp8_cast_transpose_act (dact 0) / _dact (1) on the GPU against the ops
+ * they stand for on the GPU (l8_gelu / l8_gelu_backward into a tensor of the
+ * input's dtype, then l8_fp8_cast_transpose(_dbias), or l8_fp8_cast without
+ * out_t): every output byte, amax, scale_inv and dbias bit for bit. outs:
+ * bit 0 out, bit 1 out_t; adt: a's dtype; dbias_dt < 0: none. */
+static void gpu_act_case(l8_ctx *g, l8_rng *r, int dact, int64_t R, int64_t C, l8_dtype dt,
+                         l8_dtype adt, l8_dtype f, int outs, int dbias_dt)
+{
+    size_t n = (size_t)(R * C);
+    void *x = xmalloc(n * 4 + 4), *a = xmalloc(n * 4 + 4);
+    fill_hp(r, x, dt, n, (int)((R + C) % 2), 4.0f);
+    fill_hp(r, a, adt, n, 0, 4.0f);
+    float scale = random_scale(r);
+    uint8_t *y[2][2];
+    float db[2][2048], meta[2][3];
+    for (int side = 0; side < 2; side++) {
+        l8_tensor *in = mk2(g, dt, R, C), *ta = dact ? mk2(g, adt, R, C) : NULL;
+        l8_tensor *out = (outs & 1) ? mk2(g, f, R, C) : NULL;
+        l8_tensor *ot = (outs & 2) ? mk2(g, f, C, R) : NULL;
+        l8_tensor *tdb = dbias_dt >= 0 ? mk1(g, (l8_dtype)dbias_dt, C) : NULL;
+        l8_fp8_meta *m = add_meta(out ? out : ot, scale, 0.0f);
+        if (out && ot) L8_CK(l8_tensor_set_fp8_meta(ot, m));
+        if (n) put(in, x);
+        if (ta && n) put(ta, a);
+        if (out) poison(out, 0x5a);
+        if (ot) poison(ot, 0x5a);
+        if (tdb) poison(tdb, 0xee);
+        if (side == 0 && dact) {
+            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in, ta, out, ot, tdb, 0, NULL));
+        } else if (side == 0) {
+            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in, out, ot, 0, NULL));
+        } else {
+            l8_tensor *h = mk2(g, dt, R, C);
+            if (dact) L8_CK(l8_gelu_backward(ta, in, h, NULL));
+            else L8_CK(l8_gelu(in, h, NULL));
+            if (ot) ct_call(h, out, ot, tdb);
+            else L8_CK(l8_fp8_cast(h, out, 0, NULL));
+            l8_tensor_destroy(h);
+        }
+        for (int o = 0; o < 2; o++) {
+            l8_tensor *t = o ? ot : out;
+            y[side][o] = xmalloc(n + 1);
+            if (t) get(t, y[side][o]);
+        }
+        if (tdb) get(tdb, db[side]);
+        L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
+        l8_tensor *all[] = { in, ta, out, ot, tdb };
+        for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
+    }
+    for (int o = 0; o < 2; o++) {
+        if (!(outs & (1 << o))) continue;
+        size_t i = 0;
+        while (i < n && y[0][o][i] == y[1][o][i]) i++;
+        ck_assert_msg(i == n, "%s [%lld x %lld] dt %d a %d fmt %d %s[%zu]: fused 0x%02x ops 0x%02x",
+                      dact ? "dact" : "act", (long long)R, (long long)C, dt, adt, f,
+                      o ? "out_t" : "out", i, y[0][o][i], y[1][o][i]);
+    }
+    ck_assert_msg(same_float(meta[0][2], meta[1][2]), "act amax fused %g ops %g", meta[0][2],
+                  meta[1][2]);
+    ck_assert(fbits(meta[0][1]) == fbits(meta[1][1]));
+    for (int64_t c = 0; dbias_dt >= 0 && c < C; c++) {
+        float u = ref_load(db[0], (l8_dtype)dbias_dt, (size_t)c);
+        float v = ref_load(db[1], (l8_dtype)dbias_dt, (size_t)c);
+        ck_assert_msg(same_float(u, v), "dact dbias [%lld x %lld] col %lld: fused %.9g ops %.9g",
+                      (long long)R, (long long)C, (long long)c, u, v);
+    }
+    free(x);
+    free(a);
+    for (int sd = 0; sd < 2; sd++) { free(y[sd][0]); free(y[sd][1]); }
+}
+
+/* The fused shapes (up to 64 tiles, dbias up to 256 rows) and the ones
+ * past them (through a scratch), every input dtype, with and without out,
+ * out_t, dbias; a of another dtype than dy. */
+START_TEST(test_gpu_cast_act)
+{
+    l8_ctx *g = mk_ctx("cuda:0");
+    l8_rng r;
+    l8_rng_init(&r, 0xac70);
+    const int64_t shapes[][2] = { { 256, 512 }, { 16, 512 }, { 256, 16 }, { 17, 33 }, { 1, 1 },
+                                  { 300, 520 }, { 1000, 1000 }, { 1031, 1000 }, { 0, 64 },
+                                  { 512, 784 }, { 129, 1024 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++) {
+            int64_t R = shapes[k][0], C = shapes[k][1];
+            l8_dtype dt = HPS[hi], f = FMTS[(k + (size_t)hi) % 2];
+            int outs = 1 + (int)((k + (size_t)hi) % 3);          /* out, out_t, both */
+            gpu_act_case(g, &r, 0, R, C, dt, dt, f, outs, -1);
+            gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, outs | 2, (int)HPS[(k + 1) % 3]);
+            gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, 3 - (int)(k % 2), -1);
+        }
+    gpu_act_case(g, &r, 1, 256, 512, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     done_ctx(g);
 }
 END_TEST
@@ -1768,6 +1980,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(ops, test_dequantize_transpose_host);
     tcase_add_test(ops, test_scale_update_host);
     tcase_add_test(ops, test_errors_host);
+    tcase_add_test(ops, test_cast_act_host);
     TCase *host[] = { fmt, ops };
     for (size_t i = 0; i < 2; i++) {
         tcase_set_tags(host[i], "host");
@@ -1778,6 +1991,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(gpu, test_gpu_cast);
     tcase_add_test(gpu, test_gpu_cast_transpose);
     tcase_add_test(gpu, test_gpu_cast_transpose_many);
+    tcase_add_test(gpu, test_gpu_cast_act);
     tcase_add_test(gpu, test_gpu_dequantize_transpose);
     tcase_add_test(gpu, test_gpu_scale_update);
     tcase_add_test(gpu, test_gpu_bandwidth);
