@@ -511,17 +511,25 @@ static l8_status comm_after(l8_linear *l, l8_stream *s, l8_stream **cs)
     return l8_stream_wait_event(*cs, l->ev_tp[0]);
 }
 
-l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
-                            l8_linear_ctx **saved, l8_stream *s)
+static l8_status act_known(const char *op, l8_act act)
 {
-    static const char *op = "l8_linear_forward";
+    if (act != L8_ACT_NONE && act != L8_ACT_GELU)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown activation %d", op, (int)act);
+    return L8_OK;
+}
+
+/* Forward of act(x) (l8_linear_forward: act = L8_ACT_NONE). */
+static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8_tensor *x,
+                              l8_tensor *y, l8_linear_ctx **saved, l8_stream *s)
+{
     if (saved)
         *saved = NULL;
     L8_ARG(l != NULL);
+    L8_CHECK(act_known(op, act));
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
     l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *xl8 = NULL, *xg = NULL,
-              *yp = NULL;
+              *yp = NULL, *xa = NULL;
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     const int fp8 = is_fp8_mode(l);
@@ -557,8 +565,11 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
         if (saved)
             L8_TRY(ret, new_tensor(l, "x_t", l->fmt_x, l->K, Tx, l->meta_x, s, &x8t), out);
-    } else if (gather_x) {
-        L8_TRY(ret, new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xg), out);
+    } else {
+        if (act != L8_ACT_NONE)   /* act(x), this rank's rows: what bf16 multiplies and saves */
+            L8_TRY(ret, new_tensor(l, "x_act", L8_BF16, Tx, l->K, NULL, s, &xa), out);
+        if (gather_x)
+            L8_TRY(ret, new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xg), out);
     }
     if (reduce_y && l->sp)        /* the partial sums of all T rows, scattered into y */
         L8_TRY(ret, new_tensor(l, "y_partial", L8_BF16, T, l->N, NULL, s, &yp), out);
@@ -572,13 +583,11 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         g.epilogue = L8_GEMM_EPI_BIAS;
     }
     if (fp8) {
-        /* X8 (T, K) and X8t (K, T) e4m3 in one pass; the amax accumulates
-         * over the step's micro-batches */
+        /* X8 (T, K) and X8t (K, T) e4m3 of act(X) in one pass (X8 alone
+         * for inference); the amax accumulates over the step's micro-batches */
         l8_tensor *cast_to = xl8 ? xl8 : x8;
-        if (saved)
-            L8_TRY(ret, l8_fp8_cast_transpose(x2, cast_to, x8t, L8_CAST_ACCUMULATE_AMAX, s), out);
-        else
-            L8_TRY(ret, l8_fp8_cast(x2, cast_to, L8_CAST_ACCUMULATE_AMAX, s), out);
+        L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8t, L8_CAST_ACCUMULATE_AMAX,
+                                              s), out);
         if (xl8)
             L8_TRY(ret, l8_comm_all_gather(l->tp, xl8, x8, 0, s), out);
         l->x_cast_epoch = l8_recipe_updates(l->recipe);
@@ -587,6 +596,12 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
         g.b = l->w8;              /* (N, K) e4m3 */
         g.fast_accum = 1;
     } else {
+        if (xa) {
+            L8_TRY(ret, l8_gelu(x2, xa, s), out);
+            l8_tensor_destroy(x2);
+            x2 = xa;
+            xa = NULL;
+        }
         if (xg)
             L8_TRY(ret, l8_comm_all_gather(l->tp, x2, xg, 0, s), out);
         g.a = xg ? xg : x2;       /* (T, K) bf16 */
@@ -609,7 +624,8 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
             x8t = NULL;
             snprintf(c->name, sizeof c->name, "%s.x_t", l->name);
         } else {
-            c->saved = x2;        /* a view of the caller's X: its storage is retained */
+            c->saved = x2;        /* a view of the caller's X (its storage is retained),
+                                     or the layer's act(X) */
             x2 = NULL;
             snprintf(c->name, sizeof c->name, "%s.x", l->name);
         }
@@ -631,17 +647,36 @@ out:
     l8_tensor_destroy(xl8);
     l8_tensor_destroy(xg);
     l8_tensor_destroy(yp);
+    l8_tensor_destroy(xa);
     return ret;
+}
+
+l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
+                            l8_linear_ctx **saved, l8_stream *s)
+{
+    return forward_impl(l, "l8_linear_forward", L8_ACT_NONE, x, y, saved, s);
+}
+
+l8_status l8_linear_forward_act(l8_linear *l, l8_act act, const l8_tensor *x, l8_tensor *y,
+                                l8_linear_ctx **saved, l8_stream *s)
+{
+    return forward_impl(l, "l8_linear_forward_act", act, x, y, saved, s);
 }
 
 /* ------------------------------------------------------------------------ */
 /* backward                                                                  */
 
-l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
-                             l8_tensor *dx, l8_stream *s)
+/* Backward with dY = dy * act'(y) (l8_linear_backward: act = L8_ACT_NONE, y
+ * NULL). */
+static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_linear_ctx **saved,
+                               const l8_tensor *dy, const l8_tensor *y, l8_tensor *dx,
+                               l8_stream *s)
 {
-    static const char *op = "l8_linear_backward";
     L8_ARG(l != NULL && saved != NULL);
+    L8_CHECK(act_known(op, act));
+    if (act != L8_ACT_NONE && !y)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: y (the forward's output, the activation's input)"
+                       " is NULL", op);
     if (!*saved)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: *saved is NULL (forward was run without a ctx,"
                        " or this ctx was consumed already)", op);
@@ -659,10 +694,25 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     const int64_t dy_rows = rowsp ? T / l->tp_size : T, dx_rows = colsp ? T / l->tp_size : T;
     l8_status ret = L8_OK;
     l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dbs = NULL, *dyg = NULL,
-              *dxf = NULL, *xs = NULL;
+              *dxf = NULL, *xs = NULL, *y2 = NULL, *dya = NULL;
     l8_stream *cs = NULL;
-    int64_t Tdy = 0, Tdx = 0;
-    L8_TRY(ret, act_view(l, op, "dy", dy, l->N, &Tdy, &dy2), out);
+    int64_t Tdy = 0, Tdx = 0, Ty = 0;
+    /* the activation's gradient inside the dY cast (FP8 without a dY
+     * gather), else dy * act'(y) into a tensor of the layer's first */
+    const int fuse_act = act != L8_ACT_NONE && fp8 && !rowsp;
+    L8_TRY(ret, act_view(l, op, act != L8_ACT_NONE ? "da" : "dy", dy, l->N, &Tdy, &dy2), out);
+    if (act != L8_ACT_NONE) {
+        L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
+        if (Ty != Tdy) {
+            ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y has %lld rows, da %lld", op, (long long)Ty,
+                          (long long)Tdy);
+            goto out;
+        }
+        if (overlap(dx, y)) {
+            ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx overlaps y", op);
+            goto out;
+        }
+    }
     if (dx)
         L8_TRY(ret, act_view(l, op, "dx", dx, l->K, &Tdx, &dx2), out);
     if (Tdy != dy_rows || (dx && Tdx != dx_rows)) {
@@ -691,6 +741,8 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     const int first = !l->accumulate_grad && l->stats.micro_batch == 0;
 
     /* everything allocated before anything is enqueued */
+    if (act != L8_ACT_NONE && !fuse_act)
+        L8_TRY(ret, new_tensor(l, "dy_act", L8_BF16, dy_rows, l->N, NULL, s, &dya), out);
     if (rowsp)                    /* dY of all T rows */
         L8_TRY(ret, new_tensor(l, "dy_gathered", L8_BF16, T, l->N, NULL, s, &dyg), out);
     if (colsp && dx)              /* dX partial sums of all T rows, scattered into dx */
@@ -713,6 +765,12 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
         L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xs, fp8 ? -1 : 0, cs), out);
         L8_TRY(ret, l8_event_record(l->ev_tp[1], cs), out);
     }
+    if (dya) {
+        L8_TRY(ret, l8_gelu_backward(y2, dy2, dya, s), out);
+        l8_tensor_destroy(dy2);
+        dy2 = dya;
+        dya = NULL;
+    }
     if (dyg) {
         L8_TRY(ret, l8_comm_all_gather(l->tp, dy2, dyg, 0, s), out);
         l8_tensor_destroy(dy2);
@@ -726,8 +784,12 @@ l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tenso
     wg.beta = first ? 0.0f : 1.0f;
     const l8_tensor *x_saved = xs ? xs : c->saved;
     if (fp8) {
-        /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass */
-        if (db)
+        /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass (of
+         * da * act'(y) when fused) */
+        if (fuse_act)
+            L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8t, db,
+                                                   L8_CAST_ACCUMULATE_AMAX, s), out);
+        else if (db)
             L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX,
                                                     s), out);
         else
@@ -799,5 +861,20 @@ out:
     l8_tensor_destroy(dyg);
     l8_tensor_destroy(dxf);
     l8_tensor_destroy(xs);
+    l8_tensor_destroy(y2);
+    l8_tensor_destroy(dya);
     return ret;
+}
+
+l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
+                             l8_tensor *dx, l8_stream *s)
+{
+    return backward_impl(l, "l8_linear_backward", L8_ACT_NONE, saved, dy, NULL, dx, s);
+}
+
+l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linear_ctx **saved,
+                                 const l8_tensor *da, const l8_tensor *y, l8_tensor *dx,
+                                 l8_stream *s)
+{
+    return backward_impl(l, "l8_linear_backward_act", act, saved, da, y, dx, s);
 }

@@ -119,6 +119,7 @@
 #include "runtime/params.h"
 #include "ops/gemm.h"
 #include "ops/recipe.h"
+#include "ops/cast.h"
 #include "runtime/comm.h"
 
 #ifdef __cplusplus
@@ -247,6 +248,39 @@ L8_NODISCARD l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_te
  * longer be decoded). */
 L8_NODISCARD l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved,
                                           const l8_tensor *dy, l8_tensor *dx, l8_stream *s);
+
+/* Activations between layers, fused into the FP8 casts. For a model
+ * ... -> Linear A -> act -> Linear B -> ..., instead of running act between
+ * the layers (l8_gelu, l8_gelu_backward) hand it to the layers:
+ *     A: l8_linear_forward(a, x, z)           B: l8_linear_forward_act(b, GELU, z, y)
+ *     B: l8_linear_backward(b, &cb, dy, dh)   A: l8_linear_backward_act(a, GELU, &ca, dh, z, dx)
+ * The results are bit for bit those of the unfused sequence (h = gelu(z) in
+ * bf16 between the layers, dz = bf16(dh * gelu'(z))). In FP8 mode B's input
+ * cast applies the activation and A's gradient cast its derivative (one
+ * launch each for tensors of up to 64 128 x 128 tiles, see
+ * l8_fp8_cast_transpose_act / _dact in ops/cast.h): the bf16 activation and
+ * its gradient are never written. In bf16 mode (and for the row-parallel SP
+ * dY gather) the layer runs the activation into a tensor of its own first:
+ * "<name>.x_act" (saved for wgrad instead of a view of x), "<name>.dy_act".
+ *
+ * l8_linear_forward_act: Y = act(X) . W^T + b, act(X) rounded to bf16 with
+ * l8_gelu's arithmetic; otherwise l8_linear_forward. L8_ACT_NONE: the same
+ * as l8_linear_forward. Errors: those of l8_linear_forward,
+ * L8_ERR_INVALID_ARG for an unknown act. */
+L8_NODISCARD l8_status l8_linear_forward_act(l8_linear *l, l8_act act, const l8_tensor *x,
+                                             l8_tensor *y, l8_linear_ctx **saved,
+                                             l8_stream *s);
+
+/* l8_linear_backward_act: the backward of the forward that made *saved when
+ * its output y goes through act and da is the gradient of act(y): dY = da *
+ * act'(y) rounded to bf16 with l8_gelu_backward's arithmetic, then
+ * l8_linear_backward with dY. y is the forward's output (bf16, dy's shape;
+ * read); dx must not overlap da or y. L8_ACT_NONE: l8_linear_backward (y
+ * is then not read). Errors and the fate of *saved: those of
+ * l8_linear_backward, L8_ERR_INVALID_ARG for an unknown act or y NULL. */
+L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linear_ctx **saved,
+                                              const l8_tensor *da, const l8_tensor *y,
+                                              l8_tensor *dx, l8_stream *s);
 
 /* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
 void l8_linear_ctx_destroy(l8_linear_ctx *c);

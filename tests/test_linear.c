@@ -676,6 +676,129 @@ END_TEST
 START_TEST(test_gpu_refresh_weights) { refresh_run("cuda:0"); }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* activations fused into the casts                                         */
+
+/* x -> a -> GELU -> b -> y, two steps (a recipe update between): layers a1,
+ * b1 with l8_gelu / l8_gelu_backward between them, and a2, b2 (the same
+ * weights) with l8_linear_forward_act / l8_linear_backward_act: y, dx and
+ * every main_grad bit for bit the same; then the _act errors, which leave
+ * the ctx valid. Shape 1 (T 512, N1 2048) takes the fused input cast (64
+ * tiles) and the unfused dY path (dbias over 4 tile rows) on a GPU. */
+static void act_run(const char *dev, l8_linear_mode mode, int shape)
+{
+    const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
+    const int64_t T = shapes[shape][0], K = shapes[shape][1], N1 = shapes[shape][2];
+    const int64_t N2 = shapes[shape][3];
+    const int fp8 = mode == L8_LINEAR_FP8;
+    l8_rng r, r2;
+    l8_rng_init(&r, 0xac7 + (uint64_t)shape);
+    r2 = r;
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec[2] = { fp8 ? mk_recipe(ctx) : NULL, fp8 ? mk_recipe(ctx) : NULL };
+    fx a[2], b[2];
+    fx_init_cfg(&a[0], ctx, h, rec[0], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r);
+    fx_init_cfg(&b[0], ctx, h, rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r);
+    fx_init_cfg(&a[1], ctx, h, rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r2);
+    fx_init_cfg(&b[1], ctx, h, rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r2);
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N2);
+    l8_tensor *tz[2], *ty[2], *tdh[2], *tdx[2];
+    for (int p = 0; p < 2; p++) {
+        tz[p] = mk(ctx, L8_BF16, T, N1);
+        ty[p] = mk(ctx, L8_BF16, T, N2);
+        tdh[p] = mk(ctx, L8_BF16, T, N1);
+        tdx[p] = mk(ctx, L8_BF16, T, K);
+    }
+    l8_tensor *th = mk(ctx, L8_BF16, T, N1);
+    float *x = fmem(T * K), *dy = fmem(T * N2), *o[2];
+    const int64_t big = T * N1 > N1 * K ? T * N1 : N1 * K;
+    o[0] = fmem(big);
+    o[1] = fmem(big);
+    for (int step = 0; step < 2; step++) {
+        fill_bf16(&r, x, T * K);
+        fill_bf16(&r, dy, T * N2);
+        put(tx, x);
+        put(tdy, dy);
+        for (int p = 0; p < 2; p++) {
+            poison(ty[p]);
+            poison(tdx[p]);
+        }
+        l8_linear_ctx *ca = NULL, *cb = NULL;
+        /* 0: the activation between the layers */
+        L8_CK(l8_linear_forward(a[0].lin, tx, tz[0], &ca, NULL));
+        L8_CK(l8_gelu(tz[0], th, NULL));
+        L8_CK(l8_linear_forward(b[0].lin, th, ty[0], &cb, NULL));
+        L8_CK(l8_linear_backward(b[0].lin, &cb, tdy, tdh[0], NULL));
+        L8_CK(l8_gelu_backward(tz[0], tdh[0], tdh[0], NULL));
+        L8_CK(l8_linear_backward(a[0].lin, &ca, tdh[0], tdx[0], NULL));
+        /* 1: the activation in the layers */
+        L8_CK(l8_linear_forward(a[1].lin, tx, tz[1], &ca, NULL));
+        L8_CK(l8_linear_forward_act(b[1].lin, L8_ACT_GELU, tz[1], ty[1], &cb, NULL));
+        if (step == 1) {          /* errors: the ctx stays valid */
+            L8_CK_ST(l8_linear_forward_act(b[1].lin, (l8_act)7, tz[1], ty[1], NULL, NULL),
+                     L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_linear_backward_act(b[1].lin, (l8_act)7, &cb, tdy, ty[1], tdh[1], NULL),
+                     L8_ERR_INVALID_ARG);
+            ck_assert_ptr_nonnull(cb);
+        }
+        L8_CK(l8_linear_backward(b[1].lin, &cb, tdy, tdh[1], NULL));
+        if (step == 1) {
+            L8_CK_ST(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, tdh[1], NULL, tdx[1], NULL),
+                     L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, tdh[1], tdx[1], tdx[1],
+                                            NULL), L8_ERR_INVALID_ARG);   /* y: K columns */
+            L8_CK_ST(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, tdh[1], tz[1], tz[1], NULL),
+                     L8_ERR_INVALID_ARG);                                 /* dx over y */
+            ck_assert_ptr_nonnull(ca);
+        }
+        L8_CK(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, tdh[1], tz[1], tdx[1], NULL));
+        ck_assert_ptr_null(ca);
+        const l8_tensor *cmp[][2] = { { ty[0], ty[1] }, { tdx[0], tdx[1] },
+                                      { a[0].tgw, a[1].tgw }, { a[0].tgb, a[1].tgb },
+                                      { b[0].tgw, b[1].tgw }, { b[0].tgb, b[1].tgb } };
+        static const char *names[] = { "y", "dx", "a.gW", "a.gb", "b.gW", "b.gb" };
+        for (int k = 0; k < 6; k++) {
+            int64_t n = l8_tensor_numel(cmp[k][0]);
+            get(cmp[k][0], o[0]);
+            get(cmp[k][1], o[1]);
+            ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
+                          "%s %s shape %d step %d: %s differs", dev, fp8 ? "fp8" : "bf16", shape,
+                          step, names[k]);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_msg(!isnan(o[1][i]), "%s: NaN (unwritten) at %lld", names[k],
+                              (long long)i);
+        }
+        if (fp8) {
+            ck_assert_uint_eq(stats(&b[1]).input_casts, (uint64_t)step + 1);
+            ck_assert_uint_eq(stats(&a[1]).grad_casts, (uint64_t)step + 1);
+            L8_CK(l8_recipe_update(rec[0], NULL));
+            L8_CK(l8_recipe_update(rec[1], NULL));
+        }
+        for (int p = 0; p < 2; p++) {
+            L8_CK(l8_linear_begin_step(a[p].lin));
+            L8_CK(l8_linear_begin_step(b[p].lin));
+        }
+    }
+    l8_tensor *all[] = { tx, tdy, th, tz[0], tz[1], ty[0], ty[1], tdh[0], tdh[1], tdx[0], tdx[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++) {
+        fx_free(&a[p]);
+        fx_free(&b[p]);
+        l8_recipe_destroy(rec[p]);
+    }
+    free(x); free(dy); free(o[0]); free(o[1]);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_act) { act_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, 0); }
+END_TEST
+
+START_TEST(test_gpu_act) { act_run("cuda:0", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, _i >> 1); }
+END_TEST
+
 START_TEST(test_micro_batches)
 {
     /* _i: bit 0 mode, bit 1 order, bit 2 accumulate */
@@ -1849,6 +1972,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_zero_grad_written);
     tcase_add_test(tc, test_grad_ready);
     tcase_add_test(tc, test_refresh_weights);
+    tcase_add_loop_test(tc, test_act, 0, 2);
     tcase_add_test(tc, test_save_hooks);
     tcase_add_test(tc, test_tags);
     tcase_add_test(tc, test_errors);
@@ -1863,6 +1987,7 @@ Suite *l8_linear_suite(void)
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, test_gpu_linear_vs_host);
     tcase_add_test(tg, test_gpu_refresh_weights);
+    tcase_add_loop_test(tg, test_gpu_act, 0, 4);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
     tcase_add_test(tg, test_gpu_elementwise);
