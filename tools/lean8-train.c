@@ -102,6 +102,10 @@ typedef struct model {
     uint64_t steps_done;                      /* optimizer steps of this process (trace marks) */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
+    l8_stream *side;                          /* the copy stream: the batch gathers (next to
+                                                 the weight copies) and, in one process, the
+                                                 recipe update (next to the optimizer) */
+    l8_event *ev_fork, *ev_join;
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
@@ -109,9 +113,11 @@ typedef struct model {
     l8_tensor *step_order, *step_loss, *step_hit;  /* (B): a graph step's static rows */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
-    l8_tensor *act[MAX_LAYERS + 1];           /* act[0] (B,784) bf16 input; act[i] GELU out */
-    l8_tensor *pre[MAX_LAYERS];               /* (B, dims[i+1]) bf16 Linear outputs */
-    l8_tensor *grad[MAX_LAYERS + 1];          /* (B, dims[i]) bf16 gradients */
+    l8_tensor *in;                            /* (B,784) bf16: the batch's images */
+    l8_tensor *pre[MAX_LAYERS];               /* (B, dims[i+1]) bf16 Linear outputs; the
+                                                 next layer applies the GELU itself */
+    l8_tensor *grad[MAX_LAYERS + 1];          /* (B, dims[i]) bf16 gradients of the layers'
+                                                 inputs (grad[i], i > 0: of gelu(pre[i-1])) */
     l8_offload *off;                          /* --offload: NULL without */
     int off_keep;                             /* layers at the end that keep their activations */
 } model;
@@ -267,10 +273,9 @@ static void model_free(model *m)
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
     l8_offload_destroy(m->off);
     l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
-                        m->bad, m->step_order, m->step_loss, m->step_hit };
+                        m->bad, m->step_order, m->step_loss, m->step_hit, m->in };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
-        l8_tensor_destroy(m->act[i]);
         l8_tensor_destroy(m->grad[i]);
         if (i < MAX_LAYERS) l8_tensor_destroy(m->pre[i]);
     }
@@ -282,6 +287,8 @@ static void model_free(model *m)
     l8_comm_destroy(m->tpc);
     l8_comm_destroy(m->dpc);
     l8_comm_destroy(m->world);
+    l8_event_destroy(m->ev_fork);
+    l8_event_destroy(m->ev_join);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -395,6 +402,9 @@ static l8_status model_build(model *m, const opts *o)
     cc.device = o->device;
     L8_CHECK(l8_ctx_create(&cc, &m->ctx));
     m->s = l8_ctx_stream(m->ctx, L8_STREAM_COMPUTE);
+    m->side = l8_ctx_stream(m->ctx, L8_STREAM_COPY);
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_fork));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -467,8 +477,8 @@ static l8_status model_build(model *m, const opts *o)
     }
     int64_t B = o->batch / o->dp;     /* this rank's share of a batch */
     m->labels = new2(m->ctx, L8_I32, B, 0, &st);
+    m->in = new2(m->ctx, L8_BF16, B, m->ld[0], &st);
     for (int i = 0; i <= m->nl; i++) {
-        if (i < m->nl) m->act[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
         m->grad[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
         if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->ld[i + 1], &st);
     }
@@ -484,7 +494,7 @@ static l8_tensor *rows_of(l8_tensor *t, int64_t rows, l8_status *st)
 }
 
 typedef struct batch_views {
-    l8_tensor *order, *labels, *loss, *hit, *act[MAX_LAYERS + 1], *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
+    l8_tensor *order, *labels, *loss, *hit, *in, *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
 } batch_views;
 
 static void views_free(batch_views *v)
@@ -493,8 +503,8 @@ static void views_free(batch_views *v)
     l8_tensor_destroy(v->labels);
     l8_tensor_destroy(v->loss);
     l8_tensor_destroy(v->hit);
+    l8_tensor_destroy(v->in);
     for (int i = 0; i <= MAX_LAYERS; i++) {
-        l8_tensor_destroy(v->act[i]);
         l8_tensor_destroy(v->grad[i]);
         if (i < MAX_LAYERS) l8_tensor_destroy(v->pre[i]);
     }
@@ -512,8 +522,8 @@ static l8_status views_make(model *m, int64_t at, int64_t rows, int stat, batch_
     if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_loss : m->loss, 0, at, rows, &v->loss);
     if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_hit : m->hit, 0, at, rows, &v->hit);
     v->labels = rows_of(m->labels, rows, &st);
+    v->in = rows_of(m->in, rows, &st);
     for (int i = 0; i <= m->nl; i++) {
-        if (i < m->nl) v->act[i] = rows_of(m->act[i], rows, &st);
         v->grad[i] = rows_of(m->grad[i], rows, &st);
         if (i < m->nl) v->pre[i] = rows_of(m->pre[i], rows, &st);
     }
@@ -529,6 +539,13 @@ static l8_status fresh_rows(model *m, int64_t rows, int64_t cols, l8_tensor **t)
     return l8_tensor_empty(m->ctx, L8_BF16, 2, sh, t);
 }
 
+/* The side stream waits for the work on m->s so far. */
+static l8_status fork_side(model *m)
+{
+    L8_CHECK(l8_event_record(m->ev_fork, m->s));
+    return l8_stream_wait_event(m->side, m->ev_fork);
+}
+
 /* Forward (and with train, backward and the optimizer step) of the batch at
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
@@ -539,27 +556,33 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
-    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.act[0]), out);
-    L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.act[0], m->bad, m->s), out);
-    L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
+    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
+    /* the batch on the side stream while the weight copies are made */
+    L8_TRY(st, fork_side(m), out);
+    L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
+    L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+    L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
     if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
         /* every layer's weight copies at once (FP8: one cast launch for all) */
         L8_TRY(st, l8_linear_refresh_weights(m->lin, m->nl, m->s), out);
     }
+    L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
     for (int i = 0; i < m->nl; i++) {
         int off = train && m->off && i < m->nl - m->off_keep;
         if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
-        L8_TRY(st, l8_linear_forward(m->lin[i], v.act[i], v.pre[i], train ? &saved[i] : NULL, m->s), out);
-        if (off) {
-            /* bf16 saves a view of its input: hand the saved view the input
-             * alone (a fresh tensor for the next layer's) so that offload
-             * may give its device memory back */
-            l8_tensor_destroy(v.act[i]);
-            v.act[i] = NULL;
-            if (i + 1 < m->nl) L8_TRY(st, fresh_rows(m, rows, m->ld[i + 1], &v.act[i + 1]), out);
+        /* layer i > 0 takes gelu(pre[i-1]): the GELU runs inside its input
+         * cast (FP8) or into a tensor of the layer's own (bf16) */
+        L8_TRY(st, l8_linear_forward_act(m->lin[i], i ? L8_ACT_GELU : L8_ACT_NONE,
+                                         i ? v.pre[i - 1] : v.in, v.pre[i],
+                                         train ? &saved[i] : NULL, m->s), out);
+        if (off && i == 0) {
+            /* bf16 saves a view of the images (the later layers save their
+             * own act(x)): hand the saved view the images alone so that
+             * offload may give their device memory back */
+            l8_tensor_destroy(v.in);
+            v.in = NULL;
         }
-        if (i + 1 < m->nl) L8_TRY(st, l8_gelu(v.pre[i], v.act[i + 1], m->s), out);
     }
     /* mean loss over the batch: gradient scale 1/rows */
     L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
@@ -569,14 +592,26 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
-            L8_TRY(st, l8_linear_backward(m->lin[i], &saved[i], v.grad[i + 1], dx, m->s), out);
-            if (i > 0) L8_TRY(st, l8_gelu_backward(v.pre[i - 1], v.grad[i], v.grad[i], m->s), out);
+            /* below the head, the output went through a GELU: the layer
+             * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
+            L8_TRY(st, l8_linear_backward_act(m->lin[i], i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
+                                              &saved[i], v.grad[i + 1], v.pre[i], dx, m->s), out);
         }
         if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
+        /* the recipe update (every amax is in: the casts are done) on the
+         * side stream next to the optimizer; with ranks it stays on s, for
+         * its amax all-reduce keeps its place among the job's collectives */
+        const int side_recipe = m->recipe && !m->world;
+        if (side_recipe) {
+            L8_TRY(st, fork_side(m), out);
+            L8_TRY(st, l8_recipe_update(m->recipe, m->side), out);
+            L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
+        }
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         /* every rank whole again; each layer's next forward waits for its own buckets */
         if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 0), out);
-        if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
+        if (side_recipe) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
+        else if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
     }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
