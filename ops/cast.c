@@ -558,7 +558,18 @@ l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *dy, const l8_t
 #define GROUP_MAX 16
 #define GROUP_DESC 64
 
-static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream *s)
+static int group_sm(const ct_job *jobs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!sm_sized(&jobs[i]))
+            return 0;
+    return 1;
+}
+
+/* bias: NULL, or for the small-tile kernel n (f32 in, bf16 out) address
+ * pairs of bias copies to make in the same launch (0, 0: none). */
+static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, const uint64_t (*bias)[2],
+                              l8_stream *s)
 {
     static const char *const entry[2][3] = {
         { "l8_cast_transpose_many_f32", "l8_cast_transpose_many_bf16",
@@ -566,10 +577,9 @@ static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream 
         { "l8_cast_transpose_sm_many_f32", "l8_cast_transpose_sm_many_bf16",
           "l8_cast_transpose_sm_many_f16" } };
     /* the small-tile kernel when every tensor is small enough for it alone */
-    int sm = 1;
-    for (int i = 0; i < n; i++)
-        if (!sm_sized(&jobs[i]))
-            sm = 0;
+    const int sm = group_sm(jobs, n);
+    if (bias && !sm)
+        return L8_FAIL(L8_ERR_INTERNAL, "cast group: bias copies need the small-tile kernel");
     CUfunction f;
     L8_CHECK(l8i_kernel(ctx, sm ? "cast_transpose_sm" : "cast_transpose", entry[sm][jobs[0].idt], &f));
     _Alignas(8) unsigned char desc[GROUP_MAX * GROUP_DESC];
@@ -588,7 +598,11 @@ static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, l8_stream 
                          : j->ntr * j->ntc;
         cta += (uint32_t)(nc ? nc : 1);
     }
-    void *args[] = { desc };
+    _Alignas(8) uint64_t bdesc[GROUP_MAX][2];
+    memset(bdesc, 0, sizeof bdesc);
+    if (bias)
+        memcpy(bdesc, bias, (size_t)n * sizeof bdesc[0]);
+    void *args[] = { desc, bdesc };            /* the tile kernel takes desc alone */
     return l8i_launch(s, f, cta, 1, 1, sm ? 512u : CTA_THREADS, 1, 1, 0, args);
 }
 
@@ -641,13 +655,68 @@ l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tenso
                 L8_CHECK(l8_fp8_cast_transpose(in[first], out ? out[first] : NULL, out_t[first],
                                                L8_CAST_ACCUMULATE_AMAX, s));
             } else {
-                L8_CHECK(group_launch(ctx, jobs + first, i - first, s));
+                L8_CHECK(group_launch(ctx, jobs + first, i - first, NULL, s));
             }
             first = i;
             tiles = 0;
         }
         tiles += nt;
     }
+    return L8_OK;
+}
+
+l8_status l8i_fp8_cast_transpose_many_bias(int n, const l8_tensor *const *in,
+                                           l8_tensor *const *out, l8_tensor *const *out_t,
+                                           const l8_tensor *const *bias_in,
+                                           l8_tensor *const *bias_out, unsigned flags,
+                                           l8_stream *s, int *folded)
+{
+    static const char *op = "l8_fp8_cast_transpose_many";
+    *folded = 0;
+    if (n < 1 || n > GROUP_MAX || !in || !out_t || !bias_in || !bias_out ||
+        !(flags & L8_CAST_ACCUMULATE_AMAX))
+        return l8_fp8_cast_transpose_many(n, in, out, out_t, flags, s);
+    ct_job jobs[GROUP_MAX];
+    uint64_t bias[GROUP_MAX][2];
+    for (int i = 0; i < n; i++) {
+        l8_status st = ct_prepare(op, in[i], out ? out[i] : NULL, out_t[i], NULL,
+                                  i ? jobs[0].ctx : NULL, &jobs[i]);
+        if (st != L8_OK)
+            return l8i_fail_item(st, "tensor", i);
+        for (int k = 0; k < i; k++)
+            if (jobs[k].m == jobs[i].m)
+                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "
+                               "tensor's amax and scale_inv are its own)", op, k, i);
+        bias[i][0] = bias[i][1] = 0;
+    }
+    l8_ctx *ctx = jobs[0].ctx;
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    int fold = l8_ctx_backend(ctx) != L8_BACKEND_HOST && group_sm(jobs, n);
+    for (int i = 0; i < n && fold; i++) {
+        if (jobs[i].idt != jobs[0].idt)
+            fold = 0;
+        const l8_tensor *bi = bias_in[i];
+        l8_tensor *bo = bias_out[i];
+        if (!bi && !bo)
+            continue;
+        /* only what is surely valid; anything else: the caller converts */
+        void *pi = NULL, *po = NULL;
+        if (!bi || !bo || l8_tensor_ctx(bi) != ctx || l8_tensor_ctx(bo) != ctx ||
+            !l8_tensor_is_contiguous(bi) || !l8_tensor_is_contiguous(bo) ||
+            l8_tensor_dtype(bi) != L8_F32 || l8_tensor_dtype(bo) != L8_BF16 ||
+            l8_tensor_numel(bi) != jobs[i].R || l8_tensor_numel(bo) != jobs[i].R ||
+            l8_tensor_data(bi, &pi) != L8_OK || l8_tensor_data(bo, &po) != L8_OK) {
+            fold = 0;
+            break;
+        }
+        bias[i][0] = dptr(pi);
+        bias[i][1] = dptr(po);
+    }
+    if (!fold)
+        return l8_fp8_cast_transpose_many(n, in, out, out_t, flags, s);
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(group_launch(ctx, jobs, n, (const uint64_t (*)[2])bias, s));
+    *folded = 1;
     return L8_OK;
 }
 

@@ -49,6 +49,23 @@ l8_status l8i_host_gemm(const l8i_hgemm *g);
  * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */
 int l8i_host_threads(double flops);
 
+/* ---- cast.c: a weight cast group with the biases' bf16 copies ----
+ *
+ * l8_fp8_cast_transpose_many (flags must include L8_CAST_ACCUMULATE_AMAX,
+ * else it is that call alone) that also converts bias_in[i] (f32, rows of
+ * in[i] elements) into bias_out[i] (bf16) - both NULL for none - when all of
+ * it fits one launch of the small-tile group kernel (CUDA, n <= 16 tensors of
+ * one input dtype, each of up to 64 tiles, every bias pair contiguous, of
+ * the context and the right dtypes and sizes): then *folded = 1. Otherwise
+ * the casts alone are enqueued and *folded = 0: convert the biases yourself
+ * (l8_convert_many). The copies are l8_convert's bit for bit. Errors: those
+ * of l8_fp8_cast_transpose_many. */
+l8_status l8i_fp8_cast_transpose_many_bias(int n, const l8_tensor *const *in,
+                                           l8_tensor *const *out, l8_tensor *const *out_t,
+                                           const l8_tensor *const *bias_in,
+                                           l8_tensor *const *bias_out, unsigned flags,
+                                           l8_stream *s, int *folded);
+
 /* ---- cast.c: the delayed-scaling update with the recipe's meta table ----
  *
  * l8_fp8_scale_update, and in the same launch (CUDA backend only) the

@@ -453,8 +453,9 @@ l8_status l8_linear_refresh_weights(l8_linear *const *layers, int n, l8_stream *
     /* the stale layers, once each; FP8 weights in one cast group, every
      * other conversion (bf16 weights, biases) in one convert group */
     l8_linear *todo[L8_CAST_MANY_MAX];
-    const l8_tensor *w[L8_CAST_MANY_MAX], *cin[2 * L8_CAST_MANY_MAX];
+    const l8_tensor *w[L8_CAST_MANY_MAX], *cin[2 * L8_CAST_MANY_MAX], *bin[L8_CAST_MANY_MAX];
     l8_tensor *w8[L8_CAST_MANY_MAX], *w8t[L8_CAST_MANY_MAX], *cout[2 * L8_CAST_MANY_MAX];
+    l8_tensor *bout[L8_CAST_MANY_MAX];
     int nt = 0, nw = 0, nc = 0;
     for (int i = 0; i < n; i++) {
         l8_linear *l = layers[i];
@@ -467,18 +468,27 @@ l8_status l8_linear_refresh_weights(l8_linear *const *layers, int n, l8_stream *
         if (is_fp8_mode(l)) {
             w[nw] = l->w;
             w8[nw] = l->w8;
-            w8t[nw++] = l->w8t;
+            w8t[nw] = l->w8t;
+            bin[nw] = l->b;       /* the bias copy in the cast launch, if it can */
+            bout[nw++] = l->b16;
         } else {
             cin[nc] = l->w;
             cout[nc++] = l->w16;
-        }
-        if (l->b) {
-            cin[nc] = l->b;
-            cout[nc++] = l->b16;
+            if (l->b) {
+                cin[nc] = l->b;
+                cout[nc++] = l->b16;
+            }
         }
     }
+    int folded = 0;
     if (nw > 0)
-        L8_CHECK(l8_fp8_cast_transpose_many(nw, w, w8, w8t, L8_CAST_ACCUMULATE_AMAX, s));
+        L8_CHECK(l8i_fp8_cast_transpose_many_bias(nw, w, w8, w8t, bin, bout,
+                                                  L8_CAST_ACCUMULATE_AMAX, s, &folded));
+    for (int i = 0; i < nw && !folded; i++)
+        if (bin[i]) {
+            cin[nc] = bin[i];
+            cout[nc++] = bout[i];
+        }
     for (int c0 = 0; c0 < nc; c0 += L8_CONVERT_MANY_MAX) {
         int m = nc - c0 < L8_CONVERT_MANY_MAX ? nc - c0 : L8_CONVERT_MANY_MAX;
         L8_CHECK(l8_convert_many(m, cin + c0, cout + c0, s));

@@ -210,8 +210,9 @@ L8_NODISCARD l8_status l8_linear_begin_step(l8_linear *l);
 /* Rebuild now, on s, the weight copies of those of the n layers that need
  * it (after begin_step; the others are left alone): the FP8 layers' weight
  * casts in one launch for up to 16 layers (l8_fp8_cast_transpose_many),
- * then each one's bias conversion; bf16 layers as their forward would do
- * it. The copies are those the layers' next forward would build, bit for
+ * their biases' bf16 copies in that launch too when every weight is of up
+ * to 64 128 x 128 tiles (the small-tile kernel), else in one
+ * l8_convert_many with the bf16 layers' weight and bias copies. The copies are those the layers' next forward would build, bit for
  * bit; that forward then builds nothing. For a model of many small layers,
  * where each launch costs more than its work. A layer listed twice counts
  * once. n is 0..L8_CAST_MANY_MAX; every layer of one context. Errors:
