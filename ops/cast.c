@@ -606,16 +606,11 @@ static l8_status group_launch(l8_ctx *ctx, const ct_job *jobs, int n, const uint
     return l8i_launch(s, f, cta, 1, 1, sm ? 512u : CTA_THREADS, 1, 1, 0, args);
 }
 
-l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,
-                                     l8_tensor *const *out_t, unsigned flags, l8_stream *s)
+/* Check the n tensors of a cast group (every one of one context, no shared
+ * meta) and fill jobs[0..n). Nothing is enqueued. */
+static l8_status many_prepare(const char *op, int n, const l8_tensor *const *in,
+                              l8_tensor *const *out, l8_tensor *const *out_t, ct_job *jobs)
 {
-    static const char *op = "l8_fp8_cast_transpose_many";
-    if (n < 1 || n > L8_CAST_MANY_MAX || !in || !out_t)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (1..%d) or in / out_t is NULL", op, n,
-                       L8_CAST_MANY_MAX);
-    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
-    ct_job jobs[L8_CAST_MANY_MAX];
     for (int i = 0; i < n; i++) {
         l8_status st = ct_prepare(op, in[i], out ? out[i] : NULL, out_t[i], NULL,
                                   i ? jobs[0].ctx : NULL, &jobs[i]);
@@ -626,6 +621,20 @@ l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tenso
                 return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "
                                "tensor's amax and scale_inv are its own)", op, k, i);
     }
+    return L8_OK;
+}
+
+l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,
+                                     l8_tensor *const *out_t, unsigned flags, l8_stream *s)
+{
+    static const char *op = "l8_fp8_cast_transpose_many";
+    if (n < 1 || n > L8_CAST_MANY_MAX || !in || !out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (1..%d) or in / out_t is NULL", op, n,
+                       L8_CAST_MANY_MAX);
+    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
+    ct_job jobs[L8_CAST_MANY_MAX];
+    L8_CHECK(many_prepare(op, n, in, out, out_t, jobs));
     l8_ctx *ctx = jobs[0].ctx;
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
@@ -678,17 +687,8 @@ l8_status l8i_fp8_cast_transpose_many_bias(int n, const l8_tensor *const *in,
         return l8_fp8_cast_transpose_many(n, in, out, out_t, flags, s);
     ct_job jobs[GROUP_MAX];
     uint64_t bias[GROUP_MAX][2];
-    for (int i = 0; i < n; i++) {
-        l8_status st = ct_prepare(op, in[i], out ? out[i] : NULL, out_t[i], NULL,
-                                  i ? jobs[0].ctx : NULL, &jobs[i]);
-        if (st != L8_OK)
-            return l8i_fail_item(st, "tensor", i);
-        for (int k = 0; k < i; k++)
-            if (jobs[k].m == jobs[i].m)
-                return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "
-                               "tensor's amax and scale_inv are its own)", op, k, i);
-        bias[i][0] = bias[i][1] = 0;
-    }
+    memset(bias, 0, sizeof bias);
+    L8_CHECK(many_prepare(op, n, in, out, out_t, jobs));
     l8_ctx *ctx = jobs[0].ctx;
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
     int fold = l8_ctx_backend(ctx) != L8_BACKEND_HOST && group_sm(jobs, n);

@@ -263,6 +263,11 @@ L8_NODISCARD l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved,
  * its gradient are never written. In bf16 mode (and for the row-parallel SP
  * dY gather) the layer runs the activation into a tensor of its own first:
  * "<name>.x_act" (saved for wgrad instead of a view of x), "<name>.dy_act".
+ * One exception to "allocation before anything is enqueued": in FP8 mode,
+ * for tensors the fused kernel does not take, the cast's own scratch
+ * ("cast.act") is allocated after the weight copies (and a restore hook)
+ * were enqueued; an L8_ERR_OOM there still leaves y, dx and main_grad
+ * unwritten and *saved valid.
  *
  * l8_linear_forward_act: Y = act(X) . W^T + b, act(X) rounded to bf16 with
  * l8_gelu's arithmetic; otherwise l8_linear_forward. L8_ACT_NONE: the same
