@@ -506,6 +506,9 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out and out_t are both NULL", op);
     if (dbias && !out_t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias needs out_t", op);
+    if (act == L8_ACT_NONE)       /* the plain cast (a Linear's every forward): checked there */
+        return out_t ? cast_transpose_impl(op, in, out, out_t, dbias, flags, s)
+                     : l8_fp8_cast(in, out, flags, s);
     ct_job j;
     L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
     if (flags & ~L8_CAST_ACCUMULATE_AMAX)
@@ -519,11 +522,6 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
                            (long long)l8_tensor_numel(a), (long long)(j.R * j.C));
     }
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
-    if (act == L8_ACT_NONE) {
-        if (!out_t)
-            return l8_fp8_cast(in, out, flags, s);
-        return cast_transpose_impl(op, in, out, out_t, dbias, flags, s);
-    }
     void *pa = NULL;
     if (a)
         L8_CHECK(l8_tensor_data(a, &pa));
@@ -624,10 +622,39 @@ static l8_status many_prepare(const char *op, int n, const l8_tensor *const *in,
     return L8_OK;
 }
 
-l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,
-                                     l8_tensor *const *out_t, unsigned flags, l8_stream *s)
+/* The bias pairs of a cast group as (in, out) device addresses for the
+ * small-tile kernel, when every one can go there (contiguous, of ctx, f32 ->
+ * bf16, rows of its tensor; both NULL: none): 1, else 0 (the caller converts). */
+static int group_bias(l8_ctx *ctx, const ct_job *jobs, int n, const l8_tensor *const *bias_in,
+                      l8_tensor *const *bias_out, uint64_t (*bias)[2])
+{
+    for (int i = 0; i < n; i++) {
+        const l8_tensor *bi = bias_in[i];
+        l8_tensor *bo = bias_out[i];
+        void *pi = NULL, *po = NULL;
+        bias[i][0] = bias[i][1] = 0;
+        if (!bi && !bo)
+            continue;
+        if (!bi || !bo || l8_tensor_ctx(bi) != ctx || l8_tensor_ctx(bo) != ctx ||
+            !l8_tensor_is_contiguous(bi) || !l8_tensor_is_contiguous(bo) ||
+            l8_tensor_dtype(bi) != L8_F32 || l8_tensor_dtype(bo) != L8_BF16 ||
+            l8_tensor_numel(bi) != jobs[i].R || l8_tensor_numel(bo) != jobs[i].R ||
+            l8_tensor_data(bi, &pi) != L8_OK || l8_tensor_data(bo, &po) != L8_OK)
+            return 0;
+        bias[i][0] = dptr(pi);
+        bias[i][1] = dptr(po);
+    }
+    return 1;
+}
+
+/* l8_fp8_cast_transpose_many, and with bias_in / bias_out the bias copies
+ * of l8i_fp8_cast_transpose_many_bias (*folded = 1 when they were made). */
+static l8_status many_impl(int n, const l8_tensor *const *in, l8_tensor *const *out,
+                           l8_tensor *const *out_t, const l8_tensor *const *bias_in,
+                           l8_tensor *const *bias_out, unsigned flags, l8_stream *s, int *folded)
 {
     static const char *op = "l8_fp8_cast_transpose_many";
+    *folded = 0;
     if (n < 1 || n > L8_CAST_MANY_MAX || !in || !out_t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: n is %d (1..%d) or in / out_t is NULL", op, n,
                        L8_CAST_MANY_MAX);
@@ -646,6 +673,16 @@ l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tenso
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         for (int i = 0; i < n; i++)
             L8_CHECK(zero_amax(s, l8_fp8_meta_amax(jobs[i].m)));
+    /* the biases too: one launch of the small-tile group kernel for all */
+    uint64_t bias[GROUP_MAX][2];
+    int fold = bias_in && bias_out && n <= GROUP_MAX && group_sm(jobs, n);
+    for (int i = 1; i < n && fold; i++)
+        fold = jobs[i].idt == jobs[0].idt;
+    if (fold && group_bias(ctx, jobs, n, bias_in, bias_out, bias)) {
+        L8_CHECK(group_launch(ctx, jobs, n, (const uint64_t (*)[2])bias, s));
+        *folded = 1;
+        return L8_OK;
+    }
     /* launches of consecutive tensors: one input dtype, <= GROUP_MAX of
      * them, <= MAX_TILE_CTAS tiles (a tensor above that goes alone, looped
      * over by the single-tensor kernel) */
@@ -674,50 +711,20 @@ l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tenso
     return L8_OK;
 }
 
+l8_status l8_fp8_cast_transpose_many(int n, const l8_tensor *const *in, l8_tensor *const *out,
+                                     l8_tensor *const *out_t, unsigned flags, l8_stream *s)
+{
+    int folded;
+    return many_impl(n, in, out, out_t, NULL, NULL, flags, s, &folded);
+}
+
 l8_status l8i_fp8_cast_transpose_many_bias(int n, const l8_tensor *const *in,
                                            l8_tensor *const *out, l8_tensor *const *out_t,
                                            const l8_tensor *const *bias_in,
                                            l8_tensor *const *bias_out, unsigned flags,
                                            l8_stream *s, int *folded)
 {
-    static const char *op = "l8_fp8_cast_transpose_many";
-    *folded = 0;
-    if (n < 1 || n > GROUP_MAX || !in || !out_t || !bias_in || !bias_out ||
-        !(flags & L8_CAST_ACCUMULATE_AMAX))
-        return l8_fp8_cast_transpose_many(n, in, out, out_t, flags, s);
-    ct_job jobs[GROUP_MAX];
-    uint64_t bias[GROUP_MAX][2];
-    memset(bias, 0, sizeof bias);
-    L8_CHECK(many_prepare(op, n, in, out, out_t, jobs));
-    l8_ctx *ctx = jobs[0].ctx;
-    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
-    int fold = l8_ctx_backend(ctx) != L8_BACKEND_HOST && group_sm(jobs, n);
-    for (int i = 0; i < n && fold; i++) {
-        if (jobs[i].idt != jobs[0].idt)
-            fold = 0;
-        const l8_tensor *bi = bias_in[i];
-        l8_tensor *bo = bias_out[i];
-        if (!bi && !bo)
-            continue;
-        /* only what is surely valid; anything else: the caller converts */
-        void *pi = NULL, *po = NULL;
-        if (!bi || !bo || l8_tensor_ctx(bi) != ctx || l8_tensor_ctx(bo) != ctx ||
-            !l8_tensor_is_contiguous(bi) || !l8_tensor_is_contiguous(bo) ||
-            l8_tensor_dtype(bi) != L8_F32 || l8_tensor_dtype(bo) != L8_BF16 ||
-            l8_tensor_numel(bi) != jobs[i].R || l8_tensor_numel(bo) != jobs[i].R ||
-            l8_tensor_data(bi, &pi) != L8_OK || l8_tensor_data(bo, &po) != L8_OK) {
-            fold = 0;
-            break;
-        }
-        bias[i][0] = dptr(pi);
-        bias[i][1] = dptr(po);
-    }
-    if (!fold)
-        return l8_fp8_cast_transpose_many(n, in, out, out_t, flags, s);
-    L8_CHECK(l8i_ctx_bind(ctx));
-    L8_CHECK(group_launch(ctx, jobs, n, (const uint64_t (*)[2])bias, s));
-    *folded = 1;
-    return L8_OK;
+    return many_impl(n, in, out, out_t, bias_in, bias_out, flags, s, folded);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -100,7 +100,8 @@ typedef enum l8_act {
  * 128 x 128 tiles (the small-tile kernel, ptx/cast_transpose_sm.ptx.in);
  * larger ones, and the host backend, run exactly those two ops through a
  * scratch h from the context's allocator on s (tag "cast.act", released on
- * s). L8_ACT_NONE: the plain cast. Errors: those of l8_fp8_cast_transpose,
+ * s). L8_ACT_NONE: the plain cast (without out_t: l8_fp8_cast, which needs
+ * only x's numel in out). Errors: those of l8_fp8_cast_transpose,
  * L8_ERR_INVALID_ARG for an unknown act or out and out_t both NULL, and
  * L8_ERR_OOM for the scratch. */
 L8_NODISCARD l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x, l8_tensor *out,
@@ -114,9 +115,9 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x,
  * them (dbias needs out_t). Bit for bit l8_gelu_backward(a, dy, g) followed
  * by that cast, g of dy's dtype. One launch when a has dy's dtype and the
  * tensor has up to 64 tiles (with dbias: up to 256 rows); otherwise the two
- * ops through a scratch as above. Errors: those of
- * l8_fp8_cast_transpose_act, and L8_ERR_INVALID_ARG for a NULL or of
- * another numel. */
+ * ops through a scratch as above. L8_ACT_NONE: the plain cast of dy (a is
+ * not read). Errors: those of l8_fp8_cast_transpose_act, and
+ * L8_ERR_INVALID_ARG for a NULL or (with an activation) of another numel. */
 L8_NODISCARD l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *dy,
                                                   const l8_tensor *a, l8_tensor *out,
                                                   l8_tensor *out_t, l8_tensor *dbias,

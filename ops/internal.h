@@ -51,8 +51,7 @@ int l8i_host_threads(double flops);
 
 /* ---- cast.c: a weight cast group with the biases' bf16 copies ----
  *
- * l8_fp8_cast_transpose_many (flags must include L8_CAST_ACCUMULATE_AMAX,
- * else it is that call alone) that also converts bias_in[i] (f32, rows of
+ * l8_fp8_cast_transpose_many that also converts bias_in[i] (f32, rows of
  * in[i] elements) into bias_out[i] (bf16) - both NULL for none - when all of
  * it fits one launch of the small-tile group kernel (CUDA, n <= 16 tensors of
  * one input dtype, each of up to 64 tiles, every bias pair contiguous, of

@@ -220,6 +220,27 @@ static l8_tensor *mk1(l8_ctx *ctx, l8_dtype dt, int64_t n)
     return t;
 }
 
+/* A view (dt, nd dims) at byte offset off into a new storage of `bytes` on
+ * ctx; the view holds the only reference. */
+static l8_tensor *mk_at(l8_ctx *ctx, size_t bytes, size_t off, l8_dtype dt, int nd,
+                        const int64_t *dims)
+{
+    l8_storage *st = NULL;
+    l8_tensor *t = NULL;
+    L8_CK(l8_storage_create(ctx, bytes, NULL, &st));
+    L8_CK(l8_tensor_from_storage(st, off, dt, nd, dims, NULL, &t));
+    l8_storage_release(st);
+    return t;
+}
+
+/* Another view of t's storage. */
+static l8_tensor *view_of(const l8_tensor *t, size_t off, l8_dtype dt, int nd, const int64_t *dims)
+{
+    l8_tensor *v = NULL;
+    L8_CK(l8_tensor_from_storage(l8_tensor_storage(t), off, dt, nd, dims, NULL, &v));
+    return v;
+}
+
 /* Attach a new meta to t (t keeps the only reference): scale, scale_inv
  * poisoned to -1 (the quantizing ops must write it), amax. */
 static l8_fp8_meta *add_meta(l8_tensor *t, float scale, float amax)
@@ -1279,14 +1300,8 @@ static void gpu_cast_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t n, l8_dtype d
     for (int side = 0; side < 2; side++) {
         l8_ctx *ctx = side ? h : g;
         /* misaligned views: element offset `misalign` into bigger storages */
-        l8_storage *si = NULL, *so = NULL;
-        L8_CK(l8_storage_create(ctx, (size_t)(n + 16) * esz, NULL, &si));
-        L8_CK(l8_storage_create(ctx, (size_t)n + 16, NULL, &so));
-        l8_tensor *in = NULL, *out = NULL;
-        L8_CK(l8_tensor_from_storage(si, misalign * esz, dt, 1, &n, NULL, &in));
-        L8_CK(l8_tensor_from_storage(so, misalign, f, 1, &n, NULL, &out));
-        l8_storage_release(si);
-        l8_storage_release(so);
+        l8_tensor *in = mk_at(ctx, (size_t)(n + 16) * esz, misalign * esz, dt, 1, &n);
+        l8_tensor *out = mk_at(ctx, (size_t)n + 16, misalign, f, 1, &n);
         l8_fp8_meta *m = add_meta(out, scale, 0.5f);
         put(in, x);
         poison(out, 0xa5);
@@ -1407,19 +1422,10 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
     float *db[2] = { xmalloc((size_t)C * 4), xmalloc((size_t)C * 4) };
     for (int side = 0; side < 2; side++) {
         l8_ctx *ctx = side ? h : g;
-        l8_storage *sx = NULL, *so = NULL, *st = NULL;
-        l8_tensor *in = NULL, *out = NULL, *ot = NULL, *wo = NULL, *wt = NULL;
-        L8_CK(l8_storage_create(ctx, n * esz + 16, NULL, &sx));
-        L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &so));
-        L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &st));
-        L8_CK(l8_tensor_from_storage(sx, (size_t)xoff, dt, 2, dims, NULL, &in));
-        L8_CK(l8_tensor_from_storage(so, (size_t)(32 + yoff), L8_E4M3, 2, dims, NULL, &out));
-        L8_CK(l8_tensor_from_storage(st, (size_t)(32 + yoff), L8_E4M3, 2, tdims, NULL, &ot));
-        L8_CK(l8_tensor_from_storage(so, 0, L8_E4M3, 1, &nb, NULL, &wo));
-        L8_CK(l8_tensor_from_storage(st, 0, L8_E4M3, 1, &nb, NULL, &wt));
-        l8_storage_release(sx);
-        l8_storage_release(so);
-        l8_storage_release(st);
+        l8_tensor *in = mk_at(ctx, n * esz + 16, (size_t)xoff, dt, 2, dims);
+        l8_tensor *out = mk_at(ctx, (size_t)nb, (size_t)(32 + yoff), L8_E4M3, 2, dims);
+        l8_tensor *ot = mk_at(ctx, (size_t)nb, (size_t)(32 + yoff), L8_E4M3, 2, tdims);
+        l8_tensor *wo = view_of(out, 0, L8_E4M3, 1, &nb), *wt = view_of(ot, 0, L8_E4M3, 1, &nb);
         l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
         L8_CK(l8_tensor_set_fp8_meta(out, m));
         put(in, x);
@@ -1628,15 +1634,10 @@ START_TEST(test_gpu_dequantize_transpose)
                     float *o[2] = { xmalloc((size_t)n * 4), xmalloc((size_t)n * 4) };
                     for (int side = 0; side < 2; side++) {
                         l8_ctx *ctx = side ? h : g;
-                        l8_storage *a = NULL, *b = NULL;
                         size_t osz = hp_size(HPS[hi]);
-                        L8_CK(l8_storage_create(ctx, (size_t)n + 16, NULL, &a));
-                        L8_CK(l8_storage_create(ctx, ((size_t)n + 16) * osz, NULL, &b));
-                        l8_tensor *q = NULL, *out = NULL;
-                        L8_CK(l8_tensor_from_storage(a, mis, FMTS[fi], 1, &n, NULL, &q));
-                        L8_CK(l8_tensor_from_storage(b, mis * osz, HPS[hi], 1, &n, NULL, &out));
-                        l8_storage_release(a);
-                        l8_storage_release(b);
+                        l8_tensor *q = mk_at(ctx, (size_t)n + 16, mis, FMTS[fi], 1, &n);
+                        l8_tensor *out = mk_at(ctx, ((size_t)n + 16) * osz, mis * osz, HPS[hi], 1,
+                                               &n);
                         l8_fp8_meta *m = add_meta(q, 1.0f, 0.0f);
                         L8_CK(l8_fp8_meta_set(m, 1.0f, si_, 0.0f));
                         put(q, codes);
@@ -1699,15 +1700,9 @@ START_TEST(test_gpu_dequantize_transpose)
             for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(&r);
             for (int side = 0; side < 2; side++) {
                 l8_ctx *ctx = side ? h : g;
-                l8_storage *sa = NULL, *sb = NULL;
-                l8_tensor *a = NULL, *b = NULL, *whole = NULL;
-                L8_CK(l8_storage_create(ctx, (size_t)(n + 16), NULL, &sa));
-                L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &sb));
-                L8_CK(l8_tensor_from_storage(sa, (size_t)offs[o], L8_E4M3, 2, dims, NULL, &a));
-                L8_CK(l8_tensor_from_storage(sb, (size_t)(32 + offs[o]), L8_E4M3, 2, tdims, NULL, &b));
-                L8_CK(l8_tensor_from_storage(sb, 0, L8_E4M3, 1, &nb, NULL, &whole));
-                l8_storage_release(sa);
-                l8_storage_release(sb);
+                l8_tensor *a = mk_at(ctx, (size_t)(n + 16), (size_t)offs[o], L8_E4M3, 2, dims);
+                l8_tensor *b = mk_at(ctx, (size_t)nb, (size_t)(32 + offs[o]), L8_E4M3, 2, tdims);
+                l8_tensor *whole = view_of(b, 0, L8_E4M3, 1, &nb);
                 put(a, x);
                 poison(whole, 0x3c);
                 L8_CK(l8_fp8_transpose(a, b, NULL));
