@@ -1,6 +1,7 @@
 ! fmnist_mlp.f90 - train the Fashion-MNIST MLP from Fortran with lean8:
 ! 784 -> 256 -> 128 -> 10 (the head padded to 16 outputs: FP8 GEMM dimensions
-! are multiples of 16), GELU between layers, FP8 Linear layers with delayed
+! are multiples of 16), GELU between layers (applied by the next layer inside
+! its FP8 casts: l8_linear_forward_act / _backward_act), FP8 Linear layers with delayed
 ! scaling, AdamW with a cosine learning-rate decay, softmax cross-entropy.
 ! After training it saves the weights to a checkpoint, reloads them and checks
 ! that the test accuracy is the same, then checks it against a bar.
@@ -31,7 +32,7 @@ program fmnist_mlp
     type(l8_optim) :: opt
     type(l8_linear) :: lin(NL)
     type(l8_linear_ctx) :: saved(NL)
-    type(l8_tensor) :: xf, labels, loss, hit, act(0:NL - 1), pre(NL), grad(0:NL)
+    type(l8_tensor) :: xf, labels, loss, hit, act0, pre(NL), grad(0:NL)
     real(c_float), allocatable :: xtr(:, :), xte(:, :)
     integer(c_int32_t), allocatable :: ytr(:), yte(:)
     integer, allocatable :: order(:)
@@ -91,8 +92,8 @@ program fmnist_mlp
     do l = 0, NL
         call ck(l8_tensor_empty(ctx, L8_BF16, [dims(l), B], grad(l)))      ! gradients (B, dims(l))
     end do
+    call ck(l8_tensor_empty(ctx, L8_BF16, [PIXELS, B], act0))              ! the images, bf16
     do l = 1, NL
-        call ck(l8_tensor_empty(ctx, L8_BF16, [dims(l - 1), B], act(l - 1)))  ! layer l's input
         call ck(l8_tensor_empty(ctx, L8_BF16, [dims(l), B], pre(l)))          ! layer l's output
     end do
     call ck(l8_tag_pop())
@@ -130,8 +131,8 @@ program fmnist_mlp
     end do
     call l8_tensor_destroy(xf); call l8_tensor_destroy(labels)
     call l8_tensor_destroy(loss); call l8_tensor_destroy(hit)
+    call l8_tensor_destroy(act0)
     do l = 1, NL
-        call l8_tensor_destroy(act(l - 1))
         call l8_tensor_destroy(pre(l))
     end do
     do l = 0, NL
@@ -157,22 +158,26 @@ contains
         integer :: i
         call ck(l8_tensor_copy_from_array(xf, xtr(:, idx)))
         call ck(l8_tensor_copy_from_array(labels, ytr(idx)))
-        call ck(l8_convert(xf, act(0)))
+        call ck(l8_convert(xf, act0))
         do i = 1, NL
             call ck(l8_linear_begin_step(lin(i)))
         end do
         call ck(l8_linear_refresh_weights(lin))   ! every layer's weight copies in two launches
-        do i = 1, NL
-            call ck(l8_linear_forward(lin(i), act(i - 1), pre(i), saved(i)))
-            if (i < NL) call ck(l8_gelu(pre(i), act(i)))
+        ! layer i > 1 takes gelu(pre(i - 1)) and applies the GELU itself
+        call ck(l8_linear_forward(lin(1), act0, pre(1), saved(1)))
+        do i = 2, NL
+            call ck(l8_linear_forward_act(lin(i), L8_ACT_GELU, pre(i - 1), pre(i), saved(i)))
         end do
         call ck(l8_softmax_xent(pre(NL), labels, CLASSES, 1.0_c_float / B, loss, hit, dlogits=grad(NL)))
-        do i = NL, 1, -1
+        ! grad(i - 1): the gradient of layer i's input; below the head the
+        ! layer takes the gradient of gelu(pre(i)) and multiplies by gelu'
+        call ck(l8_linear_backward(lin(NL), saved(NL), grad(NL), grad(NL - 1)))
+        do i = NL - 1, 1, -1
             if (i > 1) then
-                call ck(l8_linear_backward(lin(i), saved(i), grad(i), grad(i - 1)))
-                call ck(l8_gelu_backward(pre(i - 1), grad(i - 1), grad(i - 1)))
+                call ck(l8_linear_backward_act(lin(i), L8_ACT_GELU, saved(i), grad(i), pre(i), &
+                                               grad(i - 1)))
             else
-                call ck(l8_linear_backward(lin(i), saved(i), grad(i)))
+                call ck(l8_linear_backward_act(lin(i), L8_ACT_GELU, saved(i), grad(i), pre(i)))
             end if
         end do
         call ck(l8_optim_step(opt))
@@ -189,10 +194,10 @@ contains
         do i = 0, size(yte) / B - 1
             call ck(l8_tensor_copy_from_array(xf, xte(:, i * B + 1:(i + 1) * B)))
             call ck(l8_tensor_copy_from_array(labels, yte(i * B + 1:(i + 1) * B)))
-            call ck(l8_convert(xf, act(0)))
-            do j = 1, NL
-                call ck(l8_linear_forward(lin(j), act(j - 1), pre(j)))
-                if (j < NL) call ck(l8_gelu(pre(j), act(j)))
+            call ck(l8_convert(xf, act0))
+            call ck(l8_linear_forward(lin(1), act0, pre(1)))
+            do j = 2, NL
+                call ck(l8_linear_forward_act(lin(j), L8_ACT_GELU, pre(j - 1), pre(j)))
             end do
             call ck(l8_softmax_xent(pre(NL), labels, CLASSES, 1.0_c_float, loss, hit))
             call ck(l8_tensor_to_array(hit, h))

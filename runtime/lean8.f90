@@ -40,6 +40,8 @@ module lean8
         L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6
     ! ---- Linear modes (ops/linear.h) ----
     integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
+    ! ---- activations fused into the Linear's casts (ops/cast.h) ----
+    integer(c_int), parameter, public :: L8_ACT_NONE = 0, L8_ACT_GELU = 1
     ! ---- communicator transports and reductions (runtime/comm.h) ----
     integer(c_int), parameter, public :: L8_COMM_DEFAULT = 0, L8_COMM_NCCL = 1, L8_COMM_TCP = 2, &
         L8_COMM_THREADS = 3
@@ -129,6 +131,7 @@ module lean8
     public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
     public :: l8_linear_refresh_weights
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
+    public :: l8_linear_forward_act, l8_linear_backward_act
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
     public :: l8_tag_push, l8_tag_pop
@@ -350,6 +353,20 @@ module lean8
             import :: c_ptr, c_int
             type(c_ptr), value :: l, x, y, saved, s
             integer(c_int) :: c_linear_forward
+        end function
+        function c_linear_forward_act(l, act, x, y, saved, s) bind(c, name='l8_linear_forward_act')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, x, y, saved, s
+            integer(c_int), value :: act
+            integer(c_int) :: c_linear_forward_act
+        end function
+        function c_linear_backward_act(l, act, saved, da, y, dx, s) &
+                bind(c, name='l8_linear_backward_act')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, da, y, dx, s
+            integer(c_int), value :: act
+            type(c_ptr) :: saved
+            integer(c_int) :: c_linear_backward_act
         end function
         function c_linear_backward(l, saved, dy, dx, s) bind(c, name='l8_linear_backward')
             import :: c_ptr, c_int
@@ -903,6 +920,38 @@ contains
             st = c_linear_backward(lin%p, saved%p, dy%p, dx%p, c_null_ptr)
         else
             st = c_linear_backward(lin%p, saved%p, dy%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! y = act(x) . W^T + b: the layer applies the activation to its input
+    ! itself (L8_ACT_GELU; in FP8 inside its input cast), bit for bit
+    ! l8_gelu then l8_linear_forward.
+    integer(c_int) function l8_linear_forward_act(lin, act, x, y, saved) result(st)
+        type(l8_linear), intent(in) :: lin
+        integer(c_int), intent(in) :: act
+        type(l8_tensor), intent(in) :: x, y
+        type(l8_linear_ctx), intent(inout), target, optional :: saved
+        if (present(saved)) then
+            st = c_linear_forward_act(lin%p, act, x%p, y%p, c_loc(saved%p), c_null_ptr)
+        else
+            st = c_linear_forward_act(lin%p, act, x%p, y%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! The backward of a layer whose output y goes through act: da is the
+    ! gradient of act(y); the layer multiplies it by act'(y) itself (in FP8
+    ! inside its gradient cast), bit for bit l8_gelu_backward then
+    ! l8_linear_backward. Consumes `saved`.
+    integer(c_int) function l8_linear_backward_act(lin, act, saved, da, y, dx) result(st)
+        type(l8_linear), intent(in) :: lin
+        integer(c_int), intent(in) :: act
+        type(l8_linear_ctx), intent(inout) :: saved
+        type(l8_tensor), intent(in) :: da, y
+        type(l8_tensor), intent(in), optional :: dx
+        if (present(dx)) then
+            st = c_linear_backward_act(lin%p, act, saved%p, da%p, y%p, dx%p, c_null_ptr)
+        else
+            st = c_linear_backward_act(lin%p, act, saved%p, da%p, y%p, c_null_ptr, c_null_ptr)
         end if
     end function
 

@@ -6,7 +6,8 @@
 !   3. errors come back as statuses, with the message as a Fortran string;
 !   4. a backward and an optimizer step move the weights, checkpoint save and
 !      load restore them exactly, a checkpoint of another kind is refused;
-!   5. trace tags nest;
+!   5. trace tags nest; the GELU inside the layer (forward_act, backward_act)
+!      gives the results of l8_gelu / l8_gelu_backward around it bit for bit;
 !   6. a communicator of one rank joins from an id and reduces in place.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
@@ -15,11 +16,12 @@ program test_fortran
     implicit none
     integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
     type(l8_ctx) :: ctx, bad
-    type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat
+    type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat, hb, z, dg, dx1, dx2
     type(l8_params) :: g
     type(l8_gemm_handle) :: h
     type(l8_linear) :: lin
-    type(l8_linear_ctx) :: saved
+    type(l8_linear_ctx) :: saved, saved2
+    real(c_float) :: y2(N, T), dxa(K, T), dxb(K, T)
     type(l8_optim) :: opt
     type(l8_ckpt_writer) :: cw
     type(l8_ckpt_reader) :: cr
@@ -121,6 +123,36 @@ program test_fortran
     call ok(l8_convert(yf, dy), 'dy')
     call ok(l8_linear_backward(lin, saved, dy), 'l8_linear_backward')
     call check(.not. c_associated(saved%p), 'backward consumed what forward saved')
+
+    ! -- 5. the GELU inside the layer, against l8_gelu / l8_gelu_backward
+    call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], hb), 'l8_tensor_empty h')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], z), 'l8_tensor_empty z')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], dg), 'l8_tensor_empty dg')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], dx1), 'l8_tensor_empty dx1')
+    call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], dx2), 'l8_tensor_empty dx2')
+    call ok(l8_gelu(xb, hb), 'l8_gelu')
+    call ok(l8_linear_forward(lin, hb, z), 'forward of gelu(x)')
+    call ok(l8_convert(z, yf), 'z to f32')
+    call ok(l8_tensor_to_array(yf, y), 'z to an array')
+    call ok(l8_linear_forward_act(lin, L8_ACT_GELU, xb, z, saved2), 'l8_linear_forward_act')
+    call ok(l8_convert(z, yf), 'z to f32 again')
+    call ok(l8_tensor_to_array(yf, y2), 'z to an array again')
+    call check(all(y2 == y), 'forward_act(GELU, x) = forward(gelu(x)) exactly')
+    call check(any(y2 /= want), 'the GELU changed y')
+    call check(l8_linear_forward_act(lin, 7_c_int, xb, z) == L8_ERR_INVALID_ARG, &
+               'an unknown activation is refused')
+    call ok(l8_linear_backward_act(lin, L8_ACT_GELU, saved2, dy, z, dx1), 'l8_linear_backward_act')
+    call check(.not. c_associated(saved2%p), 'backward_act consumed what forward saved')
+    call ok(l8_linear_forward_act(lin, L8_ACT_GELU, xb, z, saved2), 'forward_act again')
+    call ok(l8_gelu_backward(z, dy, dg), 'l8_gelu_backward')
+    call ok(l8_linear_backward(lin, saved2, dg, dx2), 'backward of dy * gelu''(z)')
+    call ok(l8_convert(dx1, xt), 'dx1 to f32')
+    call ok(l8_tensor_to_array(xt, dxa), 'dx1 to an array')
+    call ok(l8_convert(dx2, xt), 'dx2 to f32')
+    call ok(l8_tensor_to_array(xt, dxb), 'dx2 to an array')
+    call check(all(dxa == dxb), 'backward_act(GELU) = gelu_backward then backward, exactly')
+    call check(any(dxa /= 0), 'dx is not all zero')
+    call ok(l8_tensor_copy_from_array(xt, x), 'x back into xt')
     call ok(l8_optim_create_adamw(g, opt, lr=0.01_c_float), 'l8_optim_create_adamw')
     flat = l8_params_master_flat(g)
     allocate(before(l8_tensor_numel(flat)), after(l8_tensor_numel(flat)), &
@@ -175,6 +207,11 @@ program test_fortran
     call l8_tensor_destroy(yb)
     call l8_tensor_destroy(yf)
     call l8_tensor_destroy(dy)
+    call l8_tensor_destroy(hb)
+    call l8_tensor_destroy(z)
+    call l8_tensor_destroy(dg)
+    call l8_tensor_destroy(dx1)
+    call l8_tensor_destroy(dx2)
     call l8_params_destroy(g)
     call l8_ctx_destroy(ctx)
     call check(.not. c_associated(ctx%p), 'destroy nulls the handle')
