@@ -528,13 +528,65 @@ static l8_status act_known(const char *op, l8_act act)
     return L8_OK;
 }
 
-/* Forward of act(x) (l8_linear_forward: act = L8_ACT_NONE). */
-static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8_tensor *x,
-                              l8_tensor *y, l8_linear_ctx **saved, l8_stream *s)
+/* An FP8 operand cast by the caller (l8_linear_forward_fp8,
+ * l8_linear_backward_fp8): 2-D (rows, cols), contiguous, of the layer's
+ * context, in fmt, carrying meta. */
+static l8_status need_cast(const l8_linear *l, const char *op, const char *name,
+                           const l8_tensor *t, l8_dtype fmt, l8_fp8_meta *meta, int64_t rows,
+                           int64_t cols)
+{
+    L8_CHECK(need(op, name, t, l->ctx, fmt, fmt));
+    if (l8_tensor_ndim(t) != 2 || l8_tensor_dim(t, 1) != cols ||
+        (rows >= 0 && l8_tensor_dim(t, 0) != rows) || l8_tensor_dim(t, 0) == 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must be 2-D (%s, %lld) (layer %s: %lld in, %lld"
+                       " out)", op, name, rows >= 0 ? "the forward's rows" : "rows",
+                       (long long)cols, l->name, (long long)l->K, (long long)l->N);
+    if (rows >= 0 && l8_tensor_dim(t, 0) != rows)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has %lld rows, wanted %lld", op, name,
+                       (long long)l8_tensor_dim(t, 0), (long long)rows);
+    if (l8_tensor_fp8_meta(t) != meta)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s does not carry the layer's %s meta (cast it"
+                       " with l8_recipe_meta(recipe, l8_linear_role_index(layer, role)))", op,
+                       name, meta == l->meta_x ? "input" : "grad_output");
+    return L8_OK;
+}
+
+/* What a forward multiplies: act(x), cast by the layer (FP8) - or x8 and
+ * x8t, cast by the caller (x NULL). */
+typedef struct fwd_in {
+    l8_act act;
+    const l8_tensor *x, *x8, *x8t;
+} fwd_in;
+
+/* The caller's x8 (Tx, K) and x8t (K, Tx; only when saving) for an FP8 layer. */
+static l8_status check_cast_input(const l8_linear *l, const char *op, const fwd_in *in, int save,
+                                  int64_t *Tx)
+{
+    if (!is_fp8_mode(l))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is a bf16 layer: it takes its input in bf16"
+                       " (l8_linear_forward)", op, l->name);
+    L8_CHECK(need_cast(l, op, "x8", in->x8, l->fmt_x, l->meta_x, -1, l->K));
+    *Tx = l8_tensor_dim(in->x8, 0);
+    if (!save)
+        return L8_OK;
+    if (!in->x8t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t is NULL: training (saved) needs the"
+                       " transposed input for wgrad", op);
+    L8_CHECK(need_cast(l, op, "x8t", in->x8t, l->fmt_x, l->meta_x, l->K, *Tx));
+    if (overlap(in->x8, in->x8t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t overlaps x8", op);
+    return L8_OK;
+}
+
+/* Forward of act(x) (l8_linear_forward: act = L8_ACT_NONE), or of the
+ * caller's cast (l8_linear_forward_fp8). */
+static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8_tensor *y,
+                              l8_linear_ctx **saved, l8_stream *s)
 {
     if (saved)
         *saved = NULL;
     L8_ARG(l != NULL);
+    const l8_act act = in->act;
     L8_CHECK(act_known(op, act));
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
@@ -543,9 +595,13 @@ static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     const int fp8 = is_fp8_mode(l);
+    const int precast = in->x == NULL;           /* the caller cast X (FP8) */
     const int gather_x = l->sp && l->par == L8_PARALLEL_COLUMN;   /* x is this rank's rows */
     const int reduce_y = l->par == L8_PARALLEL_ROW;
-    L8_TRY(ret, act_view(l, op, "x", x, l->K, &Tx, &x2), out);
+    if (precast)
+        L8_TRY(ret, check_cast_input(l, op, in, saved != NULL, &Tx), out);
+    else
+        L8_TRY(ret, act_view(l, op, "x", in->x, l->K, &Tx, &x2), out);
     L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
     L8_TRY(ret, tp_rows(l, op, Tx, &T, &Ty_want), out);
     if (Ty != Ty_want) {
@@ -553,8 +609,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8
                       (long long)Tx, (long long)Ty_want, (long long)Ty);
         goto out;
     }
-    if (overlap(x, y)) {
-        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps x", op);
+    if (overlap(in->x, y) || overlap(in->x8, y) || overlap(in->x8t, y)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps %s", op, precast ? "x8 or x8t" : "x");
         goto out;
     }
     if (fp8)
@@ -569,7 +625,12 @@ static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8
             goto out;
         }
     }
-    if (fp8) {
+    if (fp8 && precast) {         /* the caller's bytes; gathered along T with column SP */
+        if (gather_x)
+            L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
+        if (saved)
+            L8_TRY(ret, own_view(in->x8t, &x8t), out);
+    } else if (fp8) {
         if (gather_x)             /* this rank's rows, cast, then gathered as FP8 bytes */
             L8_TRY(ret, new_tensor(l, "x_fp8_local", l->fmt_x, Tx, l->K, l->meta_x, s, &xl8), out);
         L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
@@ -592,7 +653,15 @@ static l8_status forward_impl(l8_linear *l, const char *op, l8_act act, const l8
         g.bias = l->b16;
         g.epilogue = L8_GEMM_EPI_BIAS;
     }
-    if (fp8) {
+    if (fp8 && precast) {
+        if (x8)
+            L8_TRY(ret, l8_comm_all_gather(l->tp, in->x8, x8, 0, s), out);
+        /* cast with the meta's current scale, as the layer's own cast would be */
+        l->x_cast_epoch = l8_recipe_updates(l->recipe);
+        g.a = x8 ? x8 : in->x8;   /* (T, K) e4m3 */
+        g.b = l->w8;
+        g.fast_accum = 1;
+    } else if (fp8) {
         /* X8 (T, K) and X8t (K, T) e4m3 of act(X) in one pass (X8 alone
          * for inference); the amax accumulates over the step's micro-batches */
         l8_tensor *cast_to = xl8 ? xl8 : x8;
@@ -664,25 +733,91 @@ out:
 l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
                             l8_linear_ctx **saved, l8_stream *s)
 {
-    return forward_impl(l, "l8_linear_forward", L8_ACT_NONE, x, y, saved, s);
+    fwd_in in = { L8_ACT_NONE, x, NULL, NULL };
+    if (!x)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward: x is NULL");
+    return forward_impl(l, "l8_linear_forward", &in, y, saved, s);
 }
 
 l8_status l8_linear_forward_act(l8_linear *l, l8_act act, const l8_tensor *x, l8_tensor *y,
                                 l8_linear_ctx **saved, l8_stream *s)
 {
-    return forward_impl(l, "l8_linear_forward_act", act, x, y, saved, s);
+    fwd_in in = { act, x, NULL, NULL };
+    if (!x)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward_act: x is NULL");
+    return forward_impl(l, "l8_linear_forward_act", &in, y, saved, s);
+}
+
+l8_status l8_linear_forward_fp8(l8_linear *l, const l8_tensor *x8, const l8_tensor *x8t,
+                                l8_tensor *y, l8_linear_ctx **saved, l8_stream *s)
+{
+    fwd_in in = { L8_ACT_NONE, NULL, x8, x8t };
+    if (!x8)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward_fp8: x8 is NULL");
+    return forward_impl(l, "l8_linear_forward_fp8", &in, y, saved, s);
 }
 
 /* ------------------------------------------------------------------------ */
 /* backward                                                                  */
 
+/* What a backward takes: dY = dy * act'(y), cast by the layer (FP8) - or
+ * dy8, dy8t and db, cast by the caller (dy NULL). */
+typedef struct bwd_in {
+    l8_act act;
+    const l8_tensor *dy, *y, *dy8, *dy8t, *db;
+} bwd_in;
+
+/* Whether t is the same elements as u (same storage, offset, dtype, size). */
+static int same_tensor(const l8_tensor *t, const l8_tensor *u)
+{
+    return l8_tensor_storage(t) == l8_tensor_storage(u) &&
+           l8_tensor_offset(t) == l8_tensor_offset(u) && l8_tensor_dtype(t) == l8_tensor_dtype(u) &&
+           l8_tensor_numel(t) == l8_tensor_numel(u);
+}
+
+/* The caller's dy8 (T, N), dy8t (N, T) and db (N,) for an FP8 layer. */
+static l8_status check_cast_grad(const l8_linear *l, const char *op, const bwd_in *in, int64_t T)
+{
+    if (!is_fp8_mode(l))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is a bf16 layer: it takes dY in bf16"
+                       " (l8_linear_backward)", op, l->name);
+    if (l->sp && l->par == L8_PARALLEL_ROW)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s is row parallel with sequence parallelism: it"
+                       " gathers dY in bf16 before the cast (use l8_linear_backward)", op, l->name);
+    L8_CHECK(need_cast(l, op, "dy8", in->dy8, l->fmt_g, l->meta_g, T, l->N));
+    L8_CHECK(need_cast(l, op, "dy8t", in->dy8t, l->fmt_g, l->meta_g, l->N, T));
+    if (overlap(in->dy8, in->dy8t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dy8t overlaps dy8", op);
+    if (!l->gb) {
+        if (in->db)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has no bias: db must be NULL", op, l->name);
+        return L8_OK;
+    }
+    if (!in->db)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has a bias: db (the column sums of dY) is NULL",
+                       op, l->name);
+    if (same_tensor(in->db, l->gb) && (l->accumulate_grad || l->stats.micro_batch > 0))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: db is %s's bias main_grad, which already holds a"
+                       " sum to add to (a later micro-batch, or accumulate_grad): pass the column"
+                       " sums in a tensor of their own", op, l->name);
+    L8_CHECK(need(op, "db", in->db, l->ctx, L8_F32, l->grad_dt));
+    if (l8_tensor_numel(in->db) != l->N)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: db has %lld elements, wanted %lld", op,
+                       (long long)l8_tensor_numel(in->db), (long long)l->N);
+    if (overlap(in->db, in->dy8) || overlap(in->db, in->dy8t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: db overlaps dy8 or dy8t", op);
+    return L8_OK;
+}
+
 /* Backward with dY = dy * act'(y) (l8_linear_backward: act = L8_ACT_NONE, y
- * NULL). */
-static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_linear_ctx **saved,
-                               const l8_tensor *dy, const l8_tensor *y, l8_tensor *dx,
-                               l8_stream *s)
+ * NULL), or with the caller's cast (l8_linear_backward_fp8). */
+static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
+                               l8_linear_ctx **saved, l8_tensor *dx, l8_stream *s)
 {
     L8_ARG(l != NULL && saved != NULL);
+    const l8_act act = in->act;
+    const l8_tensor *dy = in->dy, *y = in->y;
+    const int precast = dy == NULL;
     L8_CHECK(act_known(op, act));
     if (act != L8_ACT_NONE && !y)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: y (the forward's output, the activation's input)"
@@ -710,7 +845,12 @@ static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_line
     /* the activation's gradient inside the dY cast (FP8 without a dY
      * gather), else dy * act'(y) into a tensor of the layer's first */
     const int fuse_act = act != L8_ACT_NONE && fp8 && !rowsp;
-    L8_TRY(ret, act_view(l, op, act != L8_ACT_NONE ? "da" : "dy", dy, l->N, &Tdy, &dy2), out);
+    if (precast) {
+        L8_TRY(ret, check_cast_grad(l, op, in, T), out);
+        Tdy = T;
+    } else {
+        L8_TRY(ret, act_view(l, op, act != L8_ACT_NONE ? "da" : "dy", dy, l->N, &Tdy, &dy2), out);
+    }
     if (act != L8_ACT_NONE) {
         L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
         if (Ty != Tdy) {
@@ -731,8 +871,9 @@ static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_line
                       (long long)Tdy, dx && Tdx != dx_rows ? " and dx another count" : "");
         goto out;
     }
-    if (overlap(dx, dy)) {
-        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx overlaps dy", op);
+    if (overlap(dx, dy) || overlap(dx, in->dy8) || overlap(dx, in->dy8t) || overlap(dx, in->db)) {
+        ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx overlaps %s", op,
+                      precast ? "dy8, dy8t or db" : "dy");
         goto out;
     }
     if (c->weight_version != l->weight_version) {
@@ -760,11 +901,11 @@ static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_line
     if (colsp)                    /* the saved input of all ranks, for wgrad */
         L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T, l->meta_x, s, &xs)
                         : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
-    if (fp8) {
+    if (fp8 && !precast) {
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
         L8_TRY(ret, new_tensor(l, "dy_t_fp8", l->fmt_g, l->N, T, l->meta_g, s, &dy8t), out);
     }
-    if (l->gb && !first)          /* the bias gradient of this micro-batch, added below */
+    if (l->gb && !first && !precast)   /* the bias gradient of this micro-batch, added below */
         L8_TRY(ret, new_tensor(l, "dbias", fp8 ? L8_F32 : l->grad_dt, l->N, -1, NULL, s, &dbs),
                out);
     l8_tensor *db = l->gb ? (first ? l->gb : dbs) : NULL;
@@ -793,7 +934,14 @@ static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_line
     wg.d = l->gw;                 /* (N, K) main_grad */
     wg.beta = first ? 0.0f : 1.0f;
     const l8_tensor *x_saved = xs ? xs : c->saved;
-    if (fp8) {
+    if (fp8 && precast) {
+        dg.a = in->dy8;           /* (T, N) e5m2 */
+        dg.b = l->w8t;
+        dg.trans_b = 1;
+        wg.a = in->dy8t;          /* (N, T) e5m2 */
+        wg.b = x_saved;
+        wg.trans_b = 1;
+    } else if (fp8) {
         /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass (of
          * da * act'(y) when fused) */
         if (fuse_act)
@@ -839,6 +987,10 @@ static l8_status backward_impl(l8_linear *l, const char *op, l8_act act, l8_line
     L8_TRY(ret, l8_gemm(l->gemm, &wg, s), out);
     if (dbs)
         L8_TRY(ret, l8_add_into(l->gb, dbs, s), out);
+    else if (precast && in->db && !first)
+        L8_TRY(ret, l8_add_into(l->gb, in->db, s), out);
+    else if (precast && in->db && !same_tensor(in->db, l->gb))   /* else written there already */
+        L8_TRY(ret, l8_convert(in->db, l->gb, s), out);
     if (reduce_dx)
         L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[2]), out);
     L8_TRY(ret, l8_event_record(l->ev, s), out);
@@ -879,12 +1031,28 @@ out:
 l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
                              l8_tensor *dx, l8_stream *s)
 {
-    return backward_impl(l, "l8_linear_backward", L8_ACT_NONE, saved, dy, NULL, dx, s);
+    bwd_in in = { L8_ACT_NONE, dy, NULL, NULL, NULL, NULL };
+    if (!dy)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward: dy is NULL");
+    return backward_impl(l, "l8_linear_backward", &in, saved, dx, s);
 }
 
 l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linear_ctx **saved,
                                  const l8_tensor *da, const l8_tensor *y, l8_tensor *dx,
                                  l8_stream *s)
 {
-    return backward_impl(l, "l8_linear_backward_act", act, saved, da, y, dx, s);
+    bwd_in in = { act, da, y, NULL, NULL, NULL };
+    if (!da)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward_act: da is NULL");
+    return backward_impl(l, "l8_linear_backward_act", &in, saved, dx, s);
+}
+
+l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy8,
+                                 const l8_tensor *dy8t, const l8_tensor *db, l8_tensor *dx,
+                                 l8_stream *s)
+{
+    bwd_in in = { L8_ACT_NONE, NULL, NULL, dy8, dy8t, db };
+    if (!dy8)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward_fp8: dy8 is NULL");
+    return backward_impl(l, "l8_linear_backward_fp8", &in, saved, dx, s);
 }

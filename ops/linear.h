@@ -288,6 +288,61 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
                                               const l8_tensor *da, const l8_tensor *y,
                                               l8_tensor *dx, l8_stream *s);
 
+/* FP8 operands cast by the caller. An FP8 layer casts its X and dY on the
+ * call's stream, just before the GEMM that needs them. Where the producer
+ * of X or dY can write FP8 itself, or where X is ready long before the
+ * layer runs, the caller casts instead and the layer's step loses a launch:
+ *   - the first layer's input, cast on another stream while the weights
+ *     are cast: l8_fp8_cast_transpose(x, x8, x8t, L8_CAST_ACCUMULATE_AMAX,
+ *     side), then l8_linear_forward_fp8(l, x8, x8t, y, &saved, s) after s
+ *     waited for side;
+ *   - a dY whose producer (a fused loss or activation of the caller's)
+ *     writes dy8, dy8t and the column sums db itself, then
+ *     l8_linear_backward_fp8.
+ * The bytes must be those the layer's own cast would write: the layer's
+ * meta attached (the input meta for x8 / x8t, the grad_output meta for dy8 /
+ * dy8t: l8_recipe_meta(recipe, l8_linear_role_index(l, role)), in the
+ * role's format: E4M3 input, E5M2 grad_output under HYBRID), cast with that
+ * meta's current scale and its amax max-accumulated (the recipe update
+ * reads it); then the results are bit for bit those of l8_linear_forward /
+ * l8_linear_backward on the bf16 tensors. FP8 layers only (a bf16 layer:
+ * L8_ERR_INVALID_ARG).
+ *
+ * l8_linear_forward_fp8: Y = X . W^T + b from
+ *   x8   [T, K] (this rank's rows with column SP), 2-D, contiguous; read
+ *   x8t  [K, T] its transpose; read by the backward's wgrad: the ctx keeps
+ *        a view of it (not a copy: do not overwrite it before backward,
+ *        as with bf16's saved X). NULL only for inference (saved NULL).
+ * y and saved as in l8_linear_forward; y must not overlap x8 or x8t.
+ * Counted in forwards, not in input_casts. Errors: those of
+ * l8_linear_forward, L8_ERR_INVALID_ARG for a bf16 layer, a wrong dtype,
+ * shape or meta. */
+L8_NODISCARD l8_status l8_linear_forward_fp8(l8_linear *l, const l8_tensor *x8,
+                                             const l8_tensor *x8t, l8_tensor *y,
+                                             l8_linear_ctx **saved, l8_stream *s);
+
+/* l8_linear_backward_fp8: the backward of the forward that made *saved from
+ *   dy8  [T, N] the forward's T rows, 2-D, contiguous; read by dgrad
+ *   dy8t [N, T] its transpose; read by wgrad
+ *   db   [N] F32 or main_grad's dtype: the column sums of dY (before the
+ *        cast) when the layer has a bias, else NULL. The bias's main_grad
+ *        gets db as the layer's own dbias would (= on the first backward
+ *        of a step, += after); on the first backward of a step (without
+ *        accumulate_grad) db may be the bias's main_grad itself (the
+ *        config's bias_grad), written there by the producer: then nothing
+ *        more is enqueued; later, that is L8_ERR_INVALID_ARG (main_grad
+ *        holds the sum to add to).
+ * dx, main_grads, grad_ready and *saved as in l8_linear_backward; dx must
+ * not overlap dy8, dy8t or db. Counted in backwards, not in grad_casts.
+ * Errors: those of l8_linear_backward, L8_ERR_INVALID_ARG for a bf16 layer,
+ * a wrong dtype, shape or meta, db missing or given without a bias;
+ * L8_ERR_UNSUPPORTED for a row-parallel layer with sequence parallelism
+ * (it gathers dY in bf16 before the cast). */
+L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **saved,
+                                              const l8_tensor *dy8, const l8_tensor *dy8t,
+                                              const l8_tensor *db, l8_tensor *dx,
+                                              l8_stream *s);
+
 /* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
 void l8_linear_ctx_destroy(l8_linear_ctx *c);
 

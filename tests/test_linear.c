@@ -793,6 +793,189 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
     done_ctx(ctx);
 }
 
+/* ------------------------------------------------------------------------ */
+/* FP8 operands cast by the caller                                           */
+
+/* An FP8 tensor (rows, cols) of fmt carrying meta. */
+static l8_tensor *mk8(l8_ctx *ctx, l8_dtype fmt, int64_t rows, int64_t cols, l8_fp8_meta *meta)
+{
+    l8_tensor *t = mk(ctx, fmt, rows, cols);
+    L8_CK(l8_tensor_set_fp8_meta(t, meta));
+    return t;
+}
+
+/* Two FP8 layers with the same weights over two steps of two micro-batches
+ * (a recipe update between the steps): f[0] through l8_linear_forward /
+ * l8_linear_backward, f[1] through l8_linear_forward_fp8 /
+ * l8_linear_backward_fp8 with X and dY cast by the test with the layer's
+ * metas (dbias written straight into the bias's main_grad on the first
+ * micro-batch, into a tensor of its own on the second). y, dx, both
+ * main_grads and the recipes' state bit for bit; then the errors, which
+ * leave the ctx valid. */
+static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
+{
+    l8_rng r, r2;
+    l8_rng_init(&r, 0x8ca5 + (uint64_t)T);
+    r2 = r;
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec[2] = { mk_recipe(ctx), mk_recipe(ctx) };
+    fx f[2];
+    fx_init(&f[0], ctx, h, rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
+    fx_init(&f[1], ctx, h, rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+    l8_fp8_meta *mx = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin, L8_ROLE_INPUT));
+    l8_fp8_meta *mg = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin, L8_ROLE_GRAD_OUTPUT));
+    ck_assert(mx && mg);
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N);
+    l8_tensor *x8 = mk8(ctx, L8_E4M3, T, K, mx), *x8t = mk8(ctx, L8_E4M3, K, T, mx);
+    l8_tensor *dy8 = mk8(ctx, L8_E5M2, T, N, mg), *dy8t = mk8(ctx, L8_E5M2, N, T, mg);
+    l8_tensor *db = mk(ctx, L8_F32, N, -1);
+    l8_tensor *ty[2], *tdx[2];
+    for (int p = 0; p < 2; p++) {
+        ty[p] = mk(ctx, L8_BF16, T, N);
+        tdx[p] = mk(ctx, L8_BF16, T, K);
+    }
+    float *x = fmem(T * K), *dy = fmem(T * N), *o[2];
+    const int64_t big = (T > N ? T : N) * K;
+    o[0] = fmem(big);
+    o[1] = fmem(big);
+    for (int step = 0; step < 2; step++) {
+        for (int mb = 0; mb < 2; mb++) {
+            fill_bf16(&r, x, T * K);
+            fill_bf16(&r, dy, T * N);
+            put(tx, x);
+            put(tdy, dy);
+            for (int p = 0; p < 2; p++) {
+                poison(ty[p]);
+                poison(tdx[p]);
+            }
+            l8_linear_ctx *c0 = NULL, *c1 = NULL;
+            L8_CK(l8_linear_forward(f[0].lin, tx, ty[0], &c0, NULL));
+            L8_CK(l8_fp8_cast_transpose(tx, x8, x8t, L8_CAST_ACCUMULATE_AMAX, NULL));
+            L8_CK(l8_linear_forward_fp8(f[1].lin, x8, x8t, ty[1], &c1, NULL));
+            L8_CK(l8_linear_backward(f[0].lin, &c0, tdy, tdx[0], NULL));
+            l8_tensor *dbt = mb == 0 ? f[1].tgb : db;   /* straight into main_grad, first */
+            L8_CK(l8_fp8_cast_transpose_dbias(tdy, dy8, dy8t, dbt, L8_CAST_ACCUMULATE_AMAX, NULL));
+            if (step == 1 && mb == 1) {   /* errors: the ctx stays valid */
+                L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dy8t, NULL, tdx[1], NULL),
+                         L8_ERR_INVALID_ARG);           /* db missing */
+                L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dy8t, f[1].tgb, tdx[1], NULL),
+                         L8_ERR_INVALID_ARG);           /* main_grad after the first micro-batch */
+                L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dy8, db, tdx[1], NULL),
+                         L8_ERR_INVALID_ARG);           /* dy8t not transposed */
+                L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, x8, dy8t, db, tdx[1], NULL),
+                         L8_ERR_INVALID_ARG);           /* the input's meta and format */
+                L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, NULL, dy8t, db, tdx[1], NULL),
+                         L8_ERR_INVALID_ARG);
+                ck_assert_ptr_nonnull(c1);
+            }
+            L8_CK(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dy8t, dbt, tdx[1], NULL));
+            ck_assert_ptr_null(c1);
+            const l8_tensor *cmp[][2] = { { ty[0], ty[1] }, { tdx[0], tdx[1] } };
+            for (int k = 0; k < 2; k++) {
+                int64_t n = l8_tensor_numel(cmp[k][0]);
+                get(cmp[k][0], o[0]);
+                get(cmp[k][1], o[1]);
+                ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
+                              "%s step %d micro-batch %d: %s differs", dev, step, mb,
+                              k ? "dx" : "y");
+            }
+        }
+        const l8_tensor *cmp[][2] = { { f[0].tgw, f[1].tgw }, { f[0].tgb, f[1].tgb } };
+        for (int k = 0; k < 2; k++) {
+            int64_t n = l8_tensor_numel(cmp[k][0]);
+            get(cmp[k][0], o[0]);
+            get(cmp[k][1], o[1]);
+            ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
+                          "%s step %d: %s differs", dev, step, k ? "gb" : "gW");
+        }
+        l8_linear_stats s1 = stats(&f[1]);
+        ck_assert_uint_eq(s1.input_casts, 0);
+        ck_assert_uint_eq(s1.grad_casts, 0);
+        ck_assert_uint_eq(s1.forwards, 2 * (uint64_t)step + 2);
+        for (int p = 0; p < 2; p++) {
+            L8_CK(l8_recipe_update(rec[p], NULL));
+            L8_CK(l8_linear_begin_step(f[p].lin));
+        }
+        l8_tensor *st[2];
+        for (int p = 0; p < 2; p++)
+            L8_CK(l8_recipe_state(rec[p], &st[p], NULL, NULL, NULL));
+        int64_t n = l8_tensor_numel(st[0]);
+        float *hs[2] = { fmem(n), fmem(n) };
+        get(st[0], hs[0]);
+        get(st[1], hs[1]);
+        ck_assert_msg(memcmp(hs[0], hs[1], (size_t)n * 4) == 0, "%s step %d: the amax histories"
+                      " differ", dev, step);
+        free(hs[0]); free(hs[1]);
+        l8_tensor_destroy(st[0]);
+        l8_tensor_destroy(st[1]);
+    }
+    /* forward errors, and inference without x8t */
+    l8_linear_ctx *c = NULL;
+    L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, NULL, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(c);
+    L8_CK_ST(l8_linear_forward_fp8(f[1].lin, dy8, x8t, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8t, x8, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward_fp8(f[0].lin, x8, x8t, ty[0], &c, NULL),
+             L8_ERR_INVALID_ARG);                   /* another layer's meta */
+    L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, x8t, tdx[1], &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_fp8_cast_transpose(tx, x8, x8t, L8_CAST_ACCUMULATE_AMAX, NULL));
+    L8_CK(l8_linear_forward(f[0].lin, tx, ty[0], NULL, NULL));
+    L8_CK(l8_linear_forward_fp8(f[1].lin, x8, NULL, ty[1], NULL, NULL));
+    get(ty[0], o[0]);
+    get(ty[1], o[1]);
+    ck_assert(memcmp(o[0], o[1], (size_t)(T * N) * sizeof *o[0]) == 0);
+    l8_tensor *all[] = { tx, tdy, x8, x8t, dy8, dy8t, db, ty[0], ty[1], tdx[0], tdx[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++) {
+        fx_free(&f[p]);
+        l8_recipe_destroy(rec[p]);
+    }
+    free(x); free(dy); free(o[0]); free(o[1]);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_precast) { precast_run("host", 64, 48, 32); }
+END_TEST
+
+START_TEST(test_gpu_precast) { precast_run("cuda:0", _i ? 512 : 256, _i ? 1024 : 784, _i ? 256 : 16); }
+END_TEST
+
+/* a bf16 layer takes no FP8 operands */
+START_TEST(test_precast_bf16)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xb16);
+    l8_ctx *ctx = mk_ctx("host");
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    l8_fp8_meta *m = NULL;
+    L8_CK(l8_fp8_meta_create(ctx, &m));
+    fx f;
+    fx_init(&f, ctx, h, NULL, L8_LINEAR_BF16, 32, 16, 0, L8_F32, &r);
+    l8_tensor *x8 = mk8(ctx, L8_E4M3, 16, 32, m), *x8t = mk8(ctx, L8_E4M3, 32, 16, m);
+    l8_tensor *dy8 = mk8(ctx, L8_E5M2, 16, 16, m), *dy8t = mk8(ctx, L8_E5M2, 16, 16, m);
+    l8_tensor *y = mk(ctx, L8_BF16, 16, 16), *x = mk(ctx, L8_BF16, 16, 32);
+    poison(x);
+    l8_linear_ctx *c = NULL;
+    L8_CK_ST(l8_linear_forward_fp8(f.lin, x8, x8t, y, &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_linear_forward(f.lin, x, y, &c, NULL));
+    L8_CK_ST(l8_linear_backward_fp8(f.lin, &c, dy8, dy8t, NULL, NULL, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(c);
+    l8_linear_ctx_destroy(c);
+    l8_tensor *all[] = { x8, x8t, dy8, dy8t, y, x };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    l8_fp8_meta_release(m);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+END_TEST
+
 START_TEST(test_act) { act_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, 0); }
 END_TEST
 
@@ -1973,6 +2156,8 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_grad_ready);
     tcase_add_test(tc, test_refresh_weights);
     tcase_add_loop_test(tc, test_act, 0, 2);
+    tcase_add_test(tc, test_precast);
+    tcase_add_test(tc, test_precast_bf16);
     tcase_add_test(tc, test_save_hooks);
     tcase_add_test(tc, test_tags);
     tcase_add_test(tc, test_errors);
@@ -1988,6 +2173,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tg, test_gpu_linear_vs_host);
     tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
+    tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
     tcase_add_test(tg, test_gpu_elementwise);
