@@ -495,6 +495,8 @@ static l8_tensor *rows_of(l8_tensor *t, int64_t rows, l8_status *st)
 
 typedef struct batch_views {
     l8_tensor *order, *labels, *loss, *hit, *in, *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
+    l8_tensor *x8, *x8t;                      /* FP8 training: the first layer's input, cast
+                                                 outside the layer (see run_batch) */
 } batch_views;
 
 static void views_free(batch_views *v)
@@ -508,7 +510,32 @@ static void views_free(batch_views *v)
         l8_tensor_destroy(v->grad[i]);
         if (i < MAX_LAYERS) l8_tensor_destroy(v->pre[i]);
     }
+    l8_tensor_destroy(v->x8);     /* stream-ordered */
+    l8_tensor_destroy(v->x8t);
     memset(v, 0, sizeof *v);
+}
+
+/* An FP8 matrix (rows, cols) and its transpose in the role's format, with
+ * the role's meta of layer l, new storages for use on s (tags "<tag>",
+ * "<tag>_t") - what the layer's own cast would allocate. */
+static l8_status fp8_pair(model *m, l8_linear *l, l8_fp8_role role, int64_t rows, int64_t cols,
+                          l8_stream *s, const char *tag, l8_tensor **a, l8_tensor **at)
+{
+    l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(l, role));
+    l8_dtype fmt = l8_recipe_dtype(m->recipe, role);
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%s", tag, k ? "_t" : "");
+        int64_t sh[2] = { k ? cols : rows, k ? rows : cols };
+        l8_storage *st = NULL;
+        l8_tensor **t = k ? at : a;
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * cols), s, name, &st));
+        l8_status ret = l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t);
+        l8_storage_release(st);
+        L8_CHECK(ret);
+        L8_CHECK(l8_tensor_set_fp8_meta(*t, meta));
+    }
+    return L8_OK;
 }
 
 /* Views for the batch at rows [at, at + rows) of a pass; with stat, the
@@ -555,12 +582,21 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     batch_views v = {0};
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
+    /* FP8 training in one TP rank casts the images outside the first
+     * layer: on the side stream next to the gathers, while the weights are
+     * cast on s (l8_linear_forward_fp8 then multiplies them) */
+    const int pre8 = train && m->recipe && m->tp == 1;
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
+    if (pre8)
+        L8_TRY(st, fp8_pair(m, m->lin[0], L8_ROLE_INPUT, rows, m->ld[0], m->side, "fc1.x_fp8",
+                            &v.x8, &v.x8t), out);
     /* the batch on the side stream while the weight copies are made */
     L8_TRY(st, fork_side(m), out);
     L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
     L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+    if (pre8)
+        L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
     if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
@@ -573,9 +609,13 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
         /* layer i > 0 takes gelu(pre[i-1]): the GELU runs inside its input
          * cast (FP8) or into a tensor of the layer's own (bf16) */
-        L8_TRY(st, l8_linear_forward_act(m->lin[i], i ? L8_ACT_GELU : L8_ACT_NONE,
-                                         i ? v.pre[i - 1] : v.in, v.pre[i],
-                                         train ? &saved[i] : NULL, m->s), out);
+        if (pre8 && i == 0)
+            L8_TRY(st, l8_linear_forward_fp8(m->lin[0], v.x8, v.x8t, v.pre[0], &saved[0], m->s),
+                   out);
+        else
+            L8_TRY(st, l8_linear_forward_act(m->lin[i], i ? L8_ACT_GELU : L8_ACT_NONE,
+                                             i ? v.pre[i - 1] : v.in, v.pre[i],
+                                             train ? &saved[i] : NULL, m->s), out);
         if (off && i == 0) {
             /* bf16 saves a view of the images (the later layers save their
              * own act(x)): hand the saved view the images alone so that
