@@ -536,11 +536,10 @@ static l8_status need_cast(const l8_linear *l, const char *op, const char *name,
                            int64_t cols)
 {
     L8_CHECK(need(op, name, t, l->ctx, fmt, fmt));
-    if (l8_tensor_ndim(t) != 2 || l8_tensor_dim(t, 1) != cols ||
-        (rows >= 0 && l8_tensor_dim(t, 0) != rows) || l8_tensor_dim(t, 0) == 0)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must be 2-D (%s, %lld) (layer %s: %lld in, %lld"
-                       " out)", op, name, rows >= 0 ? "the forward's rows" : "rows",
-                       (long long)cols, l->name, (long long)l->K, (long long)l->N);
+    if (l8_tensor_ndim(t) != 2 || l8_tensor_dim(t, 1) != cols || l8_tensor_dim(t, 0) == 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must be 2-D (rows, %lld) (layer %s: %lld in,"
+                       " %lld out)", op, name, (long long)cols, l->name, (long long)l->K,
+                       (long long)l->N);
     if (rows >= 0 && l8_tensor_dim(t, 0) != rows)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has %lld rows, wanted %lld", op, name,
                        (long long)l8_tensor_dim(t, 0), (long long)rows);
