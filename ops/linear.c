@@ -652,25 +652,21 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         g.bias = l->b16;
         g.epilogue = L8_GEMM_EPI_BIAS;
     }
-    if (fp8 && precast) {
-        if (x8)
-            L8_TRY(ret, l8_comm_all_gather(l->tp, in->x8, x8, 0, s), out);
-        /* cast with the meta's current scale, as the layer's own cast would be */
+    if (fp8) {
+        /* X8 (T, K) e4m3: the caller's bytes, or act(X) cast here with X8t
+         * (K, T) in one pass (X8 alone for inference; the amax accumulates
+         * over the step's micro-batches); gathered along T with column SP */
+        l8_tensor *cast_to = xl8 ? xl8 : x8;
+        if (!precast) {
+            L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8t,
+                                                  L8_CAST_ACCUMULATE_AMAX, s), out);
+            l->stats.input_casts++;
+        }
+        if (gather_x)
+            L8_TRY(ret, l8_comm_all_gather(l->tp, precast ? in->x8 : cast_to, x8, 0, s), out);
+        /* the scale this input was cast with: the meta's current one */
         l->x_cast_epoch = l8_recipe_updates(l->recipe);
         g.a = x8 ? x8 : in->x8;   /* (T, K) e4m3 */
-        g.b = l->w8;
-        g.fast_accum = 1;
-    } else if (fp8) {
-        /* X8 (T, K) and X8t (K, T) e4m3 of act(X) in one pass (X8 alone
-         * for inference); the amax accumulates over the step's micro-batches */
-        l8_tensor *cast_to = xl8 ? xl8 : x8;
-        L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8t, L8_CAST_ACCUMULATE_AMAX,
-                                              s), out);
-        if (xl8)
-            L8_TRY(ret, l8_comm_all_gather(l->tp, xl8, x8, 0, s), out);
-        l->x_cast_epoch = l8_recipe_updates(l->recipe);
-        l->stats.input_casts++;
-        g.a = x8;                 /* (T, K) e4m3 */
         g.b = l->w8;              /* (N, K) e4m3 */
         g.fast_accum = 1;
     } else {
@@ -933,29 +929,25 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     wg.d = l->gw;                 /* (N, K) main_grad */
     wg.beta = first ? 0.0f : 1.0f;
     const l8_tensor *x_saved = xs ? xs : c->saved;
-    if (fp8 && precast) {
-        dg.a = in->dy8;           /* (T, N) e5m2 */
-        dg.b = l->w8t;
-        dg.trans_b = 1;
-        wg.a = in->dy8t;          /* (N, T) e5m2 */
-        wg.b = x_saved;
-        wg.trans_b = 1;
-    } else if (fp8) {
-        /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32 in one pass (of
-         * da * act'(y) when fused) */
-        if (fuse_act)
-            L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8t, db,
-                                                   L8_CAST_ACCUMULATE_AMAX, s), out);
-        else if (db)
-            L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX,
-                                                    s), out);
-        else
-            L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8t, L8_CAST_ACCUMULATE_AMAX, s), out);
-        l->stats.grad_casts++;
-        dg.a = dy8;               /* (T, N) e5m2 */
+    if (fp8) {
+        /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32: the caller's, or
+         * cast here in one pass (of da * act'(y) when fused) */
+        if (!precast) {
+            if (fuse_act)
+                L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8t, db,
+                                                       L8_CAST_ACCUMULATE_AMAX, s), out);
+            else if (db)
+                L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8t, db,
+                                                        L8_CAST_ACCUMULATE_AMAX, s), out);
+            else
+                L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8t, L8_CAST_ACCUMULATE_AMAX, s),
+                       out);
+            l->stats.grad_casts++;
+        }
+        dg.a = precast ? in->dy8 : dy8;     /* (T, N) e5m2 */
         dg.b = l->w8t;            /* (K, N) e4m3 */
         dg.trans_b = 1;
-        wg.a = dy8t;              /* (N, T) e5m2 */
+        wg.a = precast ? in->dy8t : dy8t;   /* (N, T) e5m2 */
         wg.b = x_saved;           /* (K, T) e4m3 */
         wg.trans_b = 1;
     } else {
@@ -984,12 +976,13 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     if (colsp)
         L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[1]), out);
     L8_TRY(ret, l8_gemm(l->gemm, &wg, s), out);
-    if (dbs)
-        L8_TRY(ret, l8_add_into(l->gb, dbs, s), out);
-    else if (precast && in->db && !first)
-        L8_TRY(ret, l8_add_into(l->gb, in->db, s), out);
-    else if (precast && in->db && !same_tensor(in->db, l->gb))   /* else written there already */
-        L8_TRY(ret, l8_convert(in->db, l->gb, s), out);
+    /* this micro-batch's bias gradient, when not written into main_grad
+     * already: added to it after the first micro-batch, else converted */
+    const l8_tensor *mb_db = precast ? in->db : dbs;
+    if (mb_db && !first)
+        L8_TRY(ret, l8_add_into(l->gb, mb_db, s), out);
+    else if (mb_db && !same_tensor(mb_db, l->gb))
+        L8_TRY(ret, l8_convert(mb_db, l->gb, s), out);
     if (reduce_dx)
         L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[2]), out);
     L8_TRY(ret, l8_event_record(l->ev, s), out);

@@ -87,6 +87,18 @@ static void get(const l8_tensor *t, float *out)
     free(buf);
 }
 
+/* a's and b's values, read into oa and ob, are the same bits (what: the
+ * failure message); returns their count */
+static int64_t same_bits(const l8_tensor *a, const l8_tensor *b, float *oa, float *ob,
+                         const char *what)
+{
+    int64_t n = l8_tensor_numel(a);
+    get(a, oa);
+    get(b, ob);
+    ck_assert_msg(memcmp(oa, ob, (size_t)n * sizeof *oa) == 0, "%s differs", what);
+    return n;
+}
+
 static void poison(l8_tensor *t)
 {
     size_t n = l8_tensor_nbytes(t);
@@ -759,12 +771,10 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
                                       { b[0].tgw, b[1].tgw }, { b[0].tgb, b[1].tgb } };
         static const char *names[] = { "y", "dx", "a.gW", "a.gb", "b.gW", "b.gb" };
         for (int k = 0; k < 6; k++) {
-            int64_t n = l8_tensor_numel(cmp[k][0]);
-            get(cmp[k][0], o[0]);
-            get(cmp[k][1], o[1]);
-            ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
-                          "%s %s shape %d step %d: %s differs", dev, fp8 ? "fp8" : "bf16", shape,
-                          step, names[k]);
+            char what[96];
+            snprintf(what, sizeof what, "%s %s shape %d step %d: %s", dev, fp8 ? "fp8" : "bf16",
+                     shape, step, names[k]);
+            int64_t n = same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
             for (int64_t i = 0; i < n; i++)
                 ck_assert_msg(!isnan(o[1][i]), "%s: NaN (unwritten) at %lld", names[k],
                               (long long)i);
@@ -873,21 +883,17 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
             ck_assert_ptr_null(c1);
             const l8_tensor *cmp[][2] = { { ty[0], ty[1] }, { tdx[0], tdx[1] } };
             for (int k = 0; k < 2; k++) {
-                int64_t n = l8_tensor_numel(cmp[k][0]);
-                get(cmp[k][0], o[0]);
-                get(cmp[k][1], o[1]);
-                ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
-                              "%s step %d micro-batch %d: %s differs", dev, step, mb,
-                              k ? "dx" : "y");
+                char what[64];
+                snprintf(what, sizeof what, "%s step %d micro-batch %d: %s", dev, step, mb,
+                         k ? "dx" : "y");
+                same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
             }
         }
         const l8_tensor *cmp[][2] = { { f[0].tgw, f[1].tgw }, { f[0].tgb, f[1].tgb } };
         for (int k = 0; k < 2; k++) {
-            int64_t n = l8_tensor_numel(cmp[k][0]);
-            get(cmp[k][0], o[0]);
-            get(cmp[k][1], o[1]);
-            ck_assert_msg(memcmp(o[0], o[1], (size_t)n * sizeof *o[0]) == 0,
-                          "%s step %d: %s differs", dev, step, k ? "gb" : "gW");
+            char what[48];
+            snprintf(what, sizeof what, "%s step %d: %s", dev, step, k ? "gb" : "gW");
+            same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
         }
         l8_linear_stats s1 = stats(&f[1]);
         ck_assert_uint_eq(s1.input_casts, 0);
