@@ -57,7 +57,7 @@ _Static_assert(offsetof(scalars, skip) == 8 && offsetof(scalars, norm) == 12 &&
                offsetof(scalars, clip) == 16 && offsetof(scalars, bc1) == 20 &&
                offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32 &&
                offsetof(scalars, lr) == 40 && offsetof(scalars, decay) == 44 &&
-               offsetof(scalars, psum) == 48,
+               offsetof(scalars, psum) == 48 && offsetof(scalars, cursor) == 52,
                "scalar offsets are those of ptx/optim.ptx");
 
 #define SGD_F_WD 1u
@@ -126,9 +126,24 @@ static double pow_sq(double b, uint64_t t)
     return r;
 }
 
+/* The step cursor, in l8_optim_finish: with a rate table, the step's rate
+ * rates[min(cursor, n - 1)] and AdamW's decay 1 - rate*wd (each rounded
+ * once, as l8_optim_step rounds them on the host); then cursor + 1. */
+static void cursor_ref(scalars *sc, const float *rates, uint32_t nrates, float wd, int adamw)
+{
+    if (rates) {
+        float lr = rates[sc->cursor < nrates ? sc->cursor : nrates - 1];
+        float lw = lr * wd;
+        sc->lr = lr;
+        sc->decay = adamw ? 1.0f - lw : 1.0f;
+    }
+    sc->cursor = sc->cursor + 1;
+}
+
 /* l8_optim_finish */
 static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float max_norm,
-                       float beta1, float beta2, int adamw, unsigned mode)
+                       float beta1, float beta2, int adamw, unsigned mode, const float *rates,
+                       uint32_t nrates, float wd)
 {
     double acc[RED_THREADS];
     for (unsigned t = 0; t < RED_THREADS; t++) {
@@ -144,6 +159,7 @@ static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float 
         sc->psum = (float)s;
         return;
     }
+    cursor_ref(sc, rates, nrates, wd, adamw);
     if (mode & FIN_REDUCED_IN)
         s = (double)sc->psum;
     sc->sumsq = s;
@@ -306,6 +322,8 @@ void l8_optim_destroy(l8_optim *o)
     l8_tensor_destroy(o->norm_t);
     l8_tensor_destroy(o->skip_t);
     l8_tensor_destroy(o->psum_t);
+    l8_tensor_destroy(o->cursor_t);
+    l8_tensor_destroy(o->rates);
     l8_storage_release(o->work);
     l8_storage_release(o->part_st);
     if (o->range != &o->whole)
@@ -360,6 +378,8 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
         int64_t one = 1;
         L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, psum), L8_F32, 1, &one, NULL,
                                           &o->psum_t), fail);
+        L8_TRY(st, l8_tensor_from_storage(o->work, offsetof(scalars, cursor), L8_I32, 1, &one,
+                                          NULL, &o->cursor_t), fail);
     }
     {
         scalars sc;
@@ -502,6 +522,47 @@ l8_status l8_optim_push_lr(l8_optim *o, l8_stream *s)
     return push_lr(o, s, w);
 }
 
+l8_status l8_optim_set_lr_table(l8_optim *o, const l8_tensor *rates, l8_stream *s)
+{
+    static const char *op = "l8_optim_set_lr_table";
+    L8_ARG(o != NULL);
+    L8_CHECK(l8i_resolve_stream(op, o->ctx, &s));
+    l8_tensor *own = NULL;
+    if (rates) {
+        L8_CHECK(l8i_need_tensor(op, "rates", rates, o->ctx));
+        int64_t n = l8_tensor_numel(rates);
+        if (l8_tensor_dtype(rates) != L8_F32 || l8_tensor_ndim(rates) != 1 || n < 1 ||
+            n > INT32_MAX || (n > 1 && l8_tensor_stride(rates, 0) != 1))
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: rates is %d-d %s with %lld elements, wanted a "
+                           "contiguous 1-d f32 tensor of 1 to 2^31 - 1 rates", op,
+                           l8_tensor_ndim(rates), l8_dtype_name(l8_tensor_dtype(rates)),
+                           (long long)n);
+        L8_CHECK(l8_tensor_narrow(rates, 0, 0, n, &own));   /* a view of our own */
+    }
+    void *w;
+    l8_status st = l8_storage_data(o->work, &w);
+    if (st == L8_OK && l8_ctx_backend(o->ctx) == L8_BACKEND_HOST) {
+        ((scalars *)w)->cursor = 0;
+    } else if (st == L8_OK) {
+        if (s != l8_ctx_stream(o->ctx, L8_STREAM_COMPUTE))
+            st = l8_storage_record_stream(o->work, s);
+        if (st == L8_OK) st = l8i_ctx_bind(o->ctx);
+        if (st == L8_OK)
+            st = L8_CU(cuMemsetD32Async, (CUdeviceptr)(uintptr_t)&((scalars *)w)->cursor, 0u,
+                       (size_t)1, l8i_stream_cu(s));
+    }
+    if (st != L8_OK) {
+        l8_tensor_destroy(own);
+        return st;
+    }
+    l8_tensor_destroy(o->rates);   /* stream-ordered: steps enqueued before may still read it */
+    o->rates = own;
+    o->nrates = own ? (uint32_t)l8_tensor_numel(own) : 0;
+    return L8_OK;
+}
+
+l8_tensor *l8_optim_cursor(const l8_optim *o) { return o ? o->cursor_t : NULL; }
+
 l8_status l8_optim_set_lr_external(l8_optim *o, int external)
 {
     L8_ARG(o != NULL);
@@ -519,21 +580,28 @@ static l8_status step_host(l8_optim *o, l8_stream *s, void *p, void *g, int bf16
     sgd_args sa = *sa0;
     int adamw = o->kind == L8_OPTIM_ADAMW;
     size_t gsz = bf16 ? 2 : 4;
-    /* the rate as the kernels read it: pushed, maybe earlier (external) */
-    aa.lr = sa.lr = sc->lr;
-    aa.decay = sc->decay;
+    void *rates = NULL;
+    float wd = adamw ? o->adamw.weight_decay : 0.0f;
+    if (o->rates)
+        L8_CHECK(l8_tensor_data(o->rates, &rates));
     for (int i = 0; i < o->nrange; i++) {
         const l8i_optim_range *r = &o->range[i];
         sumsq_ref((char *)g + r->off * gsz, bf16, r->numel, part + r->chunk,
                   (r->numel + CHUNK - 1) / CHUNK);
     }
     if (o->reduce) {
-        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_PARTIAL_OUT);
+        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_PARTIAL_OUT,
+                   rates, o->nrates, wd);
         L8_CHECK(o->reduce(o->reduce_arg, o->psum_t, s));
-        finish_ref(part, 0, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_REDUCED_IN);
+        finish_ref(part, 0, sc, max_norm, aa.beta1, aa.beta2, adamw, FIN_REDUCED_IN, rates,
+                   o->nrates, wd);
     } else {
-        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, 0);
+        finish_ref(part, o->nchunks, sc, max_norm, aa.beta1, aa.beta2, adamw, 0, rates,
+                   o->nrates, wd);
     }
+    /* the rate as the kernels read it: pushed, maybe earlier (external), or the table's */
+    aa.lr = sa.lr = sc->lr;
+    aa.decay = sc->decay;
     for (int i = 0; i < o->nrange; i++) {
         const l8i_optim_range *r = &o->range[i];
         float *pr = (float *)p + r->off;
@@ -548,11 +616,18 @@ static l8_status step_host(l8_optim *o, l8_stream *s, void *p, void *g, int bf16
 }
 
 /* l8_optim_finish on s; flags bit 0 AdamW, FIN_* the hook's two halves. */
-static l8_status launch_finish(l8_stream *s, CUfunction f, uint64_t a_part,
+static l8_status launch_finish(const l8_optim *o, l8_stream *s, CUfunction f, uint64_t a_part,
                                uint64_t nch, uint64_t a_sc, float max_norm, float beta1,
                                float beta2, uint32_t flags)
 {
-    void *args[] = { &a_part, &nch, &a_sc, &max_norm, &beta1, &beta2, &flags };
+    void *rates = NULL;
+    if (o->rates)
+        L8_CHECK(l8_tensor_data(o->rates, &rates));
+    uint64_t a_rates = dptr(rates);
+    uint32_t nrates = o->nrates;
+    float wd = o->kind == L8_OPTIM_ADAMW ? o->adamw.weight_decay : 0.0f;
+    void *args[] = { &a_part, &nch, &a_sc, &max_norm, &beta1, &beta2, &flags, &a_rates,
+                     &nrates, &wd };
     return l8i_launch(s, f, 1, 1, 1, RED_THREADS, 1, 1, 0, args);
 }
 
@@ -575,6 +650,8 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         L8_CHECK(l8_storage_record_stream(o->work, s));
         if (o->part_st)
             L8_CHECK(l8_storage_record_stream(o->part_st, s));
+        if (o->rates)
+            L8_CHECK(l8_storage_record_stream(l8_tensor_storage(o->rates), s));
         for (int k = 0; k < o->nstate; k++)
             L8_CHECK(l8_storage_record_stream(o->state_st[k], s));
     }
@@ -612,7 +689,7 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         sa.flags = (sa.wd != 0.0f ? SGD_F_WD : 0u) | (o->nstate ? SGD_F_MOM : 0u) |
                    (o->sgd.nesterov ? SGD_F_NEST : 0u);
     }
-    if (!o->lr_external) L8_CHECK(push_lr(o, s, w));
+    if (!o->lr_external && !o->rates) L8_CHECK(push_lr(o, s, w));
 
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         L8_CHECK(step_host(o, s, p, g, bf16, w, part, st0, st1, &aa, &sa, max_norm));
@@ -644,14 +721,14 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
         L8_CHECK(l8i_launch(s, fsum, grid, 1, 1, RED_THREADS, 1, 1, 0, args));
     }
     if (o->reduce) {
-        L8_CHECK(launch_finish(s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1, beta2,
-                               fadam | FIN_PARTIAL_OUT));
+        L8_CHECK(launch_finish(o, s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1,
+                               beta2, fadam | FIN_PARTIAL_OUT));
         L8_CHECK(o->reduce(o->reduce_arg, o->psum_t, s));
-        L8_CHECK(launch_finish(s, ffin, dptr(part), 0, a_sc, max_norm, beta1, beta2,
+        L8_CHECK(launch_finish(o, s, ffin, dptr(part), 0, a_sc, max_norm, beta1, beta2,
                                fadam | FIN_REDUCED_IN));
     } else {
-        L8_CHECK(launch_finish(s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1, beta2,
-                               fadam));
+        L8_CHECK(launch_finish(o, s, ffin, dptr(part), o->nchunks, a_sc, max_norm, beta1,
+                               beta2, fadam));
     }
     for (int i = 0; i < o->nrange; i++) {
         const l8i_optim_range *r = &o->range[i];

@@ -230,6 +230,35 @@ L8_NODISCARD l8_status l8_optim_set_lr_external(l8_optim *o, int external);
  * the values, so set_lr may change the rate at once after the call. Host
  * backend: written now. Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
 L8_NODISCARD l8_status l8_optim_push_lr(l8_optim *o, l8_stream *s);
+
+/* A schedule kept on the device, for steps captured in a CUDA graph with
+ * nothing enqueued between launches. rates: an L8_F32 1-d contiguous tensor
+ * of n >= 1 rates (finite, >= 0: not checked, they are device data) on o's
+ * context. From this call on, the k-th step (k = 0, 1, ...: every
+ * l8_optim_step, skipped or not) runs with rate rates[min(k, n - 1)] - for
+ * AdamW with decay 1 - rate*weight_decay, rounded as l8_optim_step rounds it
+ * on the host, so a table of the rates a loop would set gives bit for bit
+ * its results. k is the step cursor (l8_optim_cursor): this call resets it
+ * to 0 (enqueued on s, NULL: the compute stream); each step's l8_optim_finish
+ * kernel reads its entry and adds 1. The step's kernels get the table's
+ * address, so a captured step reads the table given at capture: to change
+ * the schedule, write new rates into the same tensor (in stream order) and
+ * call again to reset the cursor. o keeps a view of rates (its storage
+ * lives on) until the next call. rates NULL: the host's rate again
+ * (l8_optim_set_lr, l8_optim_set_lr_external); the cursor is reset and keeps
+ * counting. Host backend: the same, at once. Not saved in checkpoints.
+ * Errors: L8_ERR_INVALID_ARG (dtype, rank, stride, size, another context),
+ * L8_ERR_STATE (not on the device), L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_optim_set_lr_table(l8_optim *o, const l8_tensor *rates, l8_stream *s);
+
+/* The step cursor: an L8_I32 tensor of one element on o's device, a view
+ * of the step scalars owned by o (do not destroy): the number of steps since
+ * the last l8_optim_set_lr_table (or since create), modulo 2^32. Work
+ * enqueued in a step before l8_optim_step reads that step's number k (the
+ * finish kernel adds 1 after): l8_gather_rows_at and l8_put_rows_at
+ * (ops/gather.h) use it to pick the step's batch out of an epoch's order and
+ * to file its per-image results, inside a CUDA graph. NULL for NULL. */
+l8_tensor *l8_optim_cursor(const l8_optim *o);
 l8_optim_kind l8_optim_kind_of(const l8_optim *o);
 
 /* ---- state, for checkpoints ---- */

@@ -28,7 +28,8 @@ typedef struct l8i_optim_scalars {
     float decay;                    /* 1 - lr * weight_decay (AdamW) */
     float psum;                     /* the norm hook's tensor: this rank's sum of squares,
                                        then (after the hook) the group's */
-    uint8_t pad1[12];
+    uint32_t cursor;                /* steps since l8_optim_set_lr_table (l8_optim_cursor) */
+    uint8_t pad1[8];
 } l8i_optim_scalars;
 
 /* One range of the group's buffers the optimizer steps: elements [off, off
@@ -46,6 +47,8 @@ struct l8_optim {
     l8_sgd_config sgd;
     float lr;
     int lr_external;                /* 1: the caller pushes lr (l8_optim_set_lr_external) */
+    l8_tensor *rates;               /* l8_optim_set_lr_table's f32 [nrates], or NULL */
+    uint32_t nrates;
     uint64_t n;                     /* group buffer elements */
     uint64_t nchunks;               /* norm partials of all ranges */
     int nstate;
@@ -57,6 +60,7 @@ struct l8_optim {
     l8_storage *part_st;            /* f64 [nchunks] when more than part_cap; else NULL */
     l8_tensor *norm_t, *skip_t;     /* 0-dim views of the scalars */
     l8_tensor *psum_t;              /* f32 [1] view of scalars.psum: the hook's tensor */
+    l8_tensor *cursor_t;            /* i32 [1] view of scalars.cursor (l8_optim_cursor) */
     l8_stream *last;                /* stream of the last step */
     /* the ranges stepped: unsharded one, [0, n), in `whole` */
     int sharded;

@@ -793,6 +793,104 @@ START_TEST(test_lr_external)
 }
 END_TEST
 
+/* Rates from a device table (l8_optim_set_lr_table) against the same rates
+ * set on the host before each step, on dev: 6 steps of which the second is
+ * skipped (a NaN gradient: the cursor still advances) and the last two run
+ * past the table's 4 entries (its last rate). Then the table is dropped and
+ * a host rate drives one more step. table 0: set_lr before each step. */
+static snapshot run_table(const char *dev, int kind, int table)
+{
+    static const float rates[4] = { 7e-3f, 3.3e-3f, 1.1e-3f, 2.9e-4f };
+    l8_ctx *ctx = ctx_make_dev(dev, NULL);
+    l8_params *g = group_make(ctx, L8_F32, 96, 0x7ab1e);
+    l8_optim *o = NULL;
+    if (kind == 0) {
+        l8_adamw_config c = L8_ADAMW_CONFIG_INIT;
+        c.weight_decay = 0.1f;
+        L8_CK(l8_optim_create_adamw(g, &c, &o));
+    } else {
+        o = optim_of(g, kind);
+    }
+    l8_tensor *rt = NULL;
+    int64_t four = 4;
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &four, &rt));
+    L8_CK(l8_tensor_copy_from_host(rt, rates, sizeof rates, NULL));
+    if (table) L8_CK(l8_optim_set_lr_table(o, rt, NULL));
+    l8_tensor_destroy(rt);                 /* the optimizer keeps its own view */
+    l8_rng r;
+    l8_rng_init(&r, 0x7ab1e);
+    float *gr = xmalloc((size_t)nflat(g) * sizeof *gr);
+    for (int k = 0; k < 6; k++) {
+        grads_random(&r, g, gr, 2.0f, 0);
+        if (k == 1) gr[l8_params_offset(g, 0) + 3] = NAN;
+        grads_upload(g, gr);
+        if (!table) L8_CK(l8_optim_set_lr(o, rates[k < 4 ? k : 3]));
+        L8_CK(l8_optim_step(o, NULL, NULL));
+    }
+    if (table) {
+        ck_assert_int_eq(read_scalar_i32(l8_optim_cursor(o)), 6);
+        L8_CK(l8_optim_set_lr_table(o, NULL, NULL));
+        ck_assert_int_eq(read_scalar_i32(l8_optim_cursor(o)), 0);
+    }
+    grads_random(&r, g, gr, 2.0f, 0);
+    grads_upload(g, gr);
+    L8_CK(l8_optim_set_lr(o, 5e-3f));
+    L8_CK(l8_optim_step(o, NULL, NULL));
+    snapshot sn = snap(g, o);
+    free(gr);
+    l8_optim_destroy(o);
+    l8_params_destroy(g);
+    ctx_finish(ctx);
+    return sn;
+}
+
+static void lr_table_on(const char *dev)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        snapshot a = run_table(dev, kind, 0), b = run_table(dev, kind, 1);
+        snap_equal(&a, &b, a.n, kind ? "sgd: table vs host rates" : "adamw: table vs host rates");
+        ck_assert_uint_eq(a.step, 6);
+        snap_free(&a);
+        snap_free(&b);
+    }
+}
+
+START_TEST(test_lr_table) { lr_table_on("host"); }
+END_TEST
+
+START_TEST(test_gpu_lr_table) { lr_table_on("cuda:0"); }
+END_TEST
+
+START_TEST(test_lr_table_errors)
+{
+    l8_ctx *ctx = ctx_make(), *other = ctx_make();
+    l8_params *g = group_make(ctx, L8_F32, 8, 1);
+    l8_optim *o = optim_of(g, 0);
+    l8_tensor *i32 = NULL, *two = NULL, *empty = NULL, *xo = NULL, *strided = NULL;
+    int64_t one = 1, sh2[2] = { 2, 2 }, zero = 0, four = 4;
+    L8_CK(l8_tensor_empty(ctx, L8_I32, 1, &one, &i32));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 2, sh2, &two));
+    L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &zero, &empty));
+    L8_CK(l8_tensor_empty(other, L8_F32, 1, &four, &xo));
+    int64_t st2 = 2;
+    L8_CK(l8_tensor_from_storage(l8_tensor_storage(two), 0, L8_F32, 1, sh2, &st2, &strided));
+    L8_CK_ST(l8_optim_set_lr_table(NULL, two, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_set_lr_table(o, i32, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_set_lr_table(o, two, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_set_lr_table(o, empty, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_set_lr_table(o, xo, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_optim_set_lr_table(o, strided, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(l8_optim_cursor(NULL));
+    ck_assert_ptr_nonnull(l8_optim_cursor(o));
+    l8_tensor *all[] = { i32, two, empty, xo, strided };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) l8_tensor_destroy(all[i]);
+    l8_optim_destroy(o);
+    l8_params_destroy(g);
+    ctx_finish(other);
+    ctx_finish(ctx);
+}
+END_TEST
+
 /* Save master, state and step after k steps; restore into a fresh group and
  * optimizer; both continue bit for bit alike. State views per parameter
  * alias the flat state at the parameter's offset. */
@@ -1216,6 +1314,8 @@ Suite *l8_optim_suite(void)
     tcase_add_test(exact, test_skip_first_step);
     tcase_add_test(exact, test_determinism);
     tcase_add_test(exact, test_lr_external);
+    tcase_add_test(exact, test_lr_table);
+    tcase_add_test(exact, test_lr_table_errors);
     tcase_add_test(exact, test_resume);
     tcase_add_test(exact, test_streams_and_results);
     TCase *errors = tcase_create("errors");
@@ -1230,6 +1330,7 @@ Suite *l8_optim_suite(void)
     TCase *gpu = tcase_create("gpu_optim");
     tcase_add_test(gpu, test_gpu_matches_host);
     tcase_add_test(gpu, test_gpu_async_steps);
+    tcase_add_test(gpu, test_gpu_lr_table);
     tcase_set_tags(gpu, "gpu");
     tcase_set_timeout(gpu, 900);
     suite_add_tcase(s, gpu);
