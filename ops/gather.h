@@ -1,4 +1,5 @@
-/* gather.h - row gather: dst[r, :] = src[idx[r], :].
+/* gather.h - row gather: dst[r, :] = src[idx[r], :], and the moves at a
+ * device cursor that a step captured in a CUDA graph needs.
  *
  * What a training loop needs to draw a shuffled batch from a data set kept
  * on the device: the batch's rows are picked by an index tensor on the same
@@ -38,6 +39,31 @@ extern "C" {
  * device), L8_ERR_CUDA. Nothing is enqueued on an error. */
 L8_NODISCARD l8_status l8_gather_rows(const l8_tensor *src, const l8_tensor *idx, l8_tensor *dst,
                                       l8_tensor *bad, l8_stream *s);
+
+/* Moves at a device cursor: the row offset off = *cursor * stride is read
+ * when the kernel runs, not when it is enqueued, so one launch captured in
+ * a CUDA graph works on another slice at each replay. cursor: an L8_I32
+ * tensor of one element of the context (the optimizer's step cursor,
+ * l8_optim_cursor in ops/optim.h, counts a loop's steps); stride in
+ * [0, 2^31). Shapes, dtypes, strides, overlap (dst and bad with every
+ * input, the cursor included), bad and the stream as for l8_gather_rows.
+ * Errors: those of l8_gather_rows, and the cursor's (NULL, dtype, size,
+ * context) and the stride's. */
+
+/* dst[r, :] = src[idx[off + r], :] for r < R = dst's rows: the rows of step
+ * *cursor when idx holds an epoch's order batch after batch (stride = the
+ * batch size). idx: contiguous i32 of any length L >= 1. A position off + r
+ * outside [0, L) or an index outside [0, N) writes row r as zeros and counts
+ * in bad. */
+L8_NODISCARD l8_status l8_gather_rows_at(const l8_tensor *src, const l8_tensor *idx,
+                                         const l8_tensor *cursor, int64_t stride, l8_tensor *dst,
+                                         l8_tensor *bad, l8_stream *s);
+
+/* dst[off + r, :] = src[r, :] for r < R = src's rows: a step's per-row
+ * results (losses) filed at their place in the epoch's. dst (M, C): a row
+ * off + r outside [0, M) is not written and counts in bad. */
+L8_NODISCARD l8_status l8_put_rows_at(l8_tensor *dst, const l8_tensor *cursor, int64_t stride,
+                                      const l8_tensor *src, l8_tensor *bad, l8_stream *s);
 
 #ifdef __cplusplus
 }

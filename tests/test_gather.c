@@ -1,5 +1,7 @@
 /* test_gather.c - l8_gather_rows: the host path against a plain loop
  * (dtypes, repeats, strided views, out-of-range indices zeroed and counted),
+ * l8_gather_rows_at / l8_put_rows_at at a device cursor against a plain
+ * loop (partial batch, stride 0, negative and past-the-end cursors),
  * argument errors, and the GPU kernel against the host path byte for byte
  * (16-byte and byte paths, unaligned views, more rows than the grid's y
  * limit).
@@ -90,6 +92,64 @@ static void one_case(l8_ctx *ctx, l8_dtype dt, int64_t N, int64_t W, int64_t c0,
     free(sh); free(dh); free(want); free(ih);
 }
 
+/* The moves at a cursor, step by step as a loop of R-row batches over an
+ * order of L entries does them: for each cursor value k, gather_at picks
+ * rows idx[k*R + r] of an (N, C) src, and put_at files an (R, C) result at
+ * rows k*R + r of an (M, C) dst - both against a plain loop. The values
+ * include the last, partial batch, stride 0, a negative cursor and one
+ * past the end (zero rows / rows not written, counted in bad). */
+static void at_case(l8_ctx *ctx, l8_dtype dt, int64_t N, int64_t C, int64_t L, int64_t R,
+                    int64_t M, uint64_t salt)
+{
+    size_t es = l8_dtype_size(dt), rb = (size_t)C * es;
+    l8_rng r;
+    l8_rng_init(&r, salt);
+    uint8_t *sh = l8t_xmalloc((size_t)N * rb), *got = l8t_xmalloc((size_t)(R + M) * rb);
+    uint8_t *want = l8t_xmalloc((size_t)(R + M) * rb), *res = l8t_xmalloc((size_t)R * rb);
+    int32_t *ih = l8t_xmalloc((size_t)L * 4);
+    fill(&r, sh, (size_t)N * rb);
+    for (int64_t i = 0; i < L; i++) ih[i] = (int32_t)l8_rng_below(&r, (uint64_t)N);
+    ih[L / 2] = (int32_t)N;                                   /* one bad index in the order */
+    l8_tensor *src = mk(ctx, dt, N, C, sh), *ix = mk_idx(ctx, ih, L);
+    l8_tensor *d = mk(ctx, dt, R, C, NULL), *out = mk(ctx, dt, M, C, NULL);
+    l8_tensor *rs = mk(ctx, dt, R, C, NULL);
+    int32_t zero = 0;
+    l8_tensor *cur = mk(ctx, L8_I32, 1, 0, &zero), *bad = mk(ctx, L8_I32, 1, 0, &zero);
+    memset(want, 0x3C, (size_t)(R + M) * rb);
+    L8_CK(l8_tensor_copy_from_host(out, want + (size_t)R * rb, (size_t)M * rb, NULL));
+    const int32_t ks[] = { 0, 1, (int32_t)((L - 1) / R), (int32_t)((L - 1) / R) + 1, -1, 2 };
+    const int64_t strides[] = { R, R, R, R, R, 0 };
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+        int32_t k = ks[t];
+        int64_t off = (int64_t)k * strides[t];
+        int nbad = 0;
+        fill(&r, res, (size_t)R * rb);
+        L8_CK(l8_tensor_copy_from_host(rs, res, (size_t)R * rb, NULL));
+        L8_CK(l8_tensor_copy_from_host(cur, &k, 4, NULL));
+        L8_CK(l8_tensor_copy_from_host(bad, &zero, 4, NULL));
+        L8_CK(l8_gather_rows_at(src, ix, cur, strides[t], d, bad, NULL));
+        L8_CK(l8_put_rows_at(out, cur, strides[t], rs, bad, NULL));
+        for (int64_t i = 0; i < R; i++) {
+            int64_t pos = off + i, dr = off + i;
+            int64_t j = pos >= 0 && pos < L ? ih[pos] : -1;
+            if (j < 0 || j >= N) { memset(want + (size_t)i * rb, 0, rb); nbad++; }
+            else memcpy(want + (size_t)i * rb, sh + (size_t)j * rb, rb);
+            if (dr < 0 || dr >= M) nbad++;
+            else memcpy(want + (size_t)(R + dr) * rb, res + (size_t)i * rb, rb);
+        }
+        L8_CK(l8_tensor_copy_to_host(d, got, (size_t)R * rb, NULL));
+        L8_CK(l8_tensor_copy_to_host(out, got + (size_t)R * rb, (size_t)M * rb, NULL));
+        ck_assert_msg(memcmp(got, want, (size_t)R * rb) == 0, "%s gather_at cursor %d stride "
+                      "%lld differs", l8_dtype_name(dt), k, (long long)strides[t]);
+        ck_assert_msg(memcmp(got + (size_t)R * rb, want + (size_t)R * rb, (size_t)M * rb) == 0,
+                      "%s put_at cursor %d differs", l8_dtype_name(dt), k);
+        ck_assert_int_eq(read_bad(bad), nbad);
+    }
+    l8_tensor *all[] = { src, ix, d, out, rs, cur, bad };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) l8_tensor_destroy(all[i]);
+    free(sh); free(got); free(want); free(res); free(ih);
+}
+
 static void cases(const char *device)
 {
     l8_ctx *ctx = l8t_ctx(device, NULL, 0);
@@ -109,6 +169,10 @@ static void cases(const char *device)
         one_case(ctx, L8_E5M2, 300, 40000, 0, 40000, 40, 40000, 0, 1, 9);
         one_case(ctx, L8_BF16, 300, 9000, 8, 8192, 40, 8192, 0, 1, 10);
     }
+    /* lean8-train's step: images, labels and losses; then odd bytes */
+    at_case(ctx, L8_BF16, 1000, 784, 900, 256, 900, 11);
+    at_case(ctx, L8_I32, 1000, 1, 900, 256, 900, 12);
+    at_case(ctx, L8_E4M3, 50, 33, 37, 8, 40, 13);
     l8t_ctx_finish(ctx);
 }
 
@@ -149,6 +213,25 @@ START_TEST(test_gather_errors)
     L8_CK_ST(l8_gather_rows(s3, ix, d, NULL, NULL), L8_ERR_INVALID_ARG);     /* rank 3 */
     L8_CK_ST(l8_gather_rows(s, ix, alias, NULL, NULL), L8_ERR_INVALID_ARG);  /* overlap */
     L8_CK(l8_gather_rows(s, ix, d, NULL, NULL));
+    /* at a cursor: the cursor's dtype, size and overlap, the stride */
+    int32_t c0 = 0;
+    l8_tensor *cur = mk(ctx, L8_I32, 1, 0, &c0), *cur2 = mk(ctx, L8_I32, 2, 0, NULL);
+    l8_tensor *curf = mk(ctx, L8_F32, 1, 0, NULL), *curd = NULL;
+    L8_CK(l8_tensor_narrow(d, 0, 0, 1, &curd));
+    L8_CK_ST(l8_gather_rows_at(s, ix, NULL, 4, d, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gather_rows_at(s, ix, cur2, 4, d, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gather_rows_at(s, ix, curf, 4, d, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gather_rows_at(s, ix, cur, -1, d, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_gather_rows_at(s, ix, cur, 4, d, cur, NULL), L8_ERR_INVALID_ARG);  /* bad = cursor */
+    L8_CK_ST(l8_put_rows_at(s, cur, 4, d5, NULL, NULL), L8_ERR_INVALID_ARG);       /* columns */
+    L8_CK_ST(l8_put_rows_at(d16, cur, 4, d, NULL, NULL), L8_ERR_INVALID_ARG);      /* dtype */
+    L8_CK_ST(l8_put_rows_at(s, curd, 4, d, NULL, NULL), L8_ERR_INVALID_ARG);       /* cursor dtype */
+    L8_CK_ST(l8_put_rows_at(s, cur, 4, alias, NULL, NULL), L8_ERR_INVALID_ARG);    /* overlap */
+    L8_CK_ST(l8_put_rows_at(s, cur, (int64_t)1 << 31, d, NULL, NULL), L8_ERR_INVALID_ARG);
+    L8_CK(l8_gather_rows_at(s, ix, cur, 4, d, NULL, NULL));
+    L8_CK(l8_put_rows_at(s, cur, 4, d, NULL, NULL));
+    l8_tensor *at_t[] = { cur, cur2, curf, curd };
+    for (size_t i = 0; i < sizeof at_t / sizeof at_t[0]; i++) l8_tensor_destroy(at_t[i]);
     l8_tensor *all[] = { s, d, ix, ix3, d16, d5, ixf, bad2, badf, st, s3, alias, ix2d };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) l8_tensor_destroy(all[i]);
     l8_tensor_destroy(xo);
