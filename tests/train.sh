@@ -42,13 +42,18 @@ else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
 
 # CUDA graphs (the default on a GPU; the host backend runs the same calls
 # eagerly): every epoch line equals --no-graph's, with a partial last batch
-# (2000 = 31 x 64 + 16: warm-up, captures, a warm-up for the new shape)
+# (2000 = 31 x 64 + 16: each epoch launches the full batch's graph, then the
+# partial batch's): one capture per batch size, 3 x 32 launches less the two
+# warm-ups
 for mode in fp8 bf16; do
-    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
-    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 2 --no-graph > "$tmp/ng.txt" 2>&1 || bad "$mode: --no-graph run exited non-zero"
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
+    "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 --no-graph > "$tmp/ng.txt" 2>&1 || bad "$mode: --no-graph run exited non-zero"
     if [ -n "$(core "$tmp/g.txt")" ] && [ "$(core "$tmp/g.txt")" = "$(core "$tmp/ng.txt")" ]; then
         ok "$mode: graph steps equal eager steps bitwise ($(grep -c 'CUDA graph' "$tmp/g.txt") graph banner)"
     else bad "$mode: graph and --no-graph differ"; diff <(core "$tmp/g.txt") <(core "$tmp/ng.txt"); cat "$tmp/g.txt"; fi
+    if grep -qx 'graphs: 2 captures, 94 launches' "$tmp/g.txt" && ! grep -q '^graphs' "$tmp/ng.txt"; then
+        ok "$mode: one capture per batch size over 3 epochs"
+    else bad "$mode: graph captures: $(grep '^graphs' "$tmp/g.txt" "$tmp/ng.txt")"; fi
 done
 
 for mode in fp8 bf16; do

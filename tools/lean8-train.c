@@ -28,14 +28,17 @@
  * CUDA graphs (on a GPU, unless --no-graph): a training step - gather,
  * forward, backward, optimizer, recipe update - is captured once into a
  * CUDA graph (runtime/graph.h) and replayed for every later step of the
- * same batch size, one launch instead of ~50. The step reads its rows of
- * the epoch's order from a static buffer and writes its losses and hits to
- * static buffers: each step copies its slice of the order in and its
- * results out around the launch. The learning rate (cosine-decayed every
- * step) reaches the optimizer through device memory (l8_optim_push_lr,
- * enqueued before each launch). The first step and the first of another
- * batch size (the partial last batch) run eagerly as the graph's warm-up,
- * which reserves its memory, and are then captured. The results are those
+ * same batch size, one launch instead of ~50, and nothing else per step:
+ * the step finds everything that changes from step to step through the
+ * optimizer's step cursor k (l8_optim_cursor, counted on the device): it
+ * gathers rows order[k*B ...] of the epoch's order (l8_gather_rows_at),
+ * files its losses and hits at the same rows of the epoch's
+ * (l8_put_rows_at), and the optimizer takes rate k of the epoch's table of
+ * cosine-decayed rates (l8_optim_set_lr_table, uploaded with the order at
+ * each epoch's start). Each batch size (the full batch, the
+ * partial last one) has its own graph: its first step runs eagerly as the
+ * graph's warm-up, which reserves its memory, and is then captured; later
+ * steps of that size launch it, in every epoch. The results are those
  * of eager execution bit for bit: --no-graph runs every step eagerly, and
  * tests/train.sh compares the two.
  *
@@ -110,7 +113,9 @@ typedef struct model {
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
-    l8_tensor *step_order, *step_loss, *step_hit;  /* (B): a graph step's static rows */
+    l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
+    l8_tensor *rates;                         /* graphs: the epoch's learning rate per step */
+    int64_t lb;                               /* rows of a full batch in this rank */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *in;                            /* (B,784) bf16: the batch's images */
@@ -273,7 +278,7 @@ static void model_free(model *m)
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
     l8_offload_destroy(m->off);
     l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
-                        m->bad, m->step_order, m->step_loss, m->step_hit, m->in };
+                        m->bad, m->rates, m->step_loss, m->step_hit, m->in };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
         l8_tensor_destroy(m->grad[i]);
@@ -515,21 +520,19 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-/* An FP8 matrix (rows, cols) and its transpose in the role's format, with
- * the role's meta of layer l, new storages for use on s (tags "<tag>",
- * "<tag>_t") - what the layer's own cast would allocate. */
-static l8_status fp8_pair(model *m, l8_linear *l, l8_fp8_role role, int64_t rows, int64_t cols,
-                          l8_stream *s, const char *tag, l8_tensor **a, l8_tensor **at)
+/* FP8 training: the first layer's input X8 (rows, 784) and X8t (784, rows)
+ * in its input format with its input meta, new storages for use on the
+ * side stream - what the layer's own cast would allocate. */
+static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tensor **x8t)
 {
-    l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(l, role));
-    l8_dtype fmt = l8_recipe_dtype(m->recipe, role);
+    l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[0], L8_ROLE_INPUT));
+    l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
     for (int k = 0; k < 2; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "%s%s", tag, k ? "_t" : "");
-        int64_t sh[2] = { k ? cols : rows, k ? rows : cols };
+        int64_t sh[2] = { k ? m->ld[0] : rows, k ? rows : m->ld[0] };
         l8_storage *st = NULL;
-        l8_tensor **t = k ? at : a;
-        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * cols), s, name, &st));
+        l8_tensor **t = k ? x8t : x8;
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->side,
+                                          k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
         l8_status ret = l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t);
         l8_storage_release(st);
         L8_CHECK(ret);
@@ -539,13 +542,14 @@ static l8_status fp8_pair(model *m, l8_linear *l, l8_fp8_role role, int64_t rows
 }
 
 /* Views for the batch at rows [at, at + rows) of a pass; with stat, the
- * order, loss and hit rows are those of the static step buffers instead
- * (at is then ignored: a graph step's addresses never change). */
+ * loss and hit rows are those of the static step buffers instead and there
+ * is no order view: a graph step finds its rows at the step cursor (at is
+ * then ignored: a graph step's addresses never change). */
 static l8_status views_make(model *m, int64_t at, int64_t rows, int stat, batch_views *v)
 {
     l8_status st = L8_OK;
     if (stat) at = 0;
-    st = l8_tensor_narrow(stat ? m->step_order : m->order, 0, at, rows, &v->order);
+    else st = l8_tensor_narrow(m->order, 0, at, rows, &v->order);
     if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_loss : m->loss, 0, at, rows, &v->loss);
     if (st == L8_OK) st = l8_tensor_narrow(stat ? m->step_hit : m->hit, 0, at, rows, &v->hit);
     v->labels = rows_of(m->labels, rows, &st);
@@ -576,7 +580,10 @@ static l8_status fork_side(model *m)
 /* Forward (and with train, backward and the optimizer step) of the batch at
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
- * loss[at + r], hit[at + r]. Enqueued on m->s; nothing waits. */
+ * loss[at + r], hit[at + r]. Enqueued on m->s; nothing waits. With stat (a
+ * graph step, training), at = k * lb for the optimizer's step cursor k,
+ * read on the device: the step's rows are gathered, and its losses and
+ * hits filed, at the cursor. */
 static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int train, int stat)
 {
     batch_views v = {0};
@@ -589,12 +596,18 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
     if (pre8)
-        L8_TRY(st, fp8_pair(m, m->lin[0], L8_ROLE_INPUT, rows, m->ld[0], m->side, "fc1.x_fp8",
-                            &v.x8, &v.x8t), out);
+        L8_TRY(st, first_input_fp8(m, rows, &v.x8, &v.x8t), out);
     /* the batch on the side stream while the weight copies are made */
     L8_TRY(st, fork_side(m), out);
-    L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
-    L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+    if (stat) {
+        l8_tensor *k = l8_optim_cursor(m->optim);
+        L8_TRY(st, l8_gather_rows_at(m->x[split], m->order, k, m->lb, v.in, m->bad, m->side), out);
+        L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->side),
+               out);
+    } else {
+        L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
+        L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+    }
     if (pre8)
         L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
@@ -627,6 +640,11 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     /* mean loss over the batch: gradient scale 1/rows */
     L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
                                train ? v.grad[m->nl] : NULL, v.loss, v.hit, m->s), out);
+    if (stat) {                   /* before the optimizer step moves the cursor on */
+        l8_tensor *k = l8_optim_cursor(m->optim);
+        L8_TRY(st, l8_put_rows_at(m->loss, k, m->lb, v.loss, m->bad, m->s), out);
+        L8_TRY(st, l8_put_rows_at(m->hit, k, m->lb, v.hit, m->bad, m->s), out);
+    }
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
         for (int i = m->nl - 1; i >= 0; i--) {
@@ -674,60 +692,84 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
     return run_batch(t->m, 0, 0, t->rows, 1, 1);
 }
 
-/* dst[dat, dat + rows) = src[sat, sat + rows), 1-D, enqueued on s. */
-static l8_status copy_rows(l8_tensor *dst, int64_t dat, l8_tensor *src, int64_t sat, int64_t rows,
-                           l8_stream *s)
-{
-    l8_tensor *d = NULL, *v = NULL;
-    l8_status st = l8_tensor_narrow(dst, 0, dat, rows, &d);
-    if (st == L8_OK) st = l8_tensor_narrow(src, 0, sat, rows, &v);
-    if (st == L8_OK) st = l8_tensor_copy(d, v, s);
-    l8_tensor_destroy(d);
-    l8_tensor_destroy(v);
-    return st;
-}
-
-/* The graph state of a run: the graph, the batch size it was captured for
- * (0: none yet), and the step it runs. */
-typedef struct graph_run {
-    l8_graph *g;
-    int64_t rows;
+/* The graphs of a run, one per batch size: slot 0 holds the full batch's,
+ * slot 1 the partial last batch's (re-captured should yet another size
+ * come). Each is captured once, so an epoch's last step and the next
+ * epoch's first launch their graphs instead of warming up and capturing
+ * again. on: 0 when every step runs eagerly. */
+typedef struct graph_slot {
+    l8_graph *g;                              /* NULL until its size first comes */
+    int64_t rows;                             /* the batch size captured (0: none yet) */
     train_step step;
+} graph_slot;
+
+typedef struct graph_run {
+    int on;
+    graph_slot slot[2];
 } graph_run;
 
-/* Drop the graph: the remaining steps run eagerly (same results). */
+/* Drop the graphs: the remaining steps run eagerly (same results). */
 static void graph_drop(model *m, graph_run *gr, const char *why)
 {
     fprintf(stderr, "lean8-train: %s (%s); running the remaining steps eagerly\n", why,
             l8_last_error_string());
     l8_error_clear();
-    l8_graph_destroy(gr->g);
-    gr->g = NULL;
-    if (l8_optim_set_lr_external(m->optim, 0) != L8_OK) l8_error_clear();
+    for (int k = 0; k < 2; k++) {
+        l8_graph_destroy(gr->slot[k].g);
+        gr->slot[k].g = NULL;
+    }
+    gr->on = 0;
+    if (l8_optim_set_lr_table(m->optim, NULL, m->s) != L8_OK) l8_error_clear();
 }
 
-/* The training step of rows [at, at + rows), with the rate set by
- * l8_optim_set_lr: eagerly without a graph; with one, the batch's order
- * into the static buffer, the rate into the optimizer's device scalars,
- * then a launch - or, for the first step and whenever the batch size
- * changes, an eager warm-up of the step followed by its capture - and the
- * losses and hits out to their places in the pass. */
+/* The training step of rows [at, at + rows): eagerly without graphs, with
+ * the rate set by l8_optim_set_lr; with them, a launch of the graph of this
+ * batch size - or, the first time the size comes, an eager warm-up of the
+ * step followed by its capture. Nothing else is enqueued: the step finds
+ * its rows, its rate (the epoch's table) and the places of its losses and
+ * hits through the optimizer's step cursor, at = cursor * lb. */
 static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows)
 {
-    if (!gr->g) return run_batch(m, 0, at, rows, 1, 0);
-    L8_CHECK(copy_rows(m->step_order, 0, m->order, at, rows, m->s));
-    L8_CHECK(l8_optim_push_lr(m->optim, m->s));
-    if (rows == gr->rows) {
-        L8_CHECK(l8_graph_launch(gr->g));
+    if (!gr->on) return run_batch(m, 0, at, rows, 1, 0);
+    graph_slot *g = &gr->slot[rows == gr->slot[0].rows || !gr->slot[0].rows ? 0 : 1];
+    if (rows == g->rows) {
+        L8_CHECK(l8_graph_launch(g->g));
     } else {
-        gr->step.m = m;
-        gr->step.rows = rows;
-        L8_CHECK(l8_graph_warmup(gr->g, train_step_fn, &gr->step));   /* this step runs */
-        if (l8_graph_capture(gr->g, train_step_fn, &gr->step) == L8_OK) gr->rows = rows;
+        if (!g->g) L8_CHECK(l8_graph_create(m->ctx, m->s, &g->g));
+        g->step.m = m;
+        g->step.rows = rows;
+        g->rows = 0;
+        L8_CHECK(l8_graph_warmup(g->g, train_step_fn, &g->step));   /* this step runs */
+        if (l8_graph_capture(g->g, train_step_fn, &g->step) == L8_OK) g->rows = rows;
         else graph_drop(m, gr, "capturing the step failed");
     }
-    L8_CHECK(copy_rows(m->loss, at, m->step_loss, 0, rows, m->s));
-    return copy_rows(m->hit, at, m->step_hit, 0, rows, m->s);
+    return L8_OK;
+}
+
+/* The rate of the step at row b of this rank's order in epoch e: cosine
+ * decay from --lr to 0 over the whole run, by global step. */
+static float rate_at(const opts *o, int e, int64_t b, int64_t ntrain)
+{
+    double prog = ((double)e * (double)ntrain + (double)(b * o->dp)) /
+                  ((double)o->epochs * (double)ntrain);
+    return (float)(o->lr * 0.5 * (1.0 + cos(M_PI * prog)));
+}
+
+/* Graphs: epoch e's rates, one per step of nlocal rows in batches of lb,
+ * into m->rates and the optimizer's table (the step cursor back to 0),
+ * enqueued on m->s after the previous epoch's steps. scratch: a float per
+ * step. */
+static l8_status push_rates(model *m, const opts *o, int e, int64_t ntrain, int64_t nlocal,
+                            float *scratch)
+{
+    int64_t n = 0;
+    for (int64_t b = 0; b < nlocal; b += m->lb) scratch[n++] = rate_at(o, e, b, ntrain);
+    l8_tensor *v = NULL;
+    l8_status st = l8_tensor_narrow(m->rates, 0, 0, n, &v);
+    if (st == L8_OK) st = l8_tensor_copy_from_host(v, scratch, (size_t)n * sizeof *scratch, m->s);
+    l8_tensor_destroy(v);
+    if (st == L8_OK) st = l8_optim_set_lr_table(m->optim, m->rates, m->s);
+    return st;
 }
 
 /* After a pass: wait for it, add up the loss and hits of its first n images
@@ -1030,7 +1072,7 @@ int main(int argc, char **argv)
     fmnist_data train = {0}, test = {0};
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
-    graph_run gr = { NULL, 0, { NULL, 0 } };
+    graph_run gr = {0};
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
@@ -1056,9 +1098,7 @@ int main(int argc, char **argv)
      * blocks): a captured step could not replay that, so offloaded steps run eagerly */
     if (o.offload) o.no_graph = 1;
     if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST)) {
-        CK(l8_graph_create(m.ctx, m.s, &gr.g));
-        CK(l8_optim_set_lr_external(m.optim, 1));
-        m.step_order = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
+        gr.on = 1;
         m.step_loss = new2(m.ctx, L8_F32, o.batch / o.dp, 0, &st);
         m.step_hit = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
         CK(st);
@@ -1079,6 +1119,8 @@ int main(int argc, char **argv)
     m.order = new2(m.ctx, L8_I32, m.R, 0, &st);
     m.loss = new2(m.ctx, L8_F32, m.R, 0, &st);
     m.hit = new2(m.ctx, L8_I32, m.R, 0, &st);
+    m.lb = o.batch / o.dp;
+    if (gr.on) m.rates = new2(m.ctx, L8_F32, m.R / m.lb + 1, 0, &st);   /* steps of a pass */
     m.bad = new2(m.ctx, L8_I32, 1, 0, &st);
     CK(st);
     {
@@ -1101,7 +1143,7 @@ int main(int argc, char **argv)
            (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
                     l8_tensor_nbytes(m.y[1])) / 1048576.0);
-    if (gr.g && l8_graph_native(m.ctx))
+    if (gr.on && l8_graph_native(m.ctx))
         printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
@@ -1118,12 +1160,10 @@ int main(int argc, char **argv)
         double loss = 0, t0 = now_s();
         int64_t hits = 0, seen = 0;
         CK(upload_order(&m, order, nlocal));
+        if (gr.on) CK(push_rates(&m, &o, e, ntrain, nlocal, lh));   /* lh: scratch here */
         for (int64_t b = 0; b < nlocal; b += lb) {
             int64_t rows = nlocal - b < lb ? nlocal - b : lb;
-            /* cosine decay from lr to 0 over the whole run, by global step */
-            double prog = ((double)e * (double)ntrain + (double)(b * o.dp)) /
-                          ((double)o.epochs * (double)ntrain);
-            CK(l8_optim_set_lr(m.optim, (float)(o.lr * 0.5 * (1.0 + cos(M_PI * prog)))));
+            CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));   /* eager steps */
             CK(train_batch(&m, &gr, b, rows));
             /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it): counted on
              * the host - reading the optimizer's device step would wait for the GPU - and
@@ -1166,13 +1206,26 @@ int main(int argc, char **argv)
                (unsigned long long)os.saves, (unsigned long long)os.copies_out, os.bytes_out / 1048576.0,
                (unsigned long long)os.copies_in, (unsigned long long)os.released);
     }
+    if (gr.on) {
+        /* one capture per batch size however many epochs: tests/train.sh checks it */
+        uint64_t caps = 0, launches = 0;
+        for (int k = 0; k < 2; k++) {
+            l8_graph_stats gs = { .size = sizeof gs };
+            if (!gr.slot[k].g) continue;
+            CK(l8_graph_get_stats(gr.slot[k].g, &gs));
+            caps += gs.captures;
+            launches += gs.launches;
+        }
+        printf("graphs: %llu captures, %llu launches\n", (unsigned long long)caps,
+               (unsigned long long)launches);
+    }
     rc = 0;
 fail:
     free(perm);
     free(order);
     free(lh);
     free(hh);
-    l8_graph_destroy(gr.g);
+    for (int k = 0; k < 2; k++) l8_graph_destroy(gr.slot[k].g);
     model_free(&m);
     fmnist_free(&train);
     fmnist_free(&test);
