@@ -108,7 +108,7 @@ typedef struct model {
     l8_stream *side;                          /* the copy stream: the batch gathers (next to
                                                  the weight copies) and, in one process, the
                                                  recipe update (next to the optimizer) */
-    l8_event *ev_fork, *ev_join, *ev_labels;
+    l8_event *ev_fork, *ev_join;
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
@@ -294,7 +294,6 @@ static void model_free(model *m)
     l8_comm_destroy(m->world);
     l8_event_destroy(m->ev_fork);
     l8_event_destroy(m->ev_join);
-    l8_event_destroy(m->ev_labels);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -411,7 +410,6 @@ static l8_status model_build(model *m, const opts *o)
     m->side = l8_ctx_stream(m->ctx, L8_STREAM_COPY);
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_fork));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
-    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_labels));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -599,24 +597,20 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
     if (pre8)
         L8_TRY(st, first_input_fp8(m, rows, &v.x8, &v.x8t), out);
-    /* the batch on the side stream while the weight copies are made: the
-     * images (and their FP8 cast) first, for the first layer; then the
-     * labels, which only the loss waits for */
-    l8_tensor *k = stat ? l8_optim_cursor(m->optim) : NULL;
+    /* the batch on the side stream while the weight copies are made */
     L8_TRY(st, fork_side(m), out);
-    if (stat)
+    if (stat) {
+        l8_tensor *k = l8_optim_cursor(m->optim);
         L8_TRY(st, l8_gather_rows_at(m->x[split], m->order, k, m->lb, v.in, m->bad, m->side), out);
-    else
+        L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->side),
+               out);
+    } else {
         L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
+        L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+    }
     if (pre8)
         L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
-    if (stat)
-        L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->side),
-               out);
-    else
-        L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
-    L8_TRY(st, l8_event_record(m->ev_labels, m->side), out);
     if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
         /* every layer's weight copies at once (FP8: one cast launch for all) */
@@ -644,10 +638,10 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         }
     }
     /* mean loss over the batch: gradient scale 1/rows */
-    L8_TRY(st, l8_stream_wait_event(m->s, m->ev_labels), out);
     L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
                                train ? v.grad[m->nl] : NULL, v.loss, v.hit, m->s), out);
     if (stat) {                   /* before the optimizer step moves the cursor on */
+        l8_tensor *k = l8_optim_cursor(m->optim);
         L8_TRY(st, l8_put_rows_at(m->loss, k, m->lb, v.loss, m->bad, m->s), out);
         L8_TRY(st, l8_put_rows_at(m->hit, k, m->lb, v.hit, m->bad, m->s), out);
     }
