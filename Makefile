@@ -381,9 +381,11 @@ $(FMNIST_RAW)/%-ubyte: | dataset
 	$(Q)if [ -f $(FMNIST_DIR)/$*-ubyte.gz ]; then zcat $(FMNIST_DIR)/$*-ubyte.gz > $@.tmp; \
 	    else cp $(FMNIST_DIR)/$*-ubyte $@.tmp; fi && mv $@.tmp $@
 
-# The module's checks, then a short training run of the example on the host
+# The module's named constants against the C headers (needs only $(CC)),
+# the module's checks, then a short training run of the example on the host
 # (one epoch; the full run, 5 epochs to >= 0.88, is the GPU's).
 test-fortran: fortran $(if $(HAVE_FC),$(FMNIST_FILES:%=$(FMNIST_RAW)/%))
+	$(Q)tests/fortran_consts.sh $(CC) $(CPPFLAGS)
 ifneq ($(HAVE_FC),)
 	$(Q)L8_DEVICE=host $(BUILD)/bin/lean8-fortran-test
 	$(Q)if [ -n "$(VALGRIND)" ]; then L8_DEVICE=host $(VALGRIND) -q --error-exitcode=99 --leak-check=full \

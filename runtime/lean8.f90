@@ -42,6 +42,11 @@ module lean8
     integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
     ! ---- activations fused into the Linear's casts (ops/cast.h) ----
     integer(c_int), parameter, public :: L8_ACT_NONE = 0, L8_ACT_GELU = 1
+    ! ---- FP8 tensor roles of a recipe (ops/recipe.h) ----
+    integer(c_int), parameter, public :: L8_ROLE_INPUT = 0, L8_ROLE_WEIGHT = 1, &
+        L8_ROLE_GRAD_OUTPUT = 2
+    ! ---- flags of the FP8 casts (ops/cast.h; `unsigned` there) ----
+    integer(c_int), parameter, public :: L8_CAST_ACCUMULATE_AMAX = 1
     ! ---- communicator transports and reductions (runtime/comm.h) ----
     integer(c_int), parameter, public :: L8_COMM_DEFAULT = 0, L8_COMM_NCCL = 1, L8_COMM_TCP = 2, &
         L8_COMM_THREADS = 3
@@ -62,6 +67,9 @@ module lean8
         type(c_ptr) :: p = c_null_ptr
     end type
     type, bind(c), public :: l8_recipe
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_fp8_meta          ! an FP8 tensor's scale, scale_inv, amax
         type(c_ptr) :: p = c_null_ptr
     end type
     type, bind(c), public :: l8_linear
@@ -122,17 +130,25 @@ module lean8
     public :: l8_last_error_message, l8_status_name, l8_version
     public :: l8_ctx_create, l8_ctx_destroy, l8_ctx_synchronize, l8_ctx_device_name
     public :: l8_tensor_empty, l8_tensor_from_array, l8_tensor_to_array, l8_tensor_copy_from_array
-    public :: l8_tensor_destroy, l8_tensor_numel, l8_tensor_dims
+    public :: l8_tensor_destroy, l8_tensor_numel, l8_tensor_dims, l8_tensor_dtype
+    public :: l8_fp8_meta_create, l8_fp8_meta_release, l8_fp8_meta_get, l8_fp8_meta_set
+    public :: l8_tensor_set_fp8_meta, l8_tensor_fp8_meta
     public :: l8_params_create, l8_params_destroy, l8_params_add, l8_params_finalize
     public :: l8_params_master, l8_params_main_grad, l8_params_master_flat
     public :: l8_params_init_uniform, l8_params_init_kaiming_uniform
     public :: l8_gemm_handle_create, l8_gemm_handle_destroy
     public :: l8_recipe_create, l8_recipe_destroy, l8_recipe_update
+    public :: l8_recipe_count, l8_recipe_meta, l8_recipe_dtype
+    public :: l8_fp8_cast, l8_fp8_cast_transpose, l8_fp8_cast_transpose_dbias, l8_fp8_dequantize
     public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
     public :: l8_linear_refresh_weights
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
     public :: l8_linear_forward_act, l8_linear_backward_act
+    public :: l8_linear_forward_fp8, l8_linear_backward_fp8, l8_linear_role_index
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
+    public :: l8_optim_lr, l8_optim_set_lr_external, l8_optim_push_lr
+    public :: l8_optim_set_lr_table, l8_optim_cursor
+    public :: l8_gather_rows, l8_gather_rows_at, l8_put_rows_at
     public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
     public :: l8_tag_push, l8_tag_pop
     public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
@@ -142,17 +158,19 @@ module lean8
     public :: l8_comm_all_reduce, l8_comm_broadcast
     public :: l8_fortran_check_layouts
 
-    ! Tensors from and to Fortran arrays of f32 (real(c_float)) or i32
-    ! (integer(c_int32_t)) elements, of any rank the C side takes (one
-    ! assumed-rank procedure per element type).
+    ! Tensors from and to Fortran arrays of f32 (real(c_float)), i32
+    ! (integer(c_int32_t)) or byte (integer(c_int8_t)) elements, of any rank
+    ! the C side takes (one assumed-rank procedure per element type). Bytes
+    ! make a new L8_U8 tensor, and copy the raw bytes of any tensor of as many
+    ! bytes (FP8 data: one byte per element, unscaled codes).
     interface l8_tensor_from_array
-        module procedure from_f32, from_i32
+        module procedure from_f32, from_i32, from_i8
     end interface
     interface l8_tensor_copy_from_array
-        module procedure copy_from_f32, copy_from_i32
+        module procedure copy_from_f32, copy_from_i32, copy_from_i8
     end interface
     interface l8_tensor_to_array
-        module procedure to_f32, to_i32
+        module procedure to_f32, to_i32, to_i8
     end interface
 
     ! ---- the C functions (private: the wrappers below are the interface) ----
@@ -483,6 +501,150 @@ module lean8
         end subroutine
     end interface
 
+    ! ---- FP8 metadata and casts, caller-cast Linear, row moves, rate schedules ----
+    interface
+        function c_tensor_dtype(t) bind(c, name='l8_tensor_dtype')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t
+            integer(c_int) :: c_tensor_dtype
+        end function
+        function c_fp8_meta_create(ctx, out) bind(c, name='l8_fp8_meta_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            type(c_ptr) :: out
+            integer(c_int) :: c_fp8_meta_create
+        end function
+        subroutine c_fp8_meta_release(m) bind(c, name='l8_fp8_meta_release')
+            import :: c_ptr
+            type(c_ptr), value :: m
+        end subroutine
+        function c_fp8_meta_get(m, scale, scale_inv, amax) bind(c, name='l8_fp8_meta_get')
+            import :: c_ptr, c_int, c_float
+            type(c_ptr), value :: m
+            real(c_float) :: scale, scale_inv, amax
+            integer(c_int) :: c_fp8_meta_get
+        end function
+        function c_fp8_meta_set(m, scale, scale_inv, amax) bind(c, name='l8_fp8_meta_set')
+            import :: c_ptr, c_int, c_float
+            type(c_ptr), value :: m
+            real(c_float), value :: scale, scale_inv, amax
+            integer(c_int) :: c_fp8_meta_set
+        end function
+        function c_tensor_set_fp8_meta(t, m) bind(c, name='l8_tensor_set_fp8_meta')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t, m
+            integer(c_int) :: c_tensor_set_fp8_meta
+        end function
+        function c_tensor_fp8_meta(t) bind(c, name='l8_tensor_fp8_meta')
+            import :: c_ptr
+            type(c_ptr), value :: t
+            type(c_ptr) :: c_tensor_fp8_meta
+        end function
+        function c_recipe_count(r) bind(c, name='l8_recipe_count')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r
+            integer(c_int) :: c_recipe_count
+        end function
+        function c_recipe_meta(r, i) bind(c, name='l8_recipe_meta')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r
+            integer(c_int), value :: i
+            type(c_ptr) :: c_recipe_meta
+        end function
+        function c_recipe_dtype(r, role) bind(c, name='l8_recipe_dtype')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r
+            integer(c_int), value :: role
+            integer(c_int) :: c_recipe_dtype
+        end function
+        function c_linear_role_index(l, role) bind(c, name='l8_linear_role_index')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l
+            integer(c_int), value :: role
+            integer(c_int) :: c_linear_role_index
+        end function
+        function c_fp8_cast(x, out, flags, s) bind(c, name='l8_fp8_cast')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, out, s
+            integer(c_int), value :: flags
+            integer(c_int) :: c_fp8_cast
+        end function
+        function c_fp8_cast_transpose(x, out, out_t, flags, s) bind(c, name='l8_fp8_cast_transpose')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, out, out_t, s
+            integer(c_int), value :: flags
+            integer(c_int) :: c_fp8_cast_transpose
+        end function
+        function c_fp8_cast_transpose_dbias(x, out, out_t, dbias, flags, s) &
+                bind(c, name='l8_fp8_cast_transpose_dbias')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, out, out_t, dbias, s
+            integer(c_int), value :: flags
+            integer(c_int) :: c_fp8_cast_transpose_dbias
+        end function
+        function c_fp8_dequantize(x, out, s) bind(c, name='l8_fp8_dequantize')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, out, s
+            integer(c_int) :: c_fp8_dequantize
+        end function
+        function c_linear_forward_fp8(l, x8, x8t, y, saved, s) bind(c, name='l8_linear_forward_fp8')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, x8, x8t, y, saved, s
+            integer(c_int) :: c_linear_forward_fp8
+        end function
+        function c_linear_backward_fp8(l, saved, dy8, dy8t, db, dx, s) &
+                bind(c, name='l8_linear_backward_fp8')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, dy8, dy8t, db, dx, s
+            type(c_ptr) :: saved
+            integer(c_int) :: c_linear_backward_fp8
+        end function
+        function c_gather_rows(src, idx, dst, bad, s) bind(c, name='l8_gather_rows')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: src, idx, dst, bad, s
+            integer(c_int) :: c_gather_rows
+        end function
+        function c_gather_rows_at(src, idx, cursor, stride, dst, bad, s) &
+                bind(c, name='l8_gather_rows_at')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: src, idx, cursor, dst, bad, s
+            integer(c_int64_t), value :: stride
+            integer(c_int) :: c_gather_rows_at
+        end function
+        function c_put_rows_at(dst, cursor, stride, src, bad, s) bind(c, name='l8_put_rows_at')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: dst, cursor, src, bad, s
+            integer(c_int64_t), value :: stride
+            integer(c_int) :: c_put_rows_at
+        end function
+        function c_optim_lr(o) bind(c, name='l8_optim_lr')
+            import :: c_ptr, c_float
+            type(c_ptr), value :: o
+            real(c_float) :: c_optim_lr
+        end function
+        function c_optim_set_lr_external(o, external) bind(c, name='l8_optim_set_lr_external')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int), value :: external
+            integer(c_int) :: c_optim_set_lr_external
+        end function
+        function c_optim_push_lr(o, s) bind(c, name='l8_optim_push_lr')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, s
+            integer(c_int) :: c_optim_push_lr
+        end function
+        function c_optim_set_lr_table(o, rates, s) bind(c, name='l8_optim_set_lr_table')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, rates, s
+            integer(c_int) :: c_optim_set_lr_table
+        end function
+        function c_optim_cursor(o) bind(c, name='l8_optim_cursor')
+            import :: c_ptr
+            type(c_ptr), value :: o
+            type(c_ptr) :: c_optim_cursor
+        end function
+    end interface
+
     ! ---- communicators (runtime/comm.h) ----
     interface
         function c_comm_id_create(ctx, transport, id) bind(c, name='l8_comm_id_create')
@@ -743,6 +905,88 @@ contains
         st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t) * 4_c_size_t, c_null_ptr)
     end function
 
+    ! Bytes: a new L8_U8 tensor; the raw bytes into or out of a tensor of as
+    ! many bytes, of any dtype (FP8: the codes, unscaled).
+    integer(c_int) function from_i8(ctx, x, t) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int8_t), intent(in), target, contiguous :: x(..)
+        type(l8_tensor), intent(out) :: t
+        st = new_from(ctx, L8_U8, shape(x), c_loc(x), size(x, kind=c_size_t), t)
+    end function
+    integer(c_int) function copy_from_i8(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int8_t), intent(in), target, contiguous :: x(..)
+        st = c_tensor_copy_from_host(t%p, c_loc(x), size(x, kind=c_size_t), c_null_ptr)
+    end function
+    integer(c_int) function to_i8(t, x) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer(c_int8_t), intent(inout), target, contiguous :: x(..)
+        st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t), c_null_ptr)
+    end function
+
+    ! L8_F32, L8_BF16, ...; -1 (no dtype) for a null tensor.
+    integer(c_int) function l8_tensor_dtype(t) result(dt)
+        type(l8_tensor), intent(in) :: t
+        dt = -1
+        if (c_associated(t%p)) dt = c_tensor_dtype(t%p)
+    end function
+
+    ! The C pointer of an optional handle argument; NULL when absent.
+    type(c_ptr) function ptr_of(t) result(p)
+        type(l8_tensor), intent(in), optional :: t
+        p = c_null_ptr
+        if (present(t)) p = t%p
+    end function
+
+    ! ---- FP8 metadata: scale, scale_inv, amax (device f32 scalars) ----
+    ! An FP8 tensor (L8_E4M3, L8_E5M2) carries one; the casts read its scale
+    ! and write its scale_inv and amax. A Linear's are its recipe's:
+    ! l8_recipe_meta(recipe, l8_linear_role_index(lin, L8_ROLE_INPUT)).
+
+    ! A meta of one's own (scale = scale_inv = 1, amax = 0), owned by the
+    ! caller: l8_fp8_meta_release it (tensors holding it keep it alive).
+    integer(c_int) function l8_fp8_meta_create(ctx, m) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_fp8_meta), intent(out) :: m
+        st = c_fp8_meta_create(ctx%p, m%p)
+    end function
+    ! Drop the caller's reference (never for a borrowed one: l8_recipe_meta,
+    ! l8_tensor_fp8_meta); null accepted; m is null after.
+    subroutine l8_fp8_meta_release(m)
+        type(l8_fp8_meta), intent(inout) :: m
+        call c_fp8_meta_release(m%p)
+        m%p = c_null_ptr
+    end subroutine
+    ! The three values (blocks: read after the work enqueued before).
+    integer(c_int) function l8_fp8_meta_get(m, scale, scale_inv, amax) result(st)
+        type(l8_fp8_meta), intent(in) :: m
+        real(c_float), intent(out), optional :: scale, scale_inv, amax
+        real(c_float) :: s, si, a
+        st = c_fp8_meta_get(m%p, s, si, a)
+        if (st /= L8_OK) return
+        if (present(scale)) scale = s
+        if (present(scale_inv)) scale_inv = si
+        if (present(amax)) amax = a
+    end function
+    ! Write the three values (blocks).
+    integer(c_int) function l8_fp8_meta_set(m, scale, scale_inv, amax) result(st)
+        type(l8_fp8_meta), intent(in) :: m
+        real(c_float), intent(in) :: scale, scale_inv, amax
+        st = c_fp8_meta_set(m%p, scale, scale_inv, amax)
+    end function
+    ! Attach m to an FP8 tensor (the tensor holds a reference; a null m
+    ! detaches). L8_ERR_INVALID_ARG for a tensor that is not FP8.
+    integer(c_int) function l8_tensor_set_fp8_meta(t, m) result(st)
+        type(l8_tensor), intent(in) :: t
+        type(l8_fp8_meta), intent(in) :: m
+        st = c_tensor_set_fp8_meta(t%p, m%p)
+    end function
+    ! The tensor's meta, borrowed; null if none.
+    type(l8_fp8_meta) function l8_tensor_fp8_meta(t) result(m)
+        type(l8_tensor), intent(in) :: t
+        m%p = c_tensor_fp8_meta(t%p)
+    end function
+
     ! ---- parameter groups ----
 
     integer(c_int) function l8_params_create(ctx, g) result(st)
@@ -836,6 +1080,76 @@ contains
     integer(c_int) function l8_recipe_update(r) result(st)
         type(l8_recipe), intent(in) :: r
         st = c_recipe_update(r%p, c_null_ptr)
+    end function
+    ! The number of roles registered (three per FP8 Linear).
+    integer function l8_recipe_count(r)
+        type(l8_recipe), intent(in) :: r
+        l8_recipe_count = int(c_recipe_count(r%p))
+    end function
+    ! The meta of role row i (0-based, as l8_linear_role_index gives it),
+    ! borrowed: it lives as long as the recipe; null for a bad i.
+    type(l8_fp8_meta) function l8_recipe_meta(r, i) result(m)
+        type(l8_recipe), intent(in) :: r
+        integer, intent(in) :: i
+        m%p = c_recipe_meta(r%p, int(i, c_int))
+    end function
+    ! The FP8 dtype of a role (L8_ROLE_*) under the recipe's format: L8_E4M3
+    ! for the input and weight, L8_E5M2 for grad_output (the default HYBRID).
+    integer(c_int) function l8_recipe_dtype(r, role) result(dt)
+        type(l8_recipe), intent(in) :: r
+        integer(c_int), intent(in) :: role
+        dt = c_recipe_dtype(r%p, role)
+    end function
+
+    ! ---- FP8 casts (ops/cast.h) ----
+    ! q = fp8(x * scale) with the output meta's scale; the meta's scale_inv
+    ! becomes 1/scale and its amax max|x| (with L8_CAST_ACCUMULATE_AMAX: the
+    ! max of what it held and max|x|, as a Linear's casts do over a step).
+    ! x: f32, bf16 or f16, contiguous; outputs FP8 with a meta. flags absent: 0.
+
+    ! out = fp8(x), any shape of x's numel.
+    integer(c_int) function l8_fp8_cast(x, out, flags) result(st)
+        type(l8_tensor), intent(in) :: x, out
+        integer(c_int), intent(in), optional :: flags
+        integer(c_int) :: f
+        f = 0
+        if (present(flags)) f = flags
+        st = c_fp8_cast(x%p, out%p, f, c_null_ptr)
+    end function
+
+    ! One pass over x of Fortran dims [cols, rows] (C [rows, cols]):
+    ! out [cols, rows] = fp8(x) (optional: not written when absent) and
+    ! out_t [rows, cols] its transpose, both of one FP8 dtype and one meta.
+    ! For a Linear's caller-cast input: x(K, T) bf16 -> x8 [K, T], x8t [T, K].
+    integer(c_int) function l8_fp8_cast_transpose(x, out, out_t, flags) result(st)
+        type(l8_tensor), intent(in) :: x
+        type(l8_tensor), intent(in), optional :: out
+        type(l8_tensor), intent(in) :: out_t
+        integer(c_int), intent(in), optional :: flags
+        integer(c_int) :: f
+        f = 0
+        if (present(flags)) f = flags
+        st = c_fp8_cast_transpose(x%p, ptr_of(out), out_t%p, f, c_null_ptr)
+    end function
+
+    ! l8_fp8_cast_transpose plus dbias [cols] (f32, bf16 or f16) = the sum
+    ! of x over its rows (=, f32 accumulation in a fixed order): for dy(N, T),
+    ! dbias(n) = sum(dy(n, :)), the bias gradient.
+    integer(c_int) function l8_fp8_cast_transpose_dbias(x, out, out_t, dbias, flags) result(st)
+        type(l8_tensor), intent(in) :: x
+        type(l8_tensor), intent(in), optional :: out
+        type(l8_tensor), intent(in) :: out_t, dbias
+        integer(c_int), intent(in), optional :: flags
+        integer(c_int) :: f
+        f = 0
+        if (present(flags)) f = flags
+        st = c_fp8_cast_transpose_dbias(x%p, ptr_of(out), out_t%p, dbias%p, f, c_null_ptr)
+    end function
+
+    ! out = x * scale_inv of x's meta, in out's dtype (f32, bf16, f16).
+    integer(c_int) function l8_fp8_dequantize(x, out) result(st)
+        type(l8_tensor), intent(in) :: x, out
+        st = c_fp8_dequantize(x%p, out%p, c_null_ptr)
     end function
 
     ! ---- Linear ----
@@ -955,6 +1269,55 @@ contains
         end if
     end function
 
+    ! FP8 operands cast by the caller (FP8 layers only). The bytes must be
+    ! those the layer's own cast would write: the layer's meta attached
+    ! (l8_recipe_meta(recipe, l8_linear_role_index(lin, role)): the input
+    ! role for x8/x8t, grad_output for dy8/dy8t), its dtype
+    ! (l8_recipe_dtype), cast with L8_CAST_ACCUMULATE_AMAX; then the results
+    ! are bit for bit those of l8_linear_forward / l8_linear_backward.
+    !   st = l8_fp8_cast_transpose(xb, x8, x8t, L8_CAST_ACCUMULATE_AMAX)
+    !   st = l8_linear_forward_fp8(lin, x8, x8t, y, saved)
+
+    ! y = x . W^T + b from x8 (Fortran dims [K, T]) and x8t ([T, K]). With
+    ! `saved` the layer keeps a view of x8t for backward (do not overwrite it
+    ! before); x8t may be absent only without `saved` (inference).
+    integer(c_int) function l8_linear_forward_fp8(lin, x8, x8t, y, saved) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_tensor), intent(in) :: x8
+        type(l8_tensor), intent(in), optional :: x8t
+        type(l8_tensor), intent(in) :: y
+        type(l8_linear_ctx), intent(inout), target, optional :: saved
+        if (present(saved)) then
+            st = c_linear_forward_fp8(lin%p, x8%p, ptr_of(x8t), y%p, c_loc(saved%p), c_null_ptr)
+        else
+            st = c_linear_forward_fp8(lin%p, x8%p, ptr_of(x8t), y%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! The backward from dy8 ([N, T]), dy8t ([T, N]) and db ([N], f32 or
+    ! main_grad's dtype: the column sums of dY before the cast, as
+    ! l8_fp8_cast_transpose_dbias writes them; required with a bias, absent
+    ! without). On a step's first backward db may be the bias's main_grad
+    ! itself (nothing more is done with it); later that is refused. dx and
+    ! `saved` as in l8_linear_backward.
+    integer(c_int) function l8_linear_backward_fp8(lin, saved, dy8, dy8t, db, dx) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_linear_ctx), intent(inout) :: saved
+        type(l8_tensor), intent(in) :: dy8, dy8t
+        type(l8_tensor), intent(in), optional :: db, dx
+        st = c_linear_backward_fp8(lin%p, saved%p, dy8%p, dy8t%p, ptr_of(db), ptr_of(dx), &
+                                   c_null_ptr)
+    end function
+
+    ! The recipe row of an FP8 layer's role (L8_ROLE_INPUT, L8_ROLE_WEIGHT,
+    ! L8_ROLE_GRAD_OUTPUT), 0-based as l8_recipe_meta takes it; -1 for a
+    ! bf16 layer.
+    integer function l8_linear_role_index(lin, role)
+        type(l8_linear), intent(in) :: lin
+        integer(c_int), intent(in) :: role
+        l8_linear_role_index = int(c_linear_role_index(lin%p, role))
+    end function
+
     ! Drop what a forward saved without running backward.
     subroutine l8_linear_ctx_destroy(saved)
         type(l8_linear_ctx), intent(inout) :: saved
@@ -999,6 +1362,46 @@ contains
         real(c_float), intent(in) :: lr
         st = c_optim_set_lr(opt%p, lr)
     end function
+    ! The rate of the last l8_optim_set_lr (NaN for a null handle).
+    real(c_float) function l8_optim_lr(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_lr = c_optim_lr(opt%p)
+    end function
+
+    ! For a step captured in a CUDA graph: with external = .true. a step no
+    ! longer writes the rate itself; l8_optim_push_lr, enqueued before each
+    ! step, writes the rate of the last set_lr (set_lr may change it at once
+    ! after the push). .false.: the default.
+    integer(c_int) function l8_optim_set_lr_external(opt, external) result(st)
+        type(l8_optim), intent(in) :: opt
+        logical, intent(in) :: external
+        st = c_optim_set_lr_external(opt%p, merge(1_c_int, 0_c_int, external))
+    end function
+    integer(c_int) function l8_optim_push_lr(opt) result(st)
+        type(l8_optim), intent(in) :: opt
+        st = c_optim_push_lr(opt%p, c_null_ptr)
+    end function
+
+    ! A schedule on the device: rates, f32 1-d of n >= 1 rates (finite, >= 0:
+    ! not checked); the k-th step from now (k = 0, 1, ...: every step, skipped
+    ! or not) runs at rates(min(k, n - 1) + 1), bit for bit set_lr(that rate)
+    ! before it. Resets the step cursor to 0. The optimizer keeps a view of
+    ! rates: write new rates into it and call again to change the schedule.
+    ! rates absent: the host's rate again (set_lr); the cursor is reset.
+    integer(c_int) function l8_optim_set_lr_table(opt, rates) result(st)
+        type(l8_optim), intent(in) :: opt
+        type(l8_tensor), intent(in), optional :: rates
+        st = c_optim_set_lr_table(opt%p, ptr_of(rates), c_null_ptr)
+    end function
+
+    ! The step cursor, an i32 tensor of one element (borrowed: never destroy
+    ! it): the steps since the last set_lr_table (or create). Work enqueued
+    ! before a step reads that step's number k, 0-based; l8_gather_rows_at
+    ! and l8_put_rows_at take it. Null for a null handle.
+    type(l8_tensor) function l8_optim_cursor(opt) result(t)
+        type(l8_optim), intent(in) :: opt
+        t%p = c_optim_cursor(opt%p)
+    end function
 
     ! ---- elementwise and loss ----
 
@@ -1031,6 +1434,47 @@ contains
         if (present(dlogits)) d = dlogits%p
         st = c_softmax_xent(logits%p, labels%p, int(classes, c_int), grad_scale, d, row_loss%p, &
                             row_hit%p, c_null_ptr)
+    end function
+
+    ! ---- row moves (ops/gather.h) ----
+    ! A C row is a Fortran column: src of Fortran dims [C, N] (C values per
+    ! row, N rows; a 1-d [N] is N rows of one value), dst [C, R]. Indices and
+    ! the cursor are device data and 0-based, as C reads them: row j of the C
+    ! side is column j + 1 of the Fortran array. Any dtype (bytes are copied),
+    ! src and dst of the same dtype, idx an i32 tensor. An index or position
+    ! out of range writes zeros (gathers) or nothing (put) and, with `bad` (an
+    ! i32 tensor of one element), adds 1 to it per row: no error is returned
+    ! for it (the kernel cannot return one without a synchronization).
+
+    ! dst(:, r) = src(:, idx(r) + 1) for r = 1..R (idx: R entries).
+    integer(c_int) function l8_gather_rows(src, idx, dst, bad) result(st)
+        type(l8_tensor), intent(in) :: src, idx, dst
+        type(l8_tensor), intent(in), optional :: bad
+        st = c_gather_rows(src%p, idx%p, dst%p, ptr_of(bad), c_null_ptr)
+    end function
+
+    ! At a device cursor (read when the work runs: a captured step moves
+    ! another slice at each replay), off = cursor * stride:
+    ! dst(:, r) = src(:, idx(off + r) + 1) for r = 1..R, idx any length L;
+    ! a position off + r outside 1..L counts as bad. With idx an epoch's
+    ! order and stride the batch size, the rows of step `cursor`.
+    integer(c_int) function l8_gather_rows_at(src, idx, cursor, stride, dst, bad) result(st)
+        type(l8_tensor), intent(in) :: src, idx, cursor, dst
+        integer, intent(in) :: stride
+        type(l8_tensor), intent(in), optional :: bad
+        st = c_gather_rows_at(src%p, idx%p, cursor%p, int(stride, c_int64_t), dst%p, &
+                              ptr_of(bad), c_null_ptr)
+    end function
+
+    ! dst(:, off + r) = src(:, r) for r = 1..R (src [C, R], dst [C, M]); a
+    ! column off + r outside 1..M is not written and counts as bad: a
+    ! step's per-row results filed at their place in the epoch's.
+    integer(c_int) function l8_put_rows_at(dst, cursor, stride, src, bad) result(st)
+        type(l8_tensor), intent(in) :: dst, cursor, src
+        integer, intent(in) :: stride
+        type(l8_tensor), intent(in), optional :: bad
+        st = c_put_rows_at(dst%p, cursor%p, int(stride, c_int64_t), src%p, ptr_of(bad), &
+                           c_null_ptr)
     end function
 
     ! ---- trace tags (what the memory trace attributes allocations to) ----
