@@ -8,7 +8,15 @@
 !      load restore them exactly, a checkpoint of another kind is refused;
 !   5. trace tags nest; the GELU inside the layer (forward_act, backward_act)
 !      gives the results of l8_gelu / l8_gelu_backward around it bit for bit;
-!   6. a communicator of one rank joins from an id and reduces in place.
+!   6. a communicator of one rank joins from an id and reduces in place;
+!   7. FP8 operands cast by the caller (l8_fp8_cast_transpose(_dbias) with the
+!      layer's recipe metas, l8_linear_forward_fp8 / _backward_fp8) give a
+!      twin layer's y, dx and main_grads bit for bit over two steps; the
+!      roles, dtypes and metas the recipe hands out; the amax flag;
+!   8. row gathers and puts at a cursor against a plain loop, out-of-range
+!      positions and indices counted in `bad`;
+!   9. a rate table (and rates pushed for a captured step) gives the weights
+!      of set_lr before each step bit for bit; the step cursor counts.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -198,6 +206,10 @@ program test_fortran
     call check(all(back == x), 'a sum over one rank and a broadcast leave x as it was')
     call l8_comm_destroy(comm)
 
+    call fp8_precast()
+    call rows_at()
+    call lr_table()
+
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
     call l8_optim_destroy(opt)
     call l8_linear_destroy(lin)
@@ -225,6 +237,411 @@ program test_fortran
     print '(a)', 'Fortran module: every check passed'
 
 contains
+
+    ! Exact equality of f32 arrays as bits (NaNs included).
+    logical function same_bits(a, b)
+        real(c_float), intent(in) :: a(:, :), b(:, :)
+        same_bits = all(transfer(a, [0_c_int32_t]) == transfer(b, [0_c_int32_t]))
+    end function
+
+    ! A bf16 or f32 tensor of Fortran dims `shape(a)` into a (through f32).
+    subroutine get_f32(t, a, what)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(inout) :: a(:, :)
+        character(len=*), intent(in) :: what
+        type(l8_tensor) :: f
+        call ok(l8_tensor_empty(ctx, L8_F32, shape(a), f), what // ': f32 tensor')
+        call ok(l8_convert(t, f), what // ': to f32')
+        call ok(l8_tensor_to_array(f, a), what // ': to an array')
+        call l8_tensor_destroy(f)
+    end subroutine
+
+    ! An f32 array into a bf16 (or f32) tensor t of its dims.
+    subroutine put_f32(t, a, what)
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(in) :: a(:, :)
+        character(len=*), intent(in) :: what
+        type(l8_tensor) :: f
+        call ok(l8_tensor_from_array(ctx, a, f), what // ': from an array')
+        call ok(l8_convert(f, t), what // ': to the tensor''s dtype')
+        call l8_tensor_destroy(f)
+    end subroutine
+
+    ! -- 7. Two FP8 layers a and b with the same weights on one recipe, two
+    !    steps of one micro-batch: a casts its X and dY itself, b is handed
+    !    them cast by l8_fp8_cast_transpose(_dbias) with its own metas
+    !    (l8_recipe_meta of l8_linear_role_index). A wrong role constant,
+    !    meta or dtype is refused by forward_fp8/backward_fp8; a wrong cast
+    !    (flags, shapes) changes the bytes; either fails a check below.
+    subroutine fp8_precast()
+        type(l8_params) :: g8
+        type(l8_recipe) :: rc
+        type(l8_linear) :: la, lb
+        type(l8_linear_ctx) :: ca, cb
+        type(l8_fp8_meta) :: mx, mg, mine
+        type(l8_tensor) :: xbf, ya, yb, dyb, dxa, dxb, x8, x8t, dy8, dy8t, db, dbt, q8, xf
+        integer(c_int) :: ids(4)
+        real(c_float) :: xv(K, T), dyv(N, T), ga(N, T), gb(N, T), dxva(K, T), dxvb(K, T)
+        real(c_float) :: gwa(K, N), gwb(K, N), gba(N, 1), gbb(N, 1), dbv(K), sa, sb, si, amax
+        integer(c_int8_t) :: q(K, T), qt(T, K)
+        type(l8_tensor) :: q8t, dbx
+        integer :: step
+        character(len=2) :: sn
+
+        call ok(l8_params_create(ctx, g8), 'fp8: l8_params_create')
+        call ok(l8_params_add(g8, 'a.weight', [K, N], ids(1)), 'fp8: add a.weight')
+        call ok(l8_params_add(g8, 'a.bias', [N], ids(2)), 'fp8: add a.bias')
+        call ok(l8_params_add(g8, 'b.weight', [K, N], ids(3)), 'fp8: add b.weight')
+        call ok(l8_params_add(g8, 'b.bias', [N], ids(4)), 'fp8: add b.bias')
+        call ok(l8_params_finalize(g8), 'fp8: l8_params_finalize')
+        call ok(l8_tensor_copy_from_array(l8_params_master(g8, ids(1)), wf), 'fp8: a weights')
+        call ok(l8_tensor_copy_from_array(l8_params_master(g8, ids(2)), bias), 'fp8: a bias')
+        call ok(l8_tensor_copy_from_array(l8_params_master(g8, ids(3)), wf), 'fp8: b weights')
+        call ok(l8_tensor_copy_from_array(l8_params_master(g8, ids(4)), bias), 'fp8: b bias')
+        call ok(l8_recipe_create(ctx, rc), 'fp8: l8_recipe_create')
+        call ok(l8_linear_create(ctx, 'a', h, l8_params_master(g8, ids(1)), &
+                                 l8_params_main_grad(g8, ids(1)), la, recipe=rc, &
+                                 bias=l8_params_master(g8, ids(2)), &
+                                 bias_grad=l8_params_main_grad(g8, ids(2)), &
+                                 weight_id=ids(1), bias_id=ids(2)), 'fp8: create layer a')
+        call ok(l8_linear_create(ctx, 'b', h, l8_params_master(g8, ids(3)), &
+                                 l8_params_main_grad(g8, ids(3)), lb, recipe=rc, &
+                                 bias=l8_params_master(g8, ids(4)), &
+                                 bias_grad=l8_params_main_grad(g8, ids(4)), &
+                                 weight_id=ids(3), bias_id=ids(4)), 'fp8: create layer b')
+
+        ! roles: three rows per layer in registration order, dtypes of HYBRID
+        call check(l8_recipe_count(rc) == 6, 'fp8: two layers registered six roles')
+        call check(all([l8_linear_role_index(la, L8_ROLE_INPUT), &
+                        l8_linear_role_index(la, L8_ROLE_WEIGHT), &
+                        l8_linear_role_index(la, L8_ROLE_GRAD_OUTPUT), &
+                        l8_linear_role_index(lb, L8_ROLE_INPUT), &
+                        l8_linear_role_index(lb, L8_ROLE_GRAD_OUTPUT)] == [0, 1, 2, 3, 5]), &
+                   'fp8: role rows (three per layer, in registration order)')
+        call check(l8_linear_role_index(lin, L8_ROLE_INPUT) == -1, 'fp8: a bf16 layer has no roles')
+        call check(all([l8_recipe_dtype(rc, L8_ROLE_INPUT), l8_recipe_dtype(rc, L8_ROLE_WEIGHT), &
+                        l8_recipe_dtype(rc, L8_ROLE_GRAD_OUTPUT)] == [L8_E4M3, L8_E4M3, L8_E5M2]), &
+                   'fp8: HYBRID dtypes (E4M3 input and weight, E5M2 grad_output)')
+        mx = l8_recipe_meta(rc, l8_linear_role_index(lb, L8_ROLE_INPUT))
+        mg = l8_recipe_meta(rc, l8_linear_role_index(lb, L8_ROLE_GRAD_OUTPUT))
+        call check(c_associated(mx%p) .and. c_associated(mg%p), 'fp8: l8_recipe_meta')
+        mine = l8_recipe_meta(rc, 6)
+        call check(.not. c_associated(mine%p), 'fp8: no meta past the last role')
+
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], xbf), 'fp8: x')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], ya), 'fp8: ya')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], yb), 'fp8: yb')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], dyb), 'fp8: dy')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], dxa), 'fp8: dxa')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], dxb), 'fp8: dxb')
+        call ok(l8_tensor_empty(ctx, l8_recipe_dtype(rc, L8_ROLE_INPUT), [K, T], x8), 'fp8: x8')
+        call ok(l8_tensor_empty(ctx, l8_recipe_dtype(rc, L8_ROLE_INPUT), [T, K], x8t), 'fp8: x8t')
+        call ok(l8_tensor_empty(ctx, l8_recipe_dtype(rc, L8_ROLE_GRAD_OUTPUT), [N, T], dy8), 'fp8: dy8')
+        call ok(l8_tensor_empty(ctx, l8_recipe_dtype(rc, L8_ROLE_GRAD_OUTPUT), [T, N], dy8t), &
+                'fp8: dy8t')
+        call ok(l8_tensor_empty(ctx, L8_F32, [N], db), 'fp8: db')
+        call ok(l8_tensor_set_fp8_meta(x8, mx), 'fp8: meta of x8')
+        call ok(l8_tensor_set_fp8_meta(x8t, mx), 'fp8: meta of x8t')
+        call ok(l8_tensor_set_fp8_meta(dy8, mg), 'fp8: meta of dy8')
+        call ok(l8_tensor_set_fp8_meta(dy8t, mg), 'fp8: meta of dy8t')
+        mine = l8_tensor_fp8_meta(x8)
+        call check(c_associated(mine%p, mx%p), 'fp8: l8_tensor_fp8_meta')
+        call check(l8_tensor_dtype(dy8) == L8_E5M2, 'fp8: l8_tensor_dtype')
+        call check(l8_tensor_dtype(l8_tensor()) == -1, 'fp8: l8_tensor_dtype of a null tensor')
+        call check(l8_tensor_set_fp8_meta(xbf, mx) == L8_ERR_INVALID_ARG, &
+                   'fp8: a meta on a bf16 tensor is refused')
+
+        do step = 1, 2
+            write(sn, '(i0)') step
+            call ok(l8_linear_begin_step(la), 'fp8: begin_step a')
+            call ok(l8_linear_begin_step(lb), 'fp8: begin_step b')
+            do j = 1, T
+                do i = 1, K
+                    xv(i, j) = real(mod(i * step + 2 * j, 7) - 3, c_float) / real(step, c_float)
+                end do
+                do i = 1, N
+                    dyv(i, j) = real(mod(3 * i + j * (step + 1), 11) - 5, c_float) / 8
+                end do
+            end do
+            call put_f32(xbf, xv, 'fp8 x')
+            call put_f32(dyb, dyv, 'fp8 dy')
+            call ok(l8_linear_forward(la, xbf, ya, ca), 'fp8: forward a')
+            call ok(l8_fp8_cast_transpose(xbf, x8, x8t, L8_CAST_ACCUMULATE_AMAX), &
+                    'fp8: l8_fp8_cast_transpose of x')
+            call ok(l8_linear_forward_fp8(lb, x8, x8t, yb, cb), 'fp8: l8_linear_forward_fp8')
+            if (step == 1) then        ! scale 1: small integers are exact in E4M3
+                call ok(l8_tensor_to_array(x8, q), 'fp8: x8 bytes')
+                call ok(l8_tensor_to_array(x8t, qt), 'fp8: x8t bytes')
+                call check(all(qt == transpose(q)), 'fp8: x8t is x8 transposed (Fortran dims)')
+                call check(any(q /= 0), 'fp8: x8 has content')
+                call ok(l8_tensor_empty(ctx, L8_F32, [K, T], xf), 'fp8: xf')
+                call ok(l8_fp8_dequantize(x8, xf), 'fp8: l8_fp8_dequantize')
+                call ok(l8_tensor_to_array(xf, dxva), 'fp8: dequantized x')
+                call check(same_bits(dxva, xv), 'fp8: dequantize(cast(x)) = x at scale 1')
+                call l8_tensor_destroy(xf)
+            end if
+            call get_f32(ya, ga, 'fp8 ya')
+            call get_f32(yb, gb, 'fp8 yb')
+            call check(same_bits(ga, gb), 'fp8 step ' // trim(sn) // ': y of forward_fp8 = y of forward')
+            call check(any(ga /= 0), 'fp8: y has content')
+
+            call ok(l8_linear_backward(la, ca, dyb, dxa), 'fp8: backward a')
+            ! db straight into b's bias main_grad on step 1, a tensor of its own on step 2
+            dbt = db
+            if (step == 1) dbt = l8_params_main_grad(g8, ids(4))
+            call ok(l8_fp8_cast_transpose_dbias(dyb, dy8, dy8t, dbt, L8_CAST_ACCUMULATE_AMAX), &
+                    'fp8: l8_fp8_cast_transpose_dbias of dy')
+            if (step == 2) then
+                call check(l8_linear_backward_fp8(lb, cb, dy8, dy8t, dx=dxb) == L8_ERR_INVALID_ARG, &
+                           'fp8: backward_fp8 without db on a layer with a bias is refused')
+                call check(l8_linear_backward_fp8(lb, cb, dy8t, dy8, db, dxb) == L8_ERR_INVALID_ARG, &
+                           'fp8: backward_fp8 with dy8 and dy8t swapped is refused')
+                call check(l8_linear_backward_fp8(lb, cb, x8, dy8t, db, dxb) == L8_ERR_INVALID_ARG, &
+                           'fp8: backward_fp8 of the input''s dtype and meta is refused')
+                call check(c_associated(cb%p), 'fp8: a refused backward leaves saved valid')
+            end if
+            call ok(l8_linear_backward_fp8(lb, cb, dy8, dy8t, dbt, dxb), 'fp8: l8_linear_backward_fp8')
+            call check(.not. c_associated(cb%p), 'fp8: backward_fp8 consumed saved')
+            call get_f32(dxa, dxva, 'fp8 dxa')
+            call get_f32(dxb, dxvb, 'fp8 dxb')
+            call check(same_bits(dxva, dxvb), 'fp8 step ' // trim(sn) // ': dx bit for bit')
+            call check(any(dxva /= 0), 'fp8: dx has content')
+            call ok(l8_tensor_to_array(l8_params_main_grad(g8, ids(1)), gwa), 'fp8: gW a')
+            call ok(l8_tensor_to_array(l8_params_main_grad(g8, ids(3)), gwb), 'fp8: gW b')
+            call ok(l8_tensor_to_array(l8_params_main_grad(g8, ids(2)), gba), 'fp8: gb a')
+            call ok(l8_tensor_to_array(l8_params_main_grad(g8, ids(4)), gbb), 'fp8: gb b')
+            call check(same_bits(gwa, gwb), 'fp8 step ' // trim(sn) // ': weight main_grad bit for bit')
+            call check(same_bits(gba, gbb), 'fp8 step ' // trim(sn) // ': bias main_grad bit for bit')
+            call check(any(gba /= 0), 'fp8: the bias gradient has content')
+            call ok(l8_recipe_update(rc), 'fp8: l8_recipe_update')
+            ! the scales both input roles got from their amaxes: the same, and moved
+            call ok(l8_fp8_meta_get(l8_recipe_meta(rc, l8_linear_role_index(la, L8_ROLE_INPUT)), &
+                                    scale=sa), 'fp8: l8_fp8_meta_get a')
+            call ok(l8_fp8_meta_get(mx, scale=sb), 'fp8: l8_fp8_meta_get b')
+            call check(sa == sb .and. sa /= 1, 'fp8 step ' // trim(sn) // ': the input scales agree and moved')
+        end do
+
+        ! errors: bf16 layer, swapped operands, wrong dtype, null handles
+        call check(l8_linear_forward_fp8(lin, x8, x8t, yb, cb) == L8_ERR_INVALID_ARG, &
+                   'fp8: forward_fp8 on a bf16 layer is refused')
+        call check(l8_linear_forward_fp8(lb, x8t, x8, yb, cb) == L8_ERR_INVALID_ARG, &
+                   'fp8: forward_fp8 with x8 and x8t swapped is refused')
+        call check(l8_linear_forward_fp8(lb, x8, y=yb, saved=cb) == L8_ERR_INVALID_ARG, &
+                   'fp8: forward_fp8 for training without x8t is refused')
+        call check(.not. c_associated(cb%p), 'fp8: a refused forward saves nothing')
+        call check(l8_fp8_cast_transpose(xbf, dxa, x8t) == L8_ERR_INVALID_ARG, &
+                   'fp8: a cast into a bf16 tensor is refused')
+        call check(l8_fp8_cast_transpose(l8_tensor(), x8, x8t) == L8_ERR_INVALID_ARG, &
+                   'fp8: a cast of a null tensor is refused')
+        call check(l8_linear_forward_fp8(l8_linear(), x8, x8t, yb) == L8_ERR_INVALID_ARG, &
+                   'fp8: forward_fp8 of a null layer is refused')
+        ! inference: x8 without its transpose (out absent: only x8t... here only x8)
+        call ok(l8_fp8_cast_transpose(xbf, x8, x8t, L8_CAST_ACCUMULATE_AMAX), 'fp8: cast again')
+        call ok(l8_linear_forward(la, xbf, ya), 'fp8: inference a')
+        call ok(l8_linear_forward_fp8(lb, x8, y=yb), 'fp8: inference forward_fp8 without x8t')
+        call get_f32(ya, ga, 'fp8 ya')
+        call get_f32(yb, gb, 'fp8 yb')
+        call check(same_bits(ga, gb), 'fp8: inference y bit for bit')
+
+        ! the amax flag and scale_inv on a meta of one's own
+        call ok(l8_fp8_meta_create(ctx, mine), 'fp8: l8_fp8_meta_create')
+        call ok(l8_tensor_empty(ctx, L8_E4M3, [K, T], q8), 'fp8: q8')
+        call ok(l8_tensor_set_fp8_meta(q8, mine), 'fp8: meta of q8')
+        call ok(l8_tensor_empty(ctx, L8_E4M3, [T, K], q8t), 'fp8: q8t')
+        call ok(l8_tensor_set_fp8_meta(q8t, mine), 'fp8: meta of q8t')
+        call ok(l8_tensor_empty(ctx, L8_F32, [K], dbx), 'fp8: dbias of x')
+        call ok(l8_fp8_cast(xbf, q8), 'fp8: l8_fp8_cast')           ! x of step 2: max |x| = 1.5
+        call put_f32(xbf, xv / 2, 'fp8 x/2')
+        ! each quantizing op with the flag keeps the larger amax of x
+        call ok(l8_fp8_cast(xbf, q8, L8_CAST_ACCUMULATE_AMAX), 'fp8: l8_fp8_cast accumulating')
+        call ok(l8_fp8_meta_get(mine, amax=amax), 'fp8: amax after cast')
+        call check(amax == maxval(abs(xv)), 'fp8: l8_fp8_cast with L8_CAST_ACCUMULATE_AMAX accumulates')
+        call ok(l8_fp8_cast_transpose(xbf, q8, q8t, L8_CAST_ACCUMULATE_AMAX), 'fp8: cast_transpose acc.')
+        call ok(l8_fp8_meta_get(mine, amax=amax), 'fp8: amax after cast_transpose')
+        call check(amax == maxval(abs(xv)), 'fp8: l8_fp8_cast_transpose passes the flag')
+        call ok(l8_fp8_cast_transpose_dbias(xbf, q8, q8t, dbx, L8_CAST_ACCUMULATE_AMAX), &
+                'fp8: cast_transpose_dbias accumulating')
+        call ok(l8_fp8_meta_get(mine, amax=amax), 'fp8: amax after cast_transpose_dbias')
+        call check(amax == maxval(abs(xv)), 'fp8: l8_fp8_cast_transpose_dbias passes the flag')
+        call ok(l8_tensor_to_array(dbx, dbv), 'fp8: dbias of x to an array')
+        call check(all(dbv == sum(xv / 2, dim=2)), &
+                   'fp8: dbias of x(K, T) is sum(x, dim=2) (the C column sums)')
+        call ok(l8_fp8_meta_set(mine, 4.0_c_float, 1.0_c_float, 0.0_c_float), 'fp8: l8_fp8_meta_set')
+        call ok(l8_fp8_cast_transpose(xbf, out_t=x8t), 'fp8: cast_transpose without out')
+        call ok(l8_fp8_cast(xbf, q8), 'fp8: l8_fp8_cast overwriting')
+        call ok(l8_fp8_meta_get(mine, sa, si, amax), 'fp8: the meta after a plain cast')
+        call check(sa == 4 .and. si == 0.25 .and. amax == maxval(abs(xv)) / 2, &
+                   'fp8: without the flag amax is overwritten; scale_inv = 1/scale')
+        call check(l8_fp8_cast(xbf, q8, 2_c_int) == L8_ERR_INVALID_ARG, 'fp8: an unknown flag is refused')
+        call l8_tensor_destroy(q8)
+        call l8_tensor_destroy(q8t)
+        call l8_tensor_destroy(dbx)
+        call l8_fp8_meta_release(mine)
+        call check(.not. c_associated(mine%p), 'fp8: release nulls the handle')
+
+        call l8_linear_destroy(la)
+        call l8_linear_destroy(lb)
+        call l8_recipe_destroy(rc)
+        call l8_tensor_destroy(xbf)
+        call l8_tensor_destroy(ya)
+        call l8_tensor_destroy(yb)
+        call l8_tensor_destroy(dyb)
+        call l8_tensor_destroy(dxa)
+        call l8_tensor_destroy(dxb)
+        call l8_tensor_destroy(x8)
+        call l8_tensor_destroy(x8t)
+        call l8_tensor_destroy(dy8)
+        call l8_tensor_destroy(dy8t)
+        call l8_tensor_destroy(db)
+        call l8_params_destroy(g8)
+    end subroutine
+
+    ! -- 8. Rows moved at a cursor (gather_rows_at, put_rows_at) as a loop of
+    !    R-row batches over an order of L entries does them, against a plain
+    !    loop: cursor values past the end and below 0, a bad index in the order.
+    subroutine rows_at()
+        integer, parameter :: C = 3, NR = 10, L = 7, R = 3, M = 8
+        real(c_float) :: src(C, NR), res(C, R), got(C, R), want(C, R), out(C, M), wout(C, M)
+        integer(c_int32_t) :: idx(L), nbad(1), gidx(R)
+        type(l8_tensor) :: ts, ti, tg, tc, tb, td, tr, tout
+        integer :: kk, ir, pos, expect, total
+        integer, parameter :: ks(5) = [0, 1, 2, 3, -1]
+        character(len=3) :: kn
+
+        src = reshape([(real(i, c_float), i = 1, C * NR)], shape(src))
+        idx = [4, 0, 9, NR, 2, 2, 7]                 ! 0-based rows; NR is out of range
+        gidx = [9, 0, 5]
+        call ok(l8_tensor_from_array(ctx, src, ts), 'rows: src')
+        call ok(l8_tensor_from_array(ctx, idx, ti), 'rows: idx')
+        call ok(l8_tensor_from_array(ctx, gidx, tg), 'rows: plain idx')
+        call ok(l8_tensor_from_array(ctx, [0_c_int32_t], tc), 'rows: cursor')
+        call ok(l8_tensor_from_array(ctx, [0_c_int32_t], tb), 'rows: bad')
+        call ok(l8_tensor_empty(ctx, L8_F32, [C, R], td), 'rows: dst')
+        call ok(l8_tensor_empty(ctx, L8_F32, [C, R], tr), 'rows: results')
+        wout = -1
+        call ok(l8_tensor_from_array(ctx, wout, tout), 'rows: epoch results')
+
+        call ok(l8_gather_rows(ts, tg, td), 'rows: l8_gather_rows')
+        call ok(l8_tensor_to_array(td, got), 'rows: gathered')
+        do ir = 1, R
+            want(:, ir) = src(:, gidx(ir) + 1)
+        end do
+        call check(all(got == want), 'rows: l8_gather_rows picks the Fortran columns idx + 1')
+
+        total = 0
+        do kk = 1, size(ks)
+            write(kn, '(i0)') ks(kk)
+            res = real(100 * kk, c_float) + reshape([(real(i, c_float), i = 1, C * R)], shape(res))
+            call ok(l8_tensor_copy_from_array(tr, res), 'rows: results in')
+            call ok(l8_tensor_copy_from_array(tc, [int(ks(kk), c_int32_t)]), 'rows: cursor in')
+            call ok(l8_tensor_copy_from_array(tb, [0_c_int32_t]), 'rows: bad zeroed')
+            call ok(l8_gather_rows_at(ts, ti, tc, R, td, tb), 'rows: l8_gather_rows_at')
+            call ok(l8_put_rows_at(tout, tc, R, tr, tb), 'rows: l8_put_rows_at')
+            expect = 0
+            do ir = 1, R
+                pos = ks(kk) * R + ir
+                want(:, ir) = 0
+                if (pos >= 1 .and. pos <= L) then
+                    if (idx(pos) >= 0 .and. idx(pos) < NR) want(:, ir) = src(:, idx(pos) + 1)
+                end if
+                if (all(want(:, ir) == 0)) expect = expect + 1
+                if (pos >= 1 .and. pos <= M) then
+                    wout(:, pos) = res(:, ir)
+                else
+                    expect = expect + 1
+                end if
+            end do
+            call ok(l8_tensor_to_array(td, got), 'rows: gathered at the cursor')
+            call ok(l8_tensor_to_array(tout, out), 'rows: put at the cursor')
+            call ok(l8_tensor_to_array(tb, nbad), 'rows: bad count')
+            call check(all(got == want), 'rows: gather_rows_at at cursor ' // trim(kn) // ' = the loop')
+            call check(all(out == wout), 'rows: put_rows_at at cursor ' // trim(kn) // ' = the loop')
+            call check(nbad(1) == expect, 'rows: bad counted at cursor ' // trim(kn))
+            total = total + expect
+        end do
+        call check(total > 0, 'rows: out-of-range rows were exercised')
+        call ok(l8_gather_rows_at(ts, ti, tc, 0, td), 'rows: stride 0 without bad')
+        call check(l8_gather_rows_at(ts, ti, tc, -1, td) == L8_ERR_INVALID_ARG, &
+                   'rows: a negative stride is refused')
+        call check(l8_gather_rows(l8_tensor(), tg, td) == L8_ERR_INVALID_ARG, &
+                   'rows: a null source is refused')
+        call check(l8_put_rows_at(tout, tg, R, tr) == L8_ERR_INVALID_ARG, &
+                   'rows: a cursor of three elements is refused')
+        call l8_tensor_destroy(ts)
+        call l8_tensor_destroy(ti)
+        call l8_tensor_destroy(tg)
+        call l8_tensor_destroy(tc)
+        call l8_tensor_destroy(tb)
+        call l8_tensor_destroy(td)
+        call l8_tensor_destroy(tr)
+        call l8_tensor_destroy(tout)
+    end subroutine
+
+    ! -- 9. Three AdamW optimizers over equal groups and gradients, 5 steps:
+    !    1 sets the rate before each step, 2 reads a 4-entry table (the last
+    !    step past its end), 3 has its rate pushed before each step and a
+    !    wrong one set after the push. The same weights bit for bit.
+    subroutine lr_table()
+        integer, parameter :: NP = 40, S = 5
+        real(c_float), parameter :: rates(4) = [7e-3, 3.3e-3, 1.1e-3, 2.9e-4]
+        type(l8_params) :: gp(3)
+        type(l8_optim) :: op(3)
+        type(l8_tensor) :: rt, ti
+        real(c_float) :: w0(NP, 1), gr(NP, 1), wout(NP, 1, 3)
+        integer(c_int32_t) :: cur(1)
+        integer(c_int) :: pid
+        integer :: p, k
+
+        w0(:, 1) = [(real(mod(7 * i, 11) - 5, c_float) / 4, i = 1, NP)]
+        do p = 1, 3
+            call ok(l8_params_create(ctx, gp(p)), 'lr: l8_params_create')
+            call ok(l8_params_add(gp(p), 'w', [NP], pid), 'lr: l8_params_add')
+            call ok(l8_params_finalize(gp(p)), 'lr: l8_params_finalize')
+            call ok(l8_tensor_copy_from_array(l8_params_master(gp(p), pid), w0), 'lr: weights')
+            call ok(l8_optim_create_adamw(gp(p), op(p), weight_decay=0.1_c_float), 'lr: adamw')
+        end do
+        call ok(l8_tensor_from_array(ctx, rates, rt), 'lr: rates')
+        call ok(l8_optim_set_lr_table(op(2), rt), 'lr: l8_optim_set_lr_table')
+        call l8_tensor_destroy(rt)                   ! the optimizer keeps its own view
+        call ok(l8_optim_set_lr_external(op(3), .true.), 'lr: l8_optim_set_lr_external')
+        do k = 1, S
+            gr(:, 1) = [(real(mod(i * k, 13) - 6, c_float) / 3, i = 1, NP)]
+            do p = 1, 3
+                call ok(l8_tensor_copy_from_array(l8_params_main_grad(gp(p), pid), gr), 'lr: grads')
+            end do
+            call ok(l8_optim_set_lr(op(1), rates(min(k, 4))), 'lr: set_lr')
+            call ok(l8_optim_set_lr(op(3), rates(min(k, 4))), 'lr: set_lr before the push')
+            call ok(l8_optim_push_lr(op(3)), 'lr: l8_optim_push_lr')
+            call ok(l8_optim_set_lr(op(3), 0.5_c_float), 'lr: a rate set after the push')
+            do p = 1, 3
+                call ok(l8_optim_step(op(p)), 'lr: step')
+            end do
+        end do
+        call ok(l8_tensor_to_array(l8_optim_cursor(op(2)), cur), 'lr: the cursor')
+        call check(cur(1) == S, 'lr: the cursor counted every step')
+        do p = 1, 3
+            call ok(l8_tensor_to_array(l8_params_master(gp(p), pid), wout(:, :, p)), 'lr: weights out')
+        end do
+        call check(any(wout(:, 1, 1) /= w0(:, 1)), 'lr: the steps moved the weights')
+        call check(same_bits(wout(:, :, 1), wout(:, :, 2)), 'lr: a rate table = set_lr per step, bit for bit')
+        call check(same_bits(wout(:, :, 1), wout(:, :, 3)), 'lr: pushed rates = set_lr per step, bit for bit')
+        call check(l8_optim_lr(op(1)) == rates(4), 'lr: l8_optim_lr')
+        call check(l8_optim_lr(op(3)) == 0.5, 'lr: l8_optim_lr after the push')
+        call ok(l8_optim_set_lr_table(op(2)), 'lr: the table dropped')
+        call ok(l8_tensor_to_array(l8_optim_cursor(op(2)), cur), 'lr: the cursor again')
+        call check(cur(1) == 0, 'lr: dropping the table resets the cursor')
+        call ok(l8_tensor_from_array(ctx, [1_c_int32_t, 2_c_int32_t], ti), 'lr: i32 rates')
+        call check(l8_optim_set_lr_table(op(1), ti) == L8_ERR_INVALID_ARG, 'lr: an i32 table is refused')
+        call check(l8_optim_set_lr_table(l8_optim(), ti) == L8_ERR_INVALID_ARG, &
+                   'lr: a null optimizer is refused')
+        rt = l8_optim_cursor(l8_optim())
+        call check(.not. c_associated(rt%p), 'lr: no cursor for a null handle')
+        call l8_tensor_destroy(ti)
+        do p = 1, 3
+            call l8_optim_destroy(op(p))
+            call l8_params_destroy(gp(p))
+        end do
+    end subroutine
 
     subroutine ok(st, what)
         integer(c_int), intent(in) :: st
