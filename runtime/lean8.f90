@@ -21,6 +21,11 @@
 !   l8_tensor_from_array/l8_tensor_to_array copy the array's memory as is.
 !   So a batch of T images of 784 pixels is x(784, T) in Fortran and the
 !   (T, 784) tensor Linear expects; a Linear weight (N, K) in C is (K, N) here.
+! - Indices and ids are the C side's, 0-based (parameter ids, recipe role
+!   rows, ranks, and device data such as gather indices and the step
+!   cursor): row j of a C tensor (N, C) is column j + 1 of the array (C, N).
+! - Optional handles are optional arguments, in the C order (omit one in the
+!   middle and pass the later ones by keyword); an unset handle is C's NULL.
 ! - Work is enqueued on the context's compute stream; copies to and from
 !   Fortran arrays block until done.
 ! - Strings are Fortran strings (trailing blanks trimmed); the C side copies
