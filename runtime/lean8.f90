@@ -24,8 +24,10 @@
 ! - Indices and ids are the C side's, 0-based (parameter ids, recipe role
 !   rows, ranks, and device data such as gather indices and the step
 !   cursor): row j of a C tensor (N, C) is column j + 1 of the array (C, N).
-! - Optional handles are optional arguments, in the C order (omit one in the
-!   middle and pass the later ones by keyword); an unset handle is C's NULL.
+! - Handles C takes as NULL-able are optional arguments, mostly in the C
+!   order (omit one before a required argument and pass the later ones by
+!   keyword; l8_softmax_xent takes its dlogits last); an unset handle is
+!   C's NULL.
 ! - Work is enqueued on the context's compute stream; copies to and from
 !   Fortran arrays block until done.
 ! - Strings are Fortran strings (trailing blanks trimmed); the C side copies
