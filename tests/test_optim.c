@@ -712,6 +712,17 @@ END_TEST
 
 /* ---- determinism and resume ---- */
 
+/* The end of a run on its own context: the snapshot, then everything freed. */
+static snapshot run_end(l8_ctx *ctx, l8_params *g, l8_optim *o, float *gr)
+{
+    snapshot sn = snap(g, o);
+    free(gr);
+    l8_optim_destroy(o);
+    l8_params_destroy(g);
+    ctx_finish(ctx);
+    return sn;
+}
+
 /* Run `steps` steps of kind on a fresh context from fixed seeds. */
 static snapshot run_fixed(int kind, l8_dtype gdt, int steps, uint64_t seed)
 {
@@ -726,12 +737,7 @@ static snapshot run_fixed(int kind, l8_dtype gdt, int steps, uint64_t seed)
         grads_upload(g, gr);
         L8_CK(l8_optim_step(o, NULL, NULL));
     }
-    snapshot sn = snap(g, o);
-    free(gr);
-    l8_optim_destroy(o);
-    l8_params_destroy(g);
-    ctx_finish(ctx);
-    return sn;
+    return run_end(ctx, g, o, gr);
 }
 
 START_TEST(test_determinism)
@@ -769,12 +775,7 @@ static snapshot run_schedule(int kind, int external, int push)
         if (push) L8_CK(l8_optim_push_lr(o, NULL));
         L8_CK(l8_optim_step(o, NULL, NULL));
     }
-    snapshot sn = snap(g, o);
-    free(gr);
-    l8_optim_destroy(o);
-    l8_params_destroy(g);
-    ctx_finish(ctx);
-    return sn;
+    return run_end(ctx, g, o, gr);
 }
 
 START_TEST(test_lr_external)
@@ -836,12 +837,7 @@ static snapshot run_table(const char *dev, int kind, int table)
     grads_upload(g, gr);
     L8_CK(l8_optim_set_lr(o, 5e-3f));
     L8_CK(l8_optim_step(o, NULL, NULL));
-    snapshot sn = snap(g, o);
-    free(gr);
-    l8_optim_destroy(o);
-    l8_params_destroy(g);
-    ctx_finish(ctx);
-    return sn;
+    return run_end(ctx, g, o, gr);
 }
 
 static void lr_table_on(const char *dev)
