@@ -668,20 +668,21 @@ START_TEST(test_cast_transpose_host)
 }
 END_TEST
 
-/* l8_fp8_cast_transpose_many against one l8_fp8_cast_transpose per tensor:
+typedef struct many_shape {
+    int64_t r, c;
+    l8_dtype dt;
+} many_shape;
+
+/* l8_fp8_cast_transpose_many of the nb tensors `base` (and `extra` more,
+ * base's shapes again, wider) against one l8_fp8_cast_transpose per tensor:
  * every byte of out and out_t, amax and scale_inv, with and without
- * ACCUMULATE_AMAX, mixed input dtypes, empty and edge shapes, out NULL or
- * not; `extra` more tensors past 16 make the GPU split the group. */
-static void cast_many_run(const char *dev, int extra)
+ * ACCUMULATE_AMAX, out NULL for every third tensor. */
+static void cast_many_shapes(const char *dev, const many_shape *base, int nb, int extra)
 {
     l8_ctx *ctx = mk_ctx(dev);
     l8_rng r;
     l8_rng_init(&r, 0x3a7);
-    const struct { int64_t r, c; l8_dtype dt; } base[] = {
-        { 512, 784, L8_F32 }, { 512, 512, L8_F32 }, { 16, 512, L8_F32 }, { 0, 40, L8_F32 },
-        { 300, 130, L8_BF16 }, { 129, 8, L8_F16 }, { 1, 1, L8_F32 }, { 128, 256, L8_BF16 },
-        { 257, 1000, L8_F32 }, { 1100, 1100, L8_BF16 } };
-    const int nb = (int)(sizeof base / sizeof base[0]), n = nb + extra;
+    const int n = nb + extra;
     ck_assert(n <= 32);
     l8_tensor *in[32], *q[2][32], *qt[2][32];
     l8_fp8_meta *m[2][32];
@@ -741,6 +742,17 @@ static void cast_many_run(const char *dev, int extra)
     done_ctx(ctx);
 }
 
+/* mixed input dtypes, empty and edge shapes; `extra` more tensors past 16
+ * make the GPU split the group */
+static void cast_many_run(const char *dev, int extra)
+{
+    static const many_shape base[] = {
+        { 512, 784, L8_F32 }, { 512, 512, L8_F32 }, { 16, 512, L8_F32 }, { 0, 40, L8_F32 },
+        { 300, 130, L8_BF16 }, { 129, 8, L8_F16 }, { 1, 1, L8_F32 }, { 128, 256, L8_BF16 },
+        { 257, 1000, L8_F32 }, { 1100, 1100, L8_BF16 } };
+    cast_many_shapes(dev, base, (int)(sizeof base / sizeof base[0]), extra);
+}
+
 START_TEST(test_cast_transpose_many_host)
 {
     cast_many_run("host", 0);
@@ -783,6 +795,13 @@ START_TEST(test_gpu_cast_transpose_many)
     l8i_cast_sm_max_tiles = dflt;
     cast_many_run("cuda:0", 0);
     cast_many_run("cuda:0", 12);                    /* 22 tensors: two launches */
+    /* a tensor of more 128 x 128 tiles than one launch's CTAs (32768: one
+     * tile row of 32769 tile columns, 67 M elements) between two small ones:
+     * the group is cut around it and it goes alone to the single-tensor
+     * kernel, which loops over its tiles */
+    static const many_shape big[] = { { 300, 130, L8_BF16 }, { 16, 128 * 32769, L8_BF16 },
+                                       { 129, 8, L8_BF16 } };
+    cast_many_shapes("cuda:0", big, 3, 0);
 }
 END_TEST
 
