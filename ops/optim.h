@@ -253,7 +253,9 @@ L8_NODISCARD l8_status l8_optim_set_lr_table(l8_optim *o, const l8_tensor *rates
 
 /* The step cursor: an L8_I32 tensor of one element on o's device, a view
  * of the step scalars owned by o (do not destroy): the number of steps since
- * the last l8_optim_set_lr_table (or since create), modulo 2^32. Work
+ * the last l8_optim_set_lr_table (or since create). Stored as 32 bits: past
+ * 2^31 - 1 steps without a reset it reads negative, and moves at it count
+ * as out of range (a loop resets it each epoch). Work
  * enqueued in a step before l8_optim_step reads that step's number k (the
  * finish kernel adds 1 after): l8_gather_rows_at and l8_put_rows_at
  * (ops/gather.h) use it to pick the step's batch out of an epoch's order and
