@@ -842,6 +842,9 @@ l8_status l8_optim_get_step(l8_optim *o, uint64_t *step)
 l8_status l8_optim_set_step(l8_optim *o, uint64_t step)
 {
     L8_ARG(o != NULL);
+    if (step > (uint64_t)INT64_MAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_set_step: step %llu is above 2^63 - 1 (%lld "
+                       "as a signed count)", (unsigned long long)step, -(long long)~step - 1);
     scalars sc;
     L8_CHECK(scalars_read(o, o->last, &sc));
     sc.step = step;

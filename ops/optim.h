@@ -284,7 +284,9 @@ L8_NODISCARD l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_
  * Errors: L8_ERR_INVALID_ARG, L8_ERR_CUDA. */
 L8_NODISCARD l8_status l8_optim_get_step(l8_optim *o, uint64_t *step);
 /* Set the step counter (resume). Blocking: the value is on the device on
- * return, ordered after every step enqueued before. Errors: as get_step. */
+ * return, ordered after every step enqueued before. Errors: as get_step,
+ * and L8_ERR_INVALID_ARG for a step above 2^63 - 1 (a negative count passed
+ * through a signed type, as a binding would). */
 L8_NODISCARD l8_status l8_optim_set_step(l8_optim *o, uint64_t step);
 
 /* Device scalars written by every step, as 0-dim views (borrowed, valid

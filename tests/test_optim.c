@@ -469,8 +469,10 @@ START_TEST(test_bias_correction)
                           want);
         }
     }
-    /* resume at step 1000: the next step is t = 1001 */
+    /* resume at step 1000: the next step is t = 1001 (a step above 2^63 - 1,
+     * a negative count through a signed type, is refused and changes nothing) */
     L8_CK(l8_optim_set_step(o, 1000));
+    L8_CK_ST(l8_optim_set_step(o, UINT64_MAX), L8_ERR_INVALID_ARG);
     uint64_t t;
     L8_CK(l8_optim_get_step(o, &t));
     ck_assert_uint_eq(t, 1000);
