@@ -145,7 +145,11 @@ L8_NODISCARD l8_status l8_recipe_update(l8_recipe *r, l8_stream *s);
  *   amax_history [N, H], scale [N], amax [N], fp8_max [N], all f32, contiguous.
  * With N = 0 the views are empty. Reading or writing them is ordinary tensor
  * I/O (l8_tensor_copy_to_host / _from_host). After writing `scale` (restoring
- * a checkpoint) call l8_recipe_push_scales so the metas see it.
+ * a checkpoint) call l8_recipe_push_scales so the metas see it. The metas
+ * (l8_recipe_meta) are state too: each one's amax holds the maximum the
+ * casts since the last update saw (an evaluation's included), which the
+ * next update folds into the history; a bit-for-bit resume saves and
+ * restores them (l8_fp8_meta_get / _set), as tools/lean8-train.c does.
  * Errors: L8_ERR_INVALID_ARG (NULL recipe), L8_ERR_OOM. On error every
  * output is NULL. */
 L8_NODISCARD l8_status l8_recipe_state(l8_recipe *r, l8_tensor **amax_history,
