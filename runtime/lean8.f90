@@ -155,12 +155,15 @@ module lean8
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_optim_lr, l8_optim_set_lr_external, l8_optim_push_lr
     public :: l8_optim_set_lr_table, l8_optim_cursor
+    public :: l8_optim_state_count, l8_optim_state_name, l8_optim_state, l8_optim_state_view
+    public :: l8_optim_get_step, l8_optim_set_step
+    public :: l8_recipe_state, l8_recipe_push_scales
     public :: l8_gather_rows, l8_gather_rows_at, l8_put_rows_at
     public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
     public :: l8_tag_push, l8_tag_pop
     public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
     public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
-    public :: l8_ckpt_close
+    public :: l8_ckpt_close, l8_ckpt_check_tensor
     public :: l8_comm_id_create, l8_comm_init_rank, l8_comm_destroy, l8_comm_rank, l8_comm_size
     public :: l8_comm_all_reduce, l8_comm_broadcast
     public :: l8_fortran_check_layouts
@@ -652,6 +655,78 @@ module lean8
         end function
     end interface
 
+    ! ---- what a resumable checkpoint holds: optimizer state and step, the
+    ! recipe's scaling state (ops/optim.h, ops/recipe.h) ----
+    interface
+        function c_optim_state_count(o) bind(c, name='l8_optim_state_count')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int) :: c_optim_state_count
+        end function
+        function c_optim_state_name(o, k) bind(c, name='l8_optim_state_name')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int), value :: k
+            type(c_ptr) :: c_optim_state_name
+        end function
+        function c_optim_state(o, k) bind(c, name='l8_optim_state')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int), value :: k
+            type(c_ptr) :: c_optim_state
+        end function
+        function c_optim_state_view(o, k, id, out) bind(c, name='l8_optim_state_view')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int), value :: k, id
+            type(c_ptr) :: out
+            integer(c_int) :: c_optim_state_view
+        end function
+        ! uint64_t in C: the same 8 bytes, read as non-negative here
+        function c_optim_get_step(o, step) bind(c, name='l8_optim_get_step')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: o
+            integer(c_int64_t) :: step
+            integer(c_int) :: c_optim_get_step
+        end function
+        function c_optim_set_step(o, step) bind(c, name='l8_optim_set_step')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: o
+            integer(c_int64_t), value :: step
+            integer(c_int) :: c_optim_set_step
+        end function
+        function c_recipe_state(r, amax_history, scale, amax, fp8_max) bind(c, name='l8_recipe_state')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r, amax_history, scale, amax, fp8_max
+            integer(c_int) :: c_recipe_state
+        end function
+        function c_recipe_push_scales(r, s) bind(c, name='l8_recipe_push_scales')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r, s
+            integer(c_int) :: c_recipe_push_scales
+        end function
+        function c_ckpt_check_tensor(r, name, t) bind(c, name='l8_ckpt_check_tensor')
+            import :: c_char, c_ptr, c_int
+            type(c_ptr), value :: r, t
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int) :: c_ckpt_check_tensor
+        end function
+        ! Variadic in C; called with a format free of '%' and no further
+        ! arguments (the fixed ones are passed as for any function). `file`
+        ! is kept as a pointer: a saved module string.
+        function c_error_set(st, foreign_code, foreign_name, call, file, line, fmt) &
+                bind(c, name='l8_error_set')
+            import :: c_ptr, c_int, c_char
+            integer(c_int), value :: st, foreign_code, line
+            character(kind=c_char), intent(in) :: foreign_name(*), call(*), fmt(*)
+            type(c_ptr), value :: file
+            integer(c_int) :: c_error_set
+        end function
+    end interface
+
+    ! The file the module's own refusals name (l8_error_set keeps the pointer).
+    character(kind=c_char, len=18), target :: this_file = 'runtime/lean8.f90' // c_null_char
+
     ! ---- communicators (runtime/comm.h) ----
     interface
         function c_comm_id_create(ctx, transport, id) bind(c, name='l8_comm_id_create')
@@ -1100,6 +1175,33 @@ contains
         integer, intent(in) :: i
         m%p = c_recipe_meta(r%p, int(i, c_int))
     end function
+    ! New views of the recipe's state, owned by the caller (l8_tensor_destroy
+    ! them), each optional (absent: not wanted), all f32, Fortran dims:
+    ! amax_history [H, N] (column i + 1: role row i, newest first), scale
+    ! [N], amax [N], fp8_max [N]; N = l8_recipe_count. Take them after the
+    ! last layer is created (registering roles may move the state). To resume:
+    ! l8_ckpt_read_tensor into amax_history, scale and amax, then
+    ! l8_recipe_push_scales, so the metas (and the casts) use the scales read.
+    integer(c_int) function l8_recipe_state(r, amax_history, scale, amax, fp8_max) result(st)
+        type(l8_recipe), intent(in) :: r
+        type(l8_tensor), intent(out), optional :: amax_history, scale, amax, fp8_max
+        type(c_ptr), target :: p(4)
+        p = c_null_ptr
+        ! a pointer to the slot of each output wanted, NULL for the others
+        st = c_recipe_state(r%p, merge(c_loc(p(1)), c_null_ptr, present(amax_history)), &
+                            merge(c_loc(p(2)), c_null_ptr, present(scale)), &
+                            merge(c_loc(p(3)), c_null_ptr, present(amax)), &
+                            merge(c_loc(p(4)), c_null_ptr, present(fp8_max)))
+        if (present(amax_history)) amax_history%p = p(1)
+        if (present(scale)) scale%p = p(2)
+        if (present(amax)) amax%p = p(3)
+        if (present(fp8_max)) fp8_max%p = p(4)
+    end function
+    ! Every role's meta scale = the recipe's scale (after writing `scale`).
+    integer(c_int) function l8_recipe_push_scales(r) result(st)
+        type(l8_recipe), intent(in) :: r
+        st = c_recipe_push_scales(r%p, c_null_ptr)
+    end function
     ! The FP8 dtype of a role (L8_ROLE_*) under the recipe's format: L8_E4M3
     ! for the input and weight, L8_E5M2 for grad_output (the default HYBRID).
     integer(c_int) function l8_recipe_dtype(r, role) result(dt)
@@ -1410,6 +1512,69 @@ contains
         t%p = c_optim_cursor(opt%p)
     end function
 
+    ! ---- optimizer state and step, for resumable checkpoints ----
+    ! A resume restores the master weights, every state buffer and the step
+    ! (AdamW's bias corrections count from it), and the recipe's state
+    ! (l8_recipe_state): then the next steps are those of the run that never
+    ! stopped, bit for bit.
+
+    ! The number of state buffers: AdamW 2 ("exp_avg", "exp_avg_sq"); 0 for
+    ! a null handle. Buffers are numbered k = 0 .. count - 1.
+    integer function l8_optim_state_count(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_state_count = int(c_optim_state_count(opt%p))
+    end function
+    ! The name of state buffer k (0-based): "exp_avg", ...; "" for a bad k.
+    function l8_optim_state_name(opt, k) result(s)
+        type(l8_optim), intent(in) :: opt
+        integer, intent(in) :: k
+        character(len=:), allocatable :: s
+        s = fstr(c_optim_state_name(opt%p, int(k, c_int)))
+    end function
+    ! State buffer k (0-based) as a whole: f32, 1-d, laid out as the group's
+    ! flat buffers (l8_params_master_flat). Borrowed: the optimizer owns it,
+    ! never destroy it. Null for a bad k (a call that takes it then returns
+    ! L8_ERR_INVALID_ARG). Save it with l8_ckpt_write_tensor, restore it with
+    ! l8_ckpt_read_tensor.
+    type(l8_tensor) function l8_optim_state(opt, k) result(t)
+        type(l8_optim), intent(in) :: opt
+        integer, intent(in) :: k
+        t%p = c_optim_state(opt%p, int(k, c_int))
+    end function
+    ! State buffer k of parameter id as a new view of the parameter's
+    ! Fortran dims, owned by the caller (l8_tensor_destroy it).
+    ! L8_ERR_INVALID_ARG for a bad k or id.
+    integer(c_int) function l8_optim_state_view(opt, k, id, t) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer, intent(in) :: k
+        integer(c_int), intent(in) :: id
+        type(l8_tensor), intent(out) :: t
+        st = c_optim_state_view(opt%p, int(k, c_int), id, t%p)
+    end function
+    ! The steps applied so far (blocks until the last step is done).
+    integer(c_int) function l8_optim_get_step(opt, step) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer(c_int64_t), intent(out) :: step
+        integer(c_int64_t) :: v
+        v = 0
+        st = c_optim_get_step(opt%p, v)
+        step = v
+    end function
+    ! Set the step counter (resume); blocks. step >= 0: a negative one is
+    ! refused with L8_ERR_INVALID_ARG (the C counter is unsigned).
+    integer(c_int) function l8_optim_set_step(opt, step) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer(c_int64_t), intent(in) :: step
+        character(len=96) :: msg
+        if (step < 0) then
+            write(msg, '(a, i0, a)') 'l8_optim_set_step: step ', step, ' is negative'
+            st = c_error_set(L8_ERR_INVALID_ARG, 0_c_int, cstr(''), cstr(''), c_loc(this_file), &
+                             0_c_int, cstr(msg))
+            return
+        end if
+        st = c_optim_set_step(opt%p, step)
+    end function
+
     ! ---- elementwise and loss ----
 
     ! y = x in y's dtype (f32 <-> bf16 <-> f16), same shape.
@@ -1538,6 +1703,15 @@ contains
         character(len=*), intent(in) :: name
         type(l8_tensor), intent(in) :: t
         st = c_ckpt_read_tensor(r%p, cstr(name), t%p)
+    end function
+    ! Would l8_ckpt_read_tensor(r, name, t) be accepted (section present,
+    ! same dtype and shape)? Check every tensor first, then read: a mismatch
+    ! then changes nothing. L8_ERR_INVALID_ARG naming what differs.
+    integer(c_int) function l8_ckpt_check_tensor(r, name, t) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        type(l8_tensor), intent(in) :: t
+        st = c_ckpt_check_tensor(r%p, cstr(name), t%p)
     end function
     subroutine l8_ckpt_close(r)
         type(l8_ckpt_reader), intent(inout) :: r
