@@ -17,12 +17,29 @@
 !      positions and indices counted in `bad`;
 !   9. a rate table (and rates pushed for a captured step) gives the weights
 !      of set_lr before each step bit for bit; the step cursor counts.
+!  10. a resumable checkpoint: an FP8 model (two Linear layers on a recipe,
+!      AdamW) trained N steps equals bit for bit (master weights, losses) one
+!      trained k steps, saved (master, optimizer states, step, recipe state
+!      and metas) through l8_ckpt_*, destroyed, rebuilt and restored from the
+!      file, then trained N - k; bad state indices and steps are refused.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
+    use, intrinsic :: iso_fortran_env, only: real64
     use lean8
     implicit none
     integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
+    ! -- 10. the FP8 model of the resume test: x(K, T) -> N -> N, GELU between
+    integer, parameter :: NR8 = 6                          ! its recipe rows, 3 per layer
+    type :: fp8_model
+        type(l8_params) :: g
+        type(l8_gemm_handle) :: gemm
+        type(l8_recipe) :: rc
+        type(l8_linear) :: lin(2)
+        type(l8_optim) :: opt
+        type(l8_tensor) :: xf, xb, labels, loss, hit, pre(2), grad(2)
+        integer(c_int) :: wid(2), bid(2)
+    end type
     type(l8_ctx) :: ctx, bad
     type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat, hb, z, dg, dx1, dx2
     type(l8_params) :: g
@@ -209,6 +226,7 @@ program test_fortran
     call fp8_precast()
     call rows_at()
     call lr_table()
+    call resume()
 
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
     call l8_optim_destroy(opt)
@@ -648,6 +666,333 @@ contains
             call l8_optim_destroy(op(p))
             call l8_params_destroy(gp(p))
         end do
+    end subroutine
+
+    ! -- 10. Resume bit for bit. Run a trains NS steps; run b trains KS,
+    !    saves what lean8-train saves (docs/training-loop.md, Checkpoints),
+    !    and is destroyed; run c is built anew (other initial weights: only
+    !    the file can make it b), restored, and trains steps KS + 1 .. NS.
+    !    An evaluation forward after step KS leaves amaxes in the metas that
+    !    the next recipe update folds in, so the metas are state too.
+    subroutine resume()
+        integer, parameter :: NS = 6, KS = 3
+        type(fp8_model) :: ma, mb, mc
+        type(l8_tensor) :: bad_t, v
+        type(l8_ckpt_reader) :: r
+        real(c_float), allocatable :: wa(:), wb(:), st0(:), st1(:)
+        real(c_float) :: fmax(NR8), vk(K, N)
+        real(real64) :: la(NS), lc(NS)
+        integer(c_int64_t) :: stp
+        character(len=256) :: cpath
+        integer :: s, u
+
+        call get_environment_variable('TMPDIR', cpath)
+        if (len_trim(cpath) == 0) cpath = '/tmp'
+        cpath = trim(cpath) // '/lean8-fortran-resume.ckpt'
+
+        ! a: NS steps without a stop (the evaluation after step KS as b does it)
+        call build(ma, 11)
+        do s = 1, NS
+            la(s) = train_step(ma, s)
+            if (s == KS) call evaluate(ma)
+        end do
+        call ok(l8_optim_get_step(ma%opt, stp), 'resume: l8_optim_get_step')
+        call check(stp == NS, 'resume: the step counter counted every step')
+        allocate(wa(l8_tensor_numel(l8_params_master_flat(ma%g))))
+        allocate(wb(size(wa)), st0(size(wa)), st1(size(wa)))
+        call ok(l8_tensor_to_array(l8_params_master_flat(ma%g), wa), 'resume: master of a')
+
+        ! the state the optimizer and the recipe hand out
+        call check(l8_optim_state_count(ma%opt) == 2, 'resume: AdamW has two state buffers')
+        call check(l8_optim_state_name(ma%opt, 0) == 'exp_avg', 'resume: state 0 is exp_avg')
+        call check(l8_optim_state_name(ma%opt, 1) == 'exp_avg_sq', 'resume: state 1 is exp_avg_sq')
+        call check(all(l8_tensor_dims(l8_optim_state(ma%opt, 1)) == [size(wa)]), &
+                   'resume: a state buffer is laid out as the flat master buffer')
+        call ok(l8_tensor_to_array(l8_optim_state(ma%opt, 0), st0), 'resume: exp_avg')
+        call ok(l8_optim_state_view(ma%opt, 0, ma%wid(1), v), 'resume: l8_optim_state_view')
+        call check(all(l8_tensor_dims(v) == [K, N]), 'resume: a state view has the weight''s Fortran dims')
+        call ok(l8_tensor_to_array(v, vk), 'resume: the view''s values')
+        call check(any(vk /= 0) .and. any(st0 /= 0), 'resume: exp_avg has content')
+        call l8_tensor_destroy(v)
+        call ok(l8_recipe_state(ma%rc, fp8_max=v), 'resume: l8_recipe_state(fp8_max=)')
+        call ok(l8_tensor_to_array(v, fmax), 'resume: fp8_max')
+        call check(all(fmax == [448, 448, 57344, 448, 448, 57344]), &
+                   'resume: fp8_max per role row (E4M3, E4M3, E5M2 per layer)')
+        call l8_tensor_destroy(v)
+
+        ! bad indices and steps: refused, nothing changed, no crash
+        bad_t = l8_optim_state(ma%opt, 2)
+        call check(.not. c_associated(bad_t%p), 'resume: no state buffer 2 (0-based: AdamW has 0, 1)')
+        bad_t = l8_optim_state(ma%opt, -1)
+        call check(.not. c_associated(bad_t%p), 'resume: no state buffer -1')
+        call check(l8_tensor_to_array(bad_t, st1) == L8_ERR_INVALID_ARG, &
+                   'resume: copying a bad state index out is refused')
+        call check(l8_optim_state_name(ma%opt, 2) == '', 'resume: no name for state 2')
+        call check(l8_optim_state_view(ma%opt, 2, ma%wid(1), v) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_optim_state_view of state 2 is refused')
+        call check(.not. c_associated(v%p), 'resume: a refused view is null')
+        call check(l8_optim_state_view(ma%opt, 0, 99_c_int, v) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_optim_state_view of parameter 99 is refused')
+        call check(l8_optim_set_step(ma%opt, -1_c_int64_t) == L8_ERR_INVALID_ARG, &
+                   'resume: a negative step is refused')
+        call check(index(l8_last_error_message(), 'negative') > 0, &
+                   'resume: the message says why: ' // l8_last_error_message())
+        call ok(l8_optim_get_step(ma%opt, stp), 'resume: the step after the refusal')
+        call check(stp == NS, 'resume: a refused step leaves the counter')
+        call check(l8_optim_get_step(l8_optim(), stp) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_optim_get_step of a null optimizer is refused')
+        call check(l8_optim_state_count(l8_optim()) == 0, 'resume: no state for a null optimizer')
+        call check(l8_recipe_state(l8_recipe(), v) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_recipe_state of a null recipe is refused')
+        call destroy(ma)
+
+        ! b: KS steps, the evaluation, save, destroy
+        call build(mb, 11)
+        do s = 1, KS
+            lc(s) = train_step(mb, s)
+        end do
+        call evaluate(mb)
+        call save(mb, trim(cpath))
+        call check(l8_ckpt_open(trim(cpath), r) == L8_OK, 'resume: the checkpoint opens')
+        bad_t = l8_optim_state(mb%opt, 2)
+        call check(l8_ckpt_check_tensor(r, 'optim.exp_avg', bad_t) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_ckpt_check_tensor into a bad state index is refused')
+        call check(l8_ckpt_read_tensor(r, 'optim.exp_avg', bad_t) == L8_ERR_INVALID_ARG, &
+                   'resume: l8_ckpt_read_tensor into a bad state index is refused')
+        call check(l8_ckpt_check_tensor(r, 'optim.exp_avg', l8_params_master(mb%g, mb%wid(1))) &
+                   == L8_ERR_INVALID_ARG, 'resume: l8_ckpt_check_tensor of another shape is refused')
+        call l8_ckpt_close(r)
+        call destroy(mb)
+
+        ! c: built anew with other weights, restored, the remaining steps
+        call build(mc, 23)
+        call restore(mc, trim(cpath))
+        call ok(l8_optim_get_step(mc%opt, stp), 'resume: the restored step')
+        call check(stp == KS, 'resume: the step counter restored')
+        do s = KS + 1, NS
+            lc(s) = train_step(mc, s)
+        end do
+        call ok(l8_tensor_to_array(l8_params_master_flat(mc%g), wb), 'resume: master of c')
+        call check(all(transfer(wa, [0_c_int32_t]) == transfer(wb, [0_c_int32_t])), &
+                   'resume: master after k steps + restore + N - k steps = N steps, bit for bit')
+        call check(all(transfer(la(KS + 1:), [0_c_int64_t]) == transfer(lc(KS + 1:), [0_c_int64_t])), &
+                   'resume: the losses of the steps after the restore, bit for bit')
+        call check(all(la(1:KS) == lc(1:KS)), 'resume: the losses before the stop')
+        call check(la(NS) /= la(1), 'resume: the loss moved')
+        call destroy(mc)
+        open(newunit=u, file=trim(cpath), status='old')
+        close(u, status='delete')
+        deallocate(wa, wb, st0, st1)
+    end subroutine
+
+    ! The model on ctx: initial weights from seed, a recipe (HYBRID), AdamW.
+    subroutine build(m, seed)
+        type(fp8_model), intent(out) :: m
+        integer, intent(in) :: seed
+        integer, parameter :: din(2) = [K, N]
+        integer :: l
+        call ok(l8_params_create(ctx, m%g), 'model: l8_params_create')
+        do l = 1, 2
+            call ok(l8_params_add(m%g, 'fc' // achar(48 + l) // '.weight', [din(l), N], m%wid(l)), &
+                    'model: add weight')
+            call ok(l8_params_add(m%g, 'fc' // achar(48 + l) // '.bias', [N], m%bid(l)), 'model: add bias')
+        end do
+        call ok(l8_params_finalize(m%g), 'model: finalize')
+        do l = 1, 2
+            call ok(l8_params_init_kaiming_uniform(m%g, m%wid(l), sqrt(5.0_c_float), &
+                                                   int(seed + l, c_int64_t)), 'model: init weight')
+            call ok(l8_params_init_uniform(m%g, m%bid(l), -0.2_c_float, 0.2_c_float, &
+                                           int(seed + 7 * l, c_int64_t)), 'model: init bias')
+        end do
+        call ok(l8_optim_create_adamw(m%g, m%opt, lr=2e-2_c_float, weight_decay=0.01_c_float), &
+                'model: adamw')
+        call ok(l8_gemm_handle_create(ctx, m%gemm), 'model: gemm')
+        call ok(l8_recipe_create(ctx, m%rc), 'model: recipe')
+        do l = 1, 2
+            call ok(l8_linear_create(ctx, 'fc' // achar(48 + l), m%gemm, l8_params_master(m%g, m%wid(l)), &
+                                     l8_params_main_grad(m%g, m%wid(l)), m%lin(l), recipe=m%rc, &
+                                     bias=l8_params_master(m%g, m%bid(l)), &
+                                     bias_grad=l8_params_main_grad(m%g, m%bid(l)), &
+                                     weight_id=m%wid(l), bias_id=m%bid(l)), 'model: linear')
+        end do
+        call ok(l8_tensor_empty(ctx, L8_F32, [K, T], m%xf), 'model: xf')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], m%xb), 'model: xb')
+        call ok(l8_tensor_empty(ctx, L8_I32, [T], m%labels), 'model: labels')
+        call ok(l8_tensor_empty(ctx, L8_F32, [T], m%loss), 'model: loss')
+        call ok(l8_tensor_empty(ctx, L8_I32, [T], m%hit), 'model: hit')
+        do l = 1, 2
+            call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], m%pre(l)), 'model: pre')
+            call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], m%grad(l)), 'model: grad')
+        end do
+    end subroutine
+
+    subroutine destroy(m)
+        type(fp8_model), intent(inout) :: m
+        integer :: l
+        do l = 1, 2
+            call l8_linear_destroy(m%lin(l))
+            call l8_tensor_destroy(m%pre(l))
+            call l8_tensor_destroy(m%grad(l))
+        end do
+        call l8_tensor_destroy(m%xf)
+        call l8_tensor_destroy(m%xb)
+        call l8_tensor_destroy(m%labels)
+        call l8_tensor_destroy(m%loss)
+        call l8_tensor_destroy(m%hit)
+        call l8_optim_destroy(m%opt)
+        call l8_recipe_destroy(m%rc)
+        call l8_gemm_handle_destroy(m%gemm)
+        call l8_params_destroy(m%g)
+    end subroutine
+
+    ! The batch of step s (scaled by amp), the same in every run.
+    subroutine batch(m, s, amp)
+        type(fp8_model), intent(inout) :: m
+        integer, intent(in) :: s
+        real(c_float), intent(in) :: amp
+        real(c_float) :: xv(K, T)
+        integer(c_int32_t) :: lab(T)
+        integer :: ii, jj
+        do jj = 1, T
+            do ii = 1, K
+                xv(ii, jj) = amp * real(mod(ii * s + 3 * jj, 13) - 6, c_float) / 4
+            end do
+            lab(jj) = int(mod(jj + s, 10), c_int32_t)
+        end do
+        call ok(l8_tensor_copy_from_array(m%xf, xv), 'model: x in')
+        call ok(l8_tensor_copy_from_array(m%labels, lab), 'model: labels in')
+        call ok(l8_convert(m%xf, m%xb), 'model: x to bf16')
+    end subroutine
+
+    ! One training step on batch s: its summed loss.
+    real(real64) function train_step(m, s) result(total)
+        type(fp8_model), intent(inout) :: m
+        integer, intent(in) :: s
+        type(l8_linear_ctx) :: sv(2)
+        real(c_float) :: rl(T)
+        call batch(m, s, 1.0_c_float)
+        call ok(l8_linear_begin_step(m%lin(1)), 'model: begin_step 1')
+        call ok(l8_linear_begin_step(m%lin(2)), 'model: begin_step 2')
+        call ok(l8_linear_forward(m%lin(1), m%xb, m%pre(1), sv(1)), 'model: forward 1')
+        call ok(l8_linear_forward_act(m%lin(2), L8_ACT_GELU, m%pre(1), m%pre(2), sv(2)), 'model: forward 2')
+        call ok(l8_softmax_xent(m%pre(2), m%labels, 10, 1.0_c_float / T, m%loss, m%hit, &
+                                dlogits=m%grad(2)), 'model: loss')
+        call ok(l8_linear_backward(m%lin(2), sv(2), m%grad(2), m%grad(1)), 'model: backward 2')
+        call ok(l8_linear_backward_act(m%lin(1), L8_ACT_GELU, sv(1), m%grad(1), m%pre(1)), &
+                'model: backward 1')
+        call ok(l8_optim_step(m%opt), 'model: step')
+        call ok(l8_recipe_update(m%rc), 'model: recipe update')
+        call ok(l8_tensor_to_array(m%loss, rl), 'model: losses')
+        total = sum(real(rl, real64))
+    end function
+
+    ! An inference forward on a larger batch: its casts leave amaxes in the
+    ! metas for the next update.
+    subroutine evaluate(m)
+        type(fp8_model), intent(inout) :: m
+        call batch(m, 100, 3.0_c_float)
+        call ok(l8_linear_forward(m%lin(1), m%xb, m%pre(1)), 'model: eval forward 1')
+        call ok(l8_linear_forward_act(m%lin(2), L8_ACT_GELU, m%pre(1), m%pre(2)), 'model: eval forward 2')
+    end subroutine
+
+    ! What lean8-train saves: the master buffer, "optim.<state name>" for each
+    ! state buffer, "optim.step" (its 8 bytes, a u8 tensor), the recipe's
+    ! amax_history, scale and amax, and the metas (scale, scale_inv, amax
+    ! per role: f32 [3, N]).
+    subroutine save(m, path)
+        type(fp8_model), intent(in) :: m
+        character(len=*), intent(in) :: path
+        type(l8_ckpt_writer) :: w
+        type(l8_tensor) :: hist, scale, amax, mv, stt
+        real(c_float) :: metas(3, NR8)
+        integer(c_int64_t) :: stp
+        integer :: kk
+        call ok(l8_ckpt_writer_open(path, 'fortran-resume', 1, w), 'save: open')
+        call ok(l8_ckpt_write_tensor(w, 'params.master', l8_params_master_flat(m%g)), 'save: master')
+        do kk = 0, l8_optim_state_count(m%opt) - 1
+            call ok(l8_ckpt_write_tensor(w, 'optim.' // l8_optim_state_name(m%opt, kk), &
+                                         l8_optim_state(m%opt, kk)), 'save: optimizer state')
+        end do
+        call ok(l8_optim_get_step(m%opt, stp), 'save: step')
+        call ok(l8_tensor_from_array(ctx, transfer(stp, [0_c_int8_t]), stt), 'save: step bytes')
+        call ok(l8_ckpt_write_tensor(w, 'optim.step', stt), 'save: write step')
+        call ok(l8_recipe_state(m%rc, hist, scale, amax), 'save: l8_recipe_state')
+        call check(all(l8_tensor_dims(hist) == [1024, NR8]), 'save: amax_history has Fortran dims [H, N]')
+        call ok(l8_ckpt_write_tensor(w, 'recipe.amax_history', hist), 'save: amax_history')
+        call ok(l8_ckpt_write_tensor(w, 'recipe.scale', scale), 'save: scale')
+        call ok(l8_ckpt_write_tensor(w, 'recipe.amax', amax), 'save: amax')
+        do kk = 1, NR8
+            call ok(l8_fp8_meta_get(l8_recipe_meta(m%rc, kk - 1), metas(1, kk), metas(2, kk), &
+                                    metas(3, kk)), 'save: meta')
+        end do
+        call check(any(metas(3, :) /= 0), 'save: the evaluation left amaxes in the metas')
+        call ok(l8_tensor_from_array(ctx, metas, mv), 'save: metas tensor')
+        call ok(l8_ckpt_write_tensor(w, 'recipe.metas', mv), 'save: metas')
+        call ok(l8_ckpt_writer_commit(w), 'save: commit')
+        call l8_tensor_destroy(hist)
+        call l8_tensor_destroy(scale)
+        call l8_tensor_destroy(amax)
+        call l8_tensor_destroy(mv)
+        call l8_tensor_destroy(stt)
+    end subroutine
+
+    ! Every section checked first, then read; the step set, the scales
+    ! pushed to the metas, the metas written.
+    subroutine restore(m, path)
+        type(fp8_model), intent(inout) :: m
+        character(len=*), intent(in) :: path
+        type(l8_ckpt_reader) :: r
+        type(l8_tensor) :: hist, scale, amax, mv, stt
+        real(c_float) :: metas(3, NR8), sc(NR8), ms
+        integer(c_int8_t) :: sb(8)
+        integer :: kk
+        metas = 0
+        sb = 0
+        call ok(l8_ckpt_open(path, r), 'restore: open')
+        call ok(l8_ckpt_expect(r, 'fortran-resume', 1), 'restore: expect')
+        call ok(l8_recipe_state(m%rc, hist, scale, amax), 'restore: l8_recipe_state')
+        call ok(l8_tensor_from_array(ctx, metas, mv), 'restore: metas tensor')
+        call ok(l8_tensor_from_array(ctx, sb, stt), 'restore: step tensor')
+        call ok(l8_ckpt_check_tensor(r, 'params.master', l8_params_master_flat(m%g)), 'restore: check master')
+        do kk = 0, l8_optim_state_count(m%opt) - 1
+            call ok(l8_ckpt_check_tensor(r, 'optim.' // l8_optim_state_name(m%opt, kk), &
+                                         l8_optim_state(m%opt, kk)), 'restore: check state')
+        end do
+        call ok(l8_ckpt_check_tensor(r, 'optim.step', stt), 'restore: check step')
+        call ok(l8_ckpt_check_tensor(r, 'recipe.amax_history', hist), 'restore: check amax_history')
+        call ok(l8_ckpt_check_tensor(r, 'recipe.scale', scale), 'restore: check scale')
+        call ok(l8_ckpt_check_tensor(r, 'recipe.amax', amax), 'restore: check amax')
+        call ok(l8_ckpt_check_tensor(r, 'recipe.metas', mv), 'restore: check metas')
+        ! all checked: now read
+        call ok(l8_ckpt_read_tensor(r, 'params.master', l8_params_master_flat(m%g)), 'restore: master')
+        do kk = 0, l8_optim_state_count(m%opt) - 1
+            call ok(l8_ckpt_read_tensor(r, 'optim.' // l8_optim_state_name(m%opt, kk), &
+                                        l8_optim_state(m%opt, kk)), 'restore: state')
+        end do
+        call ok(l8_ckpt_read_tensor(r, 'optim.step', stt), 'restore: step bytes')
+        call ok(l8_tensor_to_array(stt, sb), 'restore: step bytes out')
+        call ok(l8_optim_set_step(m%opt, transfer(sb, 0_c_int64_t)), 'restore: l8_optim_set_step')
+        call ok(l8_ckpt_read_tensor(r, 'recipe.amax_history', hist), 'restore: amax_history')
+        call ok(l8_ckpt_read_tensor(r, 'recipe.scale', scale), 'restore: scale')
+        call ok(l8_ckpt_read_tensor(r, 'recipe.amax', amax), 'restore: amax')
+        call ok(l8_recipe_push_scales(m%rc), 'restore: l8_recipe_push_scales')
+        call ok(l8_tensor_to_array(scale, sc), 'restore: the scales read')
+        do kk = 1, NR8
+            call ok(l8_fp8_meta_get(l8_recipe_meta(m%rc, kk - 1), scale=ms), 'restore: a meta''s scale')
+            call check(ms == sc(kk) .and. sc(kk) /= 1, 'restore: the scale read reached the meta')
+        end do
+        call ok(l8_ckpt_read_tensor(r, 'recipe.metas', mv), 'restore: metas')
+        call ok(l8_tensor_to_array(mv, metas), 'restore: metas out')
+        do kk = 1, NR8
+            call ok(l8_fp8_meta_set(l8_recipe_meta(m%rc, kk - 1), metas(1, kk), metas(2, kk), &
+                                    metas(3, kk)), 'restore: meta')
+        end do
+        call l8_ckpt_close(r)
+        call l8_tensor_destroy(hist)
+        call l8_tensor_destroy(scale)
+        call l8_tensor_destroy(amax)
+        call l8_tensor_destroy(mv)
+        call l8_tensor_destroy(stt)
     end subroutine
 
     subroutine ok(st, what)
