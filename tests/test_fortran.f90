@@ -913,6 +913,8 @@ contains
             call ok(l8_ckpt_write_tensor(w, 'optim.' // l8_optim_state_name(m%opt, kk), &
                                          l8_optim_state(m%opt, kk)), 'save: optimizer state')
         end do
+        call check(l8_ckpt_write_tensor(w, 'optim.bad', l8_optim_state(m%opt, 2)) == L8_ERR_INVALID_ARG, &
+                   'save: writing a bad state index is refused (the writer goes on)')
         call ok(l8_optim_get_step(m%opt, stp), 'save: step')
         call ok(l8_tensor_from_array(ctx, transfer(stp, [0_c_int8_t]), stt), 'save: step bytes')
         call ok(l8_ckpt_write_tensor(w, 'optim.step', stt), 'save: write step')
