@@ -4,7 +4,9 @@
 ! its FP8 casts: l8_linear_forward_act / _backward_act), FP8 Linear layers with delayed
 ! scaling, AdamW with a cosine learning-rate decay, softmax cross-entropy.
 ! After training it saves the weights to a checkpoint, reloads them and checks
-! that the test accuracy is the same, then checks it against a bar.
+! that the test accuracy is the same, then checks it against a bar. (That
+! checkpoint is the final weights, not a point to resume from: see
+! save_weights.)
 !
 !   gfortran fmnist_mlp.f90 $(pkg-config --cflags --libs lean8-fortran) -o fmnist_mlp
 !   ./fmnist_mlp DIR [EPOCHS [LIMIT [MIN_ACCURACY]]]
@@ -206,6 +208,13 @@ contains
         a = real(hits) / real((size(yte) / B) * B)
     end function
 
+    ! The master weights only, by design: the end of training, reloaded into
+    ! this same model, whose recipe still holds its FP8 scales. Resuming
+    ! training bit for bit also needs each optimizer state (l8_optim_state),
+    ! the step (l8_optim_get_step), the recipe's state (l8_recipe_state) and
+    ! its metas, and here the epoch; FP8 inference in another process needs
+    ! the recipe's scales too (a new recipe casts at scale 1). resume() in
+    ! tests/test_fortran.f90 saves and restores all of it.
     subroutine save_weights(path)
         character(len=*), intent(in) :: path
         type(l8_ckpt_writer) :: w
