@@ -711,21 +711,7 @@ module lean8
             character(kind=c_char), intent(in) :: name(*)
             integer(c_int) :: c_ckpt_check_tensor
         end function
-        ! Variadic in C; called with a format free of '%' and no further
-        ! arguments (the fixed ones are passed as for any function). `file`
-        ! is kept as a pointer: a saved module string.
-        function c_error_set(st, foreign_code, foreign_name, call, file, line, fmt) &
-                bind(c, name='l8_error_set')
-            import :: c_ptr, c_int, c_char
-            integer(c_int), value :: st, foreign_code, line
-            character(kind=c_char), intent(in) :: foreign_name(*), call(*), fmt(*)
-            type(c_ptr), value :: file
-            integer(c_int) :: c_error_set
-        end function
     end interface
-
-    ! The file the module's own refusals name (l8_error_set keeps the pointer).
-    character(kind=c_char, len=18), target :: this_file = 'runtime/lean8.f90' // c_null_char
 
     ! ---- communicators (runtime/comm.h) ----
     interface
@@ -1560,18 +1546,12 @@ contains
         st = c_optim_get_step(opt%p, v)
         step = v
     end function
-    ! Set the step counter (resume); blocks. step >= 0: a negative one is
-    ! refused with L8_ERR_INVALID_ARG (the C counter is unsigned).
+    ! Set the step counter (resume); blocks. step >= 0: a negative one (above
+    ! 2^63 - 1 as C's unsigned counter) is refused by the C side with
+    ! L8_ERR_INVALID_ARG, and the counter is unchanged.
     integer(c_int) function l8_optim_set_step(opt, step) result(st)
         type(l8_optim), intent(in) :: opt
         integer(c_int64_t), intent(in) :: step
-        character(len=96) :: msg
-        if (step < 0) then
-            write(msg, '(a, i0, a)') 'l8_optim_set_step: step ', step, ' is negative'
-            st = c_error_set(L8_ERR_INVALID_ARG, 0_c_int, cstr(''), cstr(''), c_loc(this_file), &
-                             0_c_int, cstr(msg))
-            return
-        end if
         st = c_optim_set_step(opt%p, step)
     end function
 
