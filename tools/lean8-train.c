@@ -115,7 +115,7 @@ typedef struct model {
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
     l8_tensor *rates;                         /* graphs: the epoch's learning rate per step */
-    int64_t lb;                               /* rows of a full batch in this rank */
+    int64_t lb;                               /* rows of a full batch in this rank (B) */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *in;                            /* (B,784) bf16: the batch's images */
@@ -480,12 +480,12 @@ static l8_status model_build(model *m, const opts *o)
         L8_CHECK(l8_optim_set_shard_rank(m->optim, m->dp_rank, m->dp));   /* named in checkpoints */
         m->zero1 = 1;
     }
-    int64_t B = o->batch / o->dp;     /* this rank's share of a batch */
-    m->labels = new2(m->ctx, L8_I32, B, 0, &st);
-    m->in = new2(m->ctx, L8_BF16, B, m->ld[0], &st);
+    m->lb = o->batch / o->dp;
+    m->labels = new2(m->ctx, L8_I32, m->lb, 0, &st);
+    m->in = new2(m->ctx, L8_BF16, m->lb, m->ld[0], &st);
     for (int i = 0; i <= m->nl; i++) {
-        m->grad[i] = new2(m->ctx, L8_BF16, B, m->ld[i], &st);
-        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, B, m->ld[i + 1], &st);
+        m->grad[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i], &st);
+        if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i + 1], &st);
     }
     return st;
 }
@@ -1099,8 +1099,8 @@ int main(int argc, char **argv)
     if (o.offload) o.no_graph = 1;
     if (!o.no_graph && (l8_graph_native(m.ctx) || l8_ctx_backend(m.ctx) == L8_BACKEND_HOST)) {
         gr.on = 1;
-        m.step_loss = new2(m.ctx, L8_F32, o.batch / o.dp, 0, &st);
-        m.step_hit = new2(m.ctx, L8_I32, o.batch / o.dp, 0, &st);
+        m.step_loss = new2(m.ctx, L8_F32, m.lb, 0, &st);
+        m.step_hit = new2(m.ctx, L8_I32, m.lb, 0, &st);
         CK(st);
     }
     /* --zero1: every rank has its own optimizer shard, hence its own file */
@@ -1119,7 +1119,6 @@ int main(int argc, char **argv)
     m.order = new2(m.ctx, L8_I32, m.R, 0, &st);
     m.loss = new2(m.ctx, L8_F32, m.R, 0, &st);
     m.hit = new2(m.ctx, L8_I32, m.R, 0, &st);
-    m.lb = o.batch / o.dp;
     if (gr.on) m.rates = new2(m.ctx, L8_F32, m.R / m.lb + 1, 0, &st);   /* steps of a pass */
     m.bad = new2(m.ctx, L8_I32, 1, 0, &st);
     CK(st);
@@ -1151,7 +1150,7 @@ int main(int argc, char **argv)
         permutation(perm, (int64_t)train.n, o.seed, e);
         /* this rank's images: its 1/dp of each global batch (full batches, then
          * the remainder rounded down to a multiple of 16 per rank) */
-        int64_t lb = o.batch / o.dp, nlocal = 0;
+        int64_t lb = m.lb, nlocal = 0;
         for (int64_t b = 0; b < ntrain; b += o.batch) {
             int64_t rows = ntrain - b < o.batch ? (ntrain - b) / (16 * o.dp) * (16 * o.dp) : o.batch;
             for (int64_t i = 0; i < rows / o.dp; i++)
@@ -1163,7 +1162,8 @@ int main(int argc, char **argv)
         if (gr.on) CK(push_rates(&m, &o, e, ntrain, nlocal, lh));   /* lh: scratch here */
         for (int64_t b = 0; b < nlocal; b += lb) {
             int64_t rows = nlocal - b < lb ? nlocal - b : lb;
-            CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));   /* eager steps */
+            /* eager steps take the rate from the host; graphs read the table */
+            if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
             CK(train_batch(&m, &gr, b, rows));
             /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it): counted on
              * the host - reading the optimizer's device step would wait for the GPU - and
@@ -1183,8 +1183,8 @@ int main(int argc, char **argv)
         int64_t th = 0;
         for (int64_t i = 0; i < m.R; i++) order[i] = i < ntest ? (int32_t)i : 0;
         CK(upload_order(&m, order, m.R));
-        for (int64_t b = 0; b < ntest; b += o.batch / o.dp) {     /* every rank: the whole test set */
-            int64_t rows = ntest - b < o.batch / o.dp ? ntest - b : o.batch / o.dp;
+        for (int64_t b = 0; b < ntest; b += lb) {     /* every rank: the whole test set */
+            int64_t rows = ntest - b < lb ? ntest - b : lb;
             CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0, 0));    /* FP8 GEMMs: pad */
         }
         CK(pass_results(&m, ntest, lh, hh, &tl, &th));
