@@ -1625,8 +1625,11 @@ static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, r, dshapes[k][0], dshapes[k][1], HPS[hi], L8_E5M2, 1, (int)HPS[(k + (size_t)hi) % 3],
                         k == 1);
-    /* views at offsets: every input path next to unaligned outputs */
-    const int64_t oshapes[][2] = { { 300, 520 }, { 264, 257 }, { 257, 1031 }, { 1031, 136 } };
+    /* views at offsets: every input path next to unaligned outputs; 272 x 257:
+     * a halo that ends with the matrix next to a full tile of odd columns (its
+     * word loads would read past the matrix: it loads element by element) */
+    const int64_t oshapes[][2] = { { 300, 520 }, { 264, 257 }, { 257, 1031 }, { 1031, 136 },
+                                   { 272, 257 } };
     const int64_t xoffs[] = { 2, 4, 6, 8 }, yoffs[] = { 1, 3, 5, 0 };
     for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
         for (size_t o = 0; o < 4; o++)
@@ -1683,7 +1686,8 @@ START_TEST(test_gpu_dequantize_transpose)
                                   { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
                                   { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
                                   { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 },
-                                  { 5, 300 }, { 143, 261 }, { 100, 1000 }, { 15, 17 } };
+                                  { 5, 300 }, { 143, 261 }, { 100, 1000 }, { 15, 17 },
+                                  { 1003, 1024 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1];
         size_t n = (size_t)(R * C);
@@ -1708,8 +1712,10 @@ START_TEST(test_gpu_dequantize_transpose)
     /* views at byte offsets: unaligned input bases (the word loads shifted from
      * the first row on, or off) and output bases (no VEC_T16: every tile with
      * 128 rows through P2_SHIFT), with 32 guard bytes on both sides of the
-     * output that must keep their poison */
-    const int64_t oshapes[][2] = { { 257, 136 }, { 384, 261 }, { 256, 1000 }, { 1031, 263 } };
+     * output that must keep their poison; 272 x 258: a halo that ends with the
+     * matrix next to a full tile 2 columns from the end (loaded byte by byte) */
+    const int64_t oshapes[][2] = { { 257, 136 }, { 384, 261 }, { 256, 1000 }, { 1031, 263 },
+                                   { 272, 258 } };
     const int64_t offs[] = { 1, 3, 4, 8 };
     for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
         for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++) {
