@@ -3,6 +3,6 @@ PTX_SRCS += ptx/cast.ptx ptx/dequantize.ptx ptx/scale_update.ptx
 PTX_SRCS += ptx/loss.ptx
 PTX_SRCS += ptx/optim.ptx
 PTX_SRCS += ptx/elementwise.ptx
-PTX_SRCS += ptx/interleave.ptx
 # Templates (ptx/<name>.ptx.in, expanded by ptx/ptxgen.awk into build/ptx/<name>.ptx)
 PTX_TMPLS += ptx/cast_transpose.ptx.in ptx/cast_transpose_sm.ptx.in ptx/transpose.ptx.in
+PTX_TMPLS += ptx/interleave.ptx.in

@@ -6,7 +6,7 @@
  * per-rank chunks, i.e. along the first dimension. A last-dimension gather
  * of [rows, cols] therefore gathers into a scratch [world][rows][cols] and
  * interleaves it into [rows][world][cols] = [rows, world * cols] in one pass
- * (l8i_interleave, ptx/interleave.ptx); a last-dimension reduce-scatter
+ * (l8i_interleave, ptx/interleave.ptx.in); a last-dimension reduce-scatter
  * de-interleaves first. This is the step TransformerEngine missed in its
  * sequence-parallel FP8 wgrad: gathering the chunks alone concatenates
  * along the first dimension.

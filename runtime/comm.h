@@ -228,7 +228,7 @@ L8_NODISCARD l8_status l8_comm_broadcast(l8_comm *comm, l8_tensor *buf, int root
  *   dim -1: send [rows, cols] -> recv [rows, world * cols]
  * An all-gather of chunks concatenates along the first dimension; the
  * last-dimension gather therefore gathers [world][rows][cols] into a
- * scratch and rearranges it in one pass (ptx/interleave.ptx on the GPU) -
+ * scratch and rearranges it in one pass (ptx/interleave.ptx.in on the GPU) -
  * the step TransformerEngine missed in its sequence-parallel FP8 wgrad.
  * recv must not overlap send.
  * For ndim > 2 the other dims of recv equal send's. */

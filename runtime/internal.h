@@ -72,20 +72,22 @@ l8_status l8i_copy_strided(l8_stream *s, void *dst, const int64_t *dst_strides, 
  *   L8I_INTERLEAVE  (after an all-gather):   src [world][rows][chunk] -> dst [rows][world][chunk]
  *   L8I_DEINTERLEAVE (before a reduce-scatter): src [rows][world][chunk] -> dst [world][rows][chunk]
  * dst and src must not overlap. Any sizes (chunk >= 1 byte, rows >= 0, world >= 1); any
- * alignment (16-byte vectors when chunk, src and dst allow it, else 8/4/2/1).
+ * alignment (16-byte vectors when chunk, src and dst allow it; other chunks of 64 bytes
+ * and more: 16-byte stores with shifted loads, a warp per chunk; shorter ones 8/4/2/1).
  * dst and src are memory of s's context (device pointers; host memory on the host
  * backend); the call enqueues on s and does not block. The caller owns both buffers.
- * Host backend: memcpy per row chunk, done on return. CUDA: ptx/interleave.ptx, one pass
- * (one launch up to 2^30 words; chunks of more than 2^30 words go through the driver's copy).
+ * Host backend: memcpy per row chunk, done on return. CUDA: ptx/interleave.ptx.in, one pass
+ * (one launch up to 2^30 words or chunks; longer chunks go through the driver's copy).
  * Errors: L8_ERR_INVALID_ARG (NULL s/dst/src even when rows is 0, overlap, world < 1,
  * rows < 0, chunk 0, an unknown dir, world x rows x chunk beyond size_t), L8_ERR_CUDA. */
 typedef enum { L8I_INTERLEAVE = 0, L8I_DEINTERLEAVE = 1 } l8i_interleave_dir;
 l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world, int64_t rows,
                          size_t chunk, l8i_interleave_dir dir);
-/* For tests only: the most words one kernel launch moves (default 2^30, the
- * kernel's 32-bit index bound); a smaller value makes l8i_interleave split
- * even small problems into several launches (and chunks of more words into
- * driver copies), so tests reach those paths. 0 restores the default. Not
+/* For tests only: the most words (segment kernel: chunks) one kernel launch
+ * moves (default 2^30, the kernels' 32-bit index bound); a smaller value
+ * makes l8i_interleave split even small problems into several launches (and
+ * chunks of more words, or more than 16 x words bytes, into driver copies),
+ * so tests reach those paths. 0 restores the default. Not
  * thread-safe against concurrent l8i_interleave calls. */
 void l8i_interleave_set_launch_words(uint32_t words);
 

@@ -136,7 +136,9 @@ static void one_case(l8_ctx *ctx, l8_ctx *host, const il_case *c, uint64_t salt)
 static void sweep(l8_ctx *ctx, l8_ctx *host)
 {
     static const int64_t rows[] = { 0, 1, 7, 70001 };
-    static const size_t chunks[] = { 1, 2, 3, 6, 16, 18, 48, 4096 + 4 };
+    /* 64 and more without 16-byte words: the segment kernel (64: at its
+     * threshold; 67 and 130: a head, blocks and a tail; 2730: 2-byte words) */
+    static const size_t chunks[] = { 1, 2, 3, 6, 16, 18, 48, 4096 + 4, 64, 67, 130, 2730 };
     static const unsigned offs[][2] = { { 0, 0 }, { 1, 3 }, { 8, 0 }, { 6, 2 } };
     uint64_t salt = 1;
     for (int64_t w = 1; w <= 5; w++)
@@ -214,6 +216,8 @@ START_TEST(test_gpu_interleave_large)
         { 8, 16384, 1024, 0, 4 },
         { 2, 3, (1u << 20) + 1, 0, 0 },       /* long chunks on the byte path */
         { 3, 4099, 4096 + 4, 0, 0 },
+        { 3, 4099, 2730, 2, 0 },              /* the segment kernel: 2-byte words */
+        { 4, 4099, 2052, 0, 4 },              /* and 4-byte words */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         if (l8_test_quick() && i > 1) break;
@@ -232,9 +236,12 @@ START_TEST(test_gpu_interleave_split)
     const il_case cs[] = {
         { 5, 7001, 48, 0, 0 },                /* 3 words a chunk: rows split */
         { 5, 300, 16, 0, 0 },
-        { 3, 7, 4096 + 4, 0, 0 },             /* 1025 words a chunk > limit: driver copies */
-        { 4, 33, 1000, 0, 0 },                /* 125 words: ranks split */
-        { 5, 61, 997, 1, 3 },                 /* byte path, 997 words: ranks and rows split */
+        { 3, 7, 4096 + 4, 0, 0 },             /* segments (limit 1000), driver copies (7) */
+        { 4, 33, 400, 0, 0 },                 /* 25 words: rows split, driver copies (7) */
+        { 9, 30, 32, 0, 0 },                  /* 2 words: ranks split at limit 7 */
+        { 5, 61, 997, 1, 3 },                 /* 997 bytes: segments (limit 1000), driver copies (7) */
+        { 5, 700, 100, 2, 6 },                /* segments: rows split */
+        { 9, 20, 70, 1, 0 },                  /* segments: ranks split at limit 7 */
     };
     const uint32_t limits[] = { 1000, 7 };
     for (size_t li = 0; li < 2; li++) {
