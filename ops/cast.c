@@ -445,10 +445,15 @@ out:
     return st;
 }
 
+static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const l8_tensor *a,
+                          l8_tensor *out, l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
+                          l8_stream *s);
+
+/* out_t NULL with out given: the plain cast, as l8_fp8_cast_transpose_act */
 l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out, l8_tensor *out_t,
                                 unsigned flags, l8_stream *s)
 {
-    return cast_transpose_impl("l8_fp8_cast_transpose", in, out, out_t, NULL, flags, s);
+    return act_impl("l8_fp8_cast_transpose", L8_ACT_NONE, in, NULL, out, out_t, NULL, flags, s);
 }
 
 l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_tensor *out_t,

@@ -57,16 +57,18 @@ L8_NODISCARD l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned
                                    l8_stream *s);
 
 /* One pass over in [rows, cols] (rows = numel / last dim):
- *   out   [rows, cols] = fp8(in * scale)        (out may be NULL: not written)
- *   out_t [cols, rows] = the same bytes transposed (2-D, required)
+ *   out   [rows, cols] = fp8(in * scale)        (may be NULL: not written)
+ *   out_t [cols, rows] = the same bytes transposed (2-D; may be NULL when out
+ *                        is not: then the call is l8_fp8_cast(in, out), which
+ *                        needs only in's numel in out)
  * out and out_t (when both given) have the same FP8 dtype and the same meta
  * object, whose scale is used and whose amax / scale_inv are written.
  * Meant for cuBLASLt's TN-only FP8 GEMMs (X -> X and X^T, dY -> dY^T).
- * Errors: see above. */
+ * Errors: see above; L8_ERR_INVALID_ARG for out and out_t both NULL. */
 L8_NODISCARD l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out,
                                              l8_tensor *out_t, unsigned flags, l8_stream *s);
 
-/* l8_fp8_cast_transpose plus the bias gradient:
+/* l8_fp8_cast_transpose plus the bias gradient (out_t required):
  *   dbias [cols] = sum over rows of in (f32 accumulation; = overwritten)
  * dbias is F32, BF16 or F16 (rounded once from the f32 sum), contiguous.
  * Deterministic: the summation order is fixed (128-row tiles, see

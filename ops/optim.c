@@ -789,14 +789,24 @@ l8_optim_kind l8_optim_kind_of(const l8_optim *o) { return o ? o->kind : (l8_opt
 
 int l8_optim_state_count(const l8_optim *o) { return o ? o->nstate : 0; }
 
+/* 1 when state buffer k exists, else 0 with an L8_ERR_INVALID_ARG record. */
+static int state_ok(const char *op, const l8_optim *o, int k)
+{
+    if (o && k >= 0 && k < o->nstate) return 1;
+    if (!o) (void)L8_FAIL(L8_ERR_INVALID_ARG, "%s: the optimizer is NULL", op);
+    else (void)L8_FAIL(L8_ERR_INVALID_ARG, "%s: no state %d (the optimizer has %d)", op, k,
+                       o->nstate);
+    return 0;
+}
+
 const char *l8_optim_state_name(const l8_optim *o, int k)
 {
-    return (o && k >= 0 && k < o->nstate) ? o->state_name[k] : NULL;
+    return state_ok("l8_optim_state_name", o, k) ? o->state_name[k] : NULL;
 }
 
 l8_tensor *l8_optim_state(const l8_optim *o, int k)
 {
-    return (o && k >= 0 && k < o->nstate) ? o->state[k] : NULL;
+    return state_ok("l8_optim_state", o, k) ? o->state[k] : NULL;
 }
 
 l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out)

@@ -268,12 +268,13 @@ l8_optim_kind l8_optim_kind_of(const l8_optim *o);
 /* Number of state buffers: AdamW 2 ("exp_avg", "exp_avg_sq"), SGD with
  * momentum 1 ("momentum_buffer"), SGD without 0. */
 int l8_optim_state_count(const l8_optim *o);
-const char *l8_optim_state_name(const l8_optim *o, int k);   /* NULL: bad k */
+const char *l8_optim_state_name(const l8_optim *o, int k);   /* NULL: bad k (as below) */
 /* State buffer k as a whole-buffer view: f32, 1-D
  * [l8_params_buffer_numel], the group's layout; sharded: f32
  * [l8_optim_shard_numel], the ranges one after the other. Borrowed: valid
- * until l8_optim_destroy or l8_optim_set_shard. NULL: bad k. Restore it
- * with l8_tensor_copy_from_host. */
+ * until l8_optim_destroy or l8_optim_set_shard. NULL, with an
+ * L8_ERR_INVALID_ARG error record: bad k or o NULL. Restore it with
+ * l8_tensor_copy_from_host. */
 l8_tensor *l8_optim_state(const l8_optim *o, int k);
 /* State buffer k of parameter id as a new view with the parameter's shape
  * (owned by the caller). Sharded: only for a parameter that lies wholly

@@ -132,7 +132,12 @@ void l8_recipe_destroy(l8_recipe *r)
 
 l8_dtype l8_recipe_dtype(const l8_recipe *r, l8_fp8_role role)
 {
-    if (r && r->format == L8_FP8_HYBRID && role == L8_ROLE_GRAD_OUTPUT)
+    if (!r || (role != L8_ROLE_INPUT && role != L8_ROLE_WEIGHT && role != L8_ROLE_GRAD_OUTPUT)) {
+        (void)L8_FAIL(L8_ERR_INVALID_ARG, "l8_recipe_dtype: %s", !r ? "the recipe is NULL"
+                      : "unknown role (not L8_ROLE_INPUT, _WEIGHT or _GRAD_OUTPUT)");
+        return L8_DTYPE_INVALID;
+    }
+    if (r->format == L8_FP8_HYBRID && role == L8_ROLE_GRAD_OUTPUT)
         return L8_E5M2;
     return L8_E4M3;
 }

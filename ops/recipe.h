@@ -117,7 +117,9 @@ void l8_recipe_destroy(l8_recipe *r);
 L8_NODISCARD l8_status l8_recipe_register(l8_recipe *r, const char *name, l8_fp8_role role,
                                           int *index, l8_fp8_meta **meta);
 
-/* The FP8 dtype of a role under the recipe's format (L8_E4M3 / L8_E5M2). */
+/* The FP8 dtype of a role under the recipe's format (L8_E4M3 / L8_E5M2);
+ * L8_DTYPE_INVALID, with an L8_ERR_INVALID_ARG error record, for a NULL
+ * recipe or an unknown role. */
 l8_dtype l8_recipe_dtype(const l8_recipe *r, l8_fp8_role role);
 
 int l8_recipe_count(const l8_recipe *r);                   /* N */

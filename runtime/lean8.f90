@@ -44,7 +44,7 @@ module lean8
         L8_ERR_NO_DEVICE = 106, L8_ERR_COMM = 107, L8_ERR_INTERNAL = 200
     ! ---- dtypes (runtime/tensor.h) ----
     integer(c_int), parameter, public :: L8_F32 = 0, L8_BF16 = 1, L8_F16 = 2, L8_E4M3 = 3, &
-        L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6
+        L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6, L8_DTYPE_INVALID = -1
     ! ---- Linear modes (ops/linear.h) ----
     integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
     ! ---- activations fused into the Linear's casts (ops/cast.h) ----

@@ -46,7 +46,8 @@ typedef enum l8_dtype {
     L8_E4M3 = 3,
     L8_E5M2 = 4,
     L8_I32 = 5,
-    L8_U8 = 6
+    L8_U8 = 6,
+    L8_DTYPE_INVALID = -1         /* what a dtype query answers for bad input */
 } l8_dtype;
 #define L8_DTYPE_COUNT 7
 

@@ -1156,13 +1156,29 @@ START_TEST(test_errors_host)
     L8_CK(l8_fp8_cast(x, q, 0, l8_ctx_stream(ctx, L8_STREAM_COPY)));
 
     L8_CK_ST(l8_fp8_cast_transpose(x, q, q, 0, NULL), L8_ERR_INVALID_ARG);      /* out_t shape */
-    L8_CK_ST(l8_fp8_cast_transpose(x, q, NULL, 0, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose(x, NULL, NULL, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose(x, q, q5, 0, NULL), L8_ERR_INVALID_ARG);     /* dtype/meta */
     L8_CK_ST(l8_fp8_cast_transpose(x, nometa, qt, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose(xt, q, qt, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose(xo, q, qt, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK(l8_fp8_cast_transpose(x, q, qt, 0, NULL));
     L8_CK(l8_fp8_cast_transpose(x, NULL, qt, 0, NULL));
+    {   /* out_t NULL: l8_fp8_cast, the same bytes (and out's numel is enough) */
+        uint8_t a[32], b[32];
+        l8_tensor *flat = mk1(ctx, L8_E4M3, 32);
+        L8_CK(l8_tensor_set_fp8_meta(flat, m));
+        L8_CK(l8_fp8_cast(x, q, 0, NULL));
+        get(q, a);
+        poison(q, 0x38);
+        L8_CK(l8_fp8_cast_transpose(x, q, NULL, 0, NULL));
+        get(q, b);
+        ck_assert(memcmp(a, b, sizeof a) == 0);
+        L8_CK(l8_fp8_cast_transpose(x, flat, NULL, 0, NULL));
+        get(flat, b);
+        ck_assert(memcmp(a, b, sizeof a) == 0);
+        l8_tensor_destroy(flat);
+    }
+    L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, NULL, db, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, NULL, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, db7, 0, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose_dbias(x, q, qt, q, 0, NULL), L8_ERR_INVALID_ARG);

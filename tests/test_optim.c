@@ -294,6 +294,16 @@ static void adamw_case(l8_dtype gdt, float max_norm, uint64_t salt)
     ck_assert_int_eq(l8_optim_state_count(o), 2);
     ck_assert_str_eq(l8_optim_state_name(o, 0), "exp_avg");
     ck_assert_str_eq(l8_optim_state_name(o, 1), "exp_avg_sq");
+    /* a state that does not exist: NULL and a record that says why */
+    l8_error_clear();
+    ck_assert_ptr_null(l8_optim_state(o, 2));
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_INVALID_ARG);
+    l8_error_clear();
+    ck_assert_ptr_null(l8_optim_state_name(o, -1));
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_INVALID_ARG);
+    l8_error_clear();
+    ck_assert_ptr_null(l8_optim_state(NULL, 0));
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_INVALID_ARG);
     ref R = ref_make(g);
     float *gr = xmalloc((size_t)R.n * sizeof *gr);
     int clipped = 0;

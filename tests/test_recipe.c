@@ -96,6 +96,15 @@ START_TEST(test_register_and_grow)
     ck_assert_int_eq(l8_recipe_dtype(r, L8_ROLE_INPUT), L8_E4M3);
     ck_assert_int_eq(l8_recipe_dtype(r, L8_ROLE_WEIGHT), L8_E4M3);
     ck_assert_int_eq(l8_recipe_dtype(r, L8_ROLE_GRAD_OUTPUT), L8_E5M2);
+    /* bad input: not a dtype, and a record that says why */
+    l8_error_clear();
+    ck_assert_int_eq(l8_recipe_dtype(NULL, L8_ROLE_INPUT), L8_DTYPE_INVALID);
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_INVALID_ARG);
+    l8_error_clear();
+    ck_assert_int_eq(l8_recipe_dtype(r, (l8_fp8_role)3), L8_DTYPE_INVALID);
+    ck_assert_int_eq(l8_last_error()->status, L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(l8_recipe_dtype(r, (l8_fp8_role)-1), L8_DTYPE_INVALID);
+    ck_assert_uint_eq(l8_dtype_size(L8_DTYPE_INVALID), 0);
     /* 40 roles: past the initial capacity twice; the state of the first
      * roles must survive the moves */
     const int n = 40;
