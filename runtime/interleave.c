@@ -96,59 +96,21 @@ static l8_status copy_per_chunk(l8_stream *s, uint8_t *dst, const uint8_t *src, 
     return L8_OK;
 }
 
-/* The segment kernel: a warp per (row, rank) chunk, at most limit segments
- * a launch (sub-rectangles of ranks and rows, as below). */
-static l8_status cuda_interleave_seg(l8_stream *s, uint8_t *dst, const uint8_t *src,
-                                     int64_t world, int64_t rows, size_t chunk,
-                                     l8i_interleave_dir dir)
-{
-    uint64_t limit = g_launch_words;
-    if (chunk > 16 * limit || chunk >= ((size_t)1 << 31))
-        return copy_per_chunk(s, dst, src, world, rows, chunk, dir);
-    l8_ctx *ctx = l8_stream_ctx(s);
-    CUfunction f;
-    unsigned nsm;
-    L8_CHECK(l8i_kernel(ctx, "interleave", "l8_interleave_seg", &f));
-    L8_CHECK(l8i_sm_count(ctx, &nsm));
-    uint8_t *ilv = dir == L8I_INTERLEAVE ? dst : (uint8_t *)src;
-    uint8_t *blk = dir == L8I_INTERLEAVE ? (uint8_t *)src : dst;
-    uint64_t irow = (uint64_t)world * chunk, blk_ld = (uint64_t)rows * chunk;
-    uint64_t wpl = (uint64_t)world < limit ? (uint64_t)world : limit;
-    uint64_t rpl = limit / wpl;
-    if (rpl > (uint64_t)rows) rpl = (uint64_t)rows;
-    uint32_t chunk32 = (uint32_t)chunk, dir32 = (uint32_t)dir;
-    for (uint64_t w0 = 0; w0 < (uint64_t)world; w0 += wpl) {
-        uint64_t nw = (uint64_t)world - w0 < wpl ? (uint64_t)world - w0 : wpl;
-        uint32_t nw32 = (uint32_t)nw, nw_m, nw_l;
-        div_magic(nw32, &nw_m, &nw_l);
-        for (uint64_t r0 = 0; r0 < (uint64_t)rows; r0 += rpl) {
-            uint64_t nr = (uint64_t)rows - r0 < rpl ? (uint64_t)rows - r0 : rpl;
-            uint32_t nseg = (uint32_t)(nr * nw);
-            uint64_t a_ilv = (uint64_t)(uintptr_t)(ilv + r0 * irow + w0 * chunk);
-            uint64_t a_blk = (uint64_t)(uintptr_t)(blk + w0 * blk_ld + r0 * chunk);
-            void *args[] = { &a_ilv, &a_blk, &nseg, &nw32, &nw_m, &nw_l, &chunk32, &irow,
-                             &blk_ld, &dir32 };
-            uint64_t blocks = ((uint64_t)nseg + IL_THREADS / 32 - 1) / (IL_THREADS / 32);
-            uint64_t cap = (uint64_t)nsm * IL_SEG_OCC;
-            unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
-            L8_CHECK(l8i_launch(s, f, grid, 1, 1, IL_THREADS, 1, 1, 0, args));
-        }
-    }
-    return L8_OK;
-}
-
+/* One kernel for the whole problem, cut into sub-rectangles of ranks and
+ * rows of at most launch_words units: words of the word kernel (cw a chunk),
+ * or segments of the segment kernel (one a chunk). */
 static l8_status cuda_interleave(l8_stream *s, uint8_t *dst, const uint8_t *src, int64_t world,
                                  int64_t rows, size_t chunk, l8i_interleave_dir dir)
 {
     uint32_t vshift = word_shift(chunk, (uintptr_t)dst, (uintptr_t)src);
-    if (vshift < 4 && chunk >= IL_SEG_MIN)
-        return cuda_interleave_seg(s, dst, src, world, rows, chunk, dir);
-    uint64_t cw = (uint64_t)chunk >> vshift, limit = g_launch_words;
-    if (cw > limit) return copy_per_chunk(s, dst, src, world, rows, chunk, dir);
+    const int seg = vshift < 4 && chunk >= IL_SEG_MIN;
+    uint64_t cw = seg ? 1 : (uint64_t)chunk >> vshift, limit = g_launch_words;
+    if (seg ? chunk > 16 * limit || chunk >= ((size_t)1 << 31) : cw > limit)
+        return copy_per_chunk(s, dst, src, world, rows, chunk, dir);
     l8_ctx *ctx = l8_stream_ctx(s);
     CUfunction f;
     unsigned nsm;
-    L8_CHECK(l8i_kernel(ctx, "interleave", "l8_interleave", &f));
+    L8_CHECK(l8i_kernel(ctx, "interleave", seg ? "l8_interleave_seg" : "l8_interleave", &f));
     L8_CHECK(l8i_sm_count(ctx, &nsm));
     uint8_t *ilv = dir == L8I_INTERLEAVE ? dst : (uint8_t *)src;
     uint8_t *blk = dir == L8I_INTERLEAVE ? (uint8_t *)src : dst;
@@ -156,26 +118,29 @@ static l8_status cuda_interleave(l8_stream *s, uint8_t *dst, const uint8_t *src,
     uint64_t wpl = (uint64_t)world < limit / cw ? (uint64_t)world : limit / cw;
     uint64_t rpl = limit / (wpl * cw);
     if (rpl > (uint64_t)rows) rpl = (uint64_t)rows;
-    uint32_t cw32 = (uint32_t)cw, cw_m, cw_l, dir32 = (uint32_t)dir;
+    uint32_t cw32 = (uint32_t)cw, cw_m, cw_l, chunk32 = (uint32_t)chunk, dir32 = (uint32_t)dir;
     div_magic(cw32, &cw_m, &cw_l);
+    /* units a CTA takes in a round, CTAs resident an SM (ptxas -v registers) */
+    const uint64_t per_cta = seg ? IL_THREADS / 32 : IL_THREADS * IL_WORDS_PER_THREAD;
+    const uint64_t cap = (uint64_t)nsm * (seg ? IL_SEG_OCC : IL_OCC);
     /* Sub-rectangles of ranks [w0, w0 + nw) x rows [r0, r0 + nr): one in
      * practice. Bases move by whole chunks, so the word width still fits. */
     for (uint64_t w0 = 0; w0 < (uint64_t)world; w0 += wpl) {
         uint64_t nw = (uint64_t)world - w0 < wpl ? (uint64_t)world - w0 : wpl;
-        uint32_t rw = (uint32_t)(nw * cw), rw_m, rw_l;
+        uint32_t rw = (uint32_t)(nw * cw), rw_m, rw_l;  /* units of a row (segment kernel: world') */
         div_magic(rw, &rw_m, &rw_l);
         for (uint64_t r0 = 0; r0 < (uint64_t)rows; r0 += rpl) {
             uint64_t nr = (uint64_t)rows - r0 < rpl ? (uint64_t)rows - r0 : rpl;
             uint32_t n = (uint32_t)(nr * rw);
             uint64_t a_ilv = (uint64_t)(uintptr_t)(ilv + r0 * irow + w0 * chunk);
             uint64_t a_blk = (uint64_t)(uintptr_t)(blk + w0 * blk_ld + r0 * chunk);
-            void *args[] = { &a_ilv, &a_blk, &n, &rw, &rw_m, &rw_l, &cw32, &cw_m, &cw_l,
-                             &irow, &blk_ld, &vshift, &dir32 };
-            uint64_t blocks = ((uint64_t)n + IL_THREADS * IL_WORDS_PER_THREAD - 1) /
-                              (IL_THREADS * IL_WORDS_PER_THREAD);
-            uint64_t cap = (uint64_t)nsm * IL_OCC;
+            void *wargs[] = { &a_ilv, &a_blk, &n, &rw, &rw_m, &rw_l, &cw32, &cw_m, &cw_l,
+                              &irow, &blk_ld, &vshift, &dir32 };
+            void *sargs[] = { &a_ilv, &a_blk, &n, &rw, &rw_m, &rw_l, &chunk32, &irow, &blk_ld,
+                              &dir32 };
+            uint64_t blocks = ((uint64_t)n + per_cta - 1) / per_cta;
             unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
-            L8_CHECK(l8i_launch(s, f, grid, 1, 1, IL_THREADS, 1, 1, 0, args));
+            L8_CHECK(l8i_launch(s, f, grid, 1, 1, IL_THREADS, 1, 1, 0, seg ? sargs : wargs));
         }
     }
     return L8_OK;
