@@ -5,8 +5,8 @@
  * never cache them), then either runs the host reference (host context) or
  * launches the PTX kernel (CUDA context). The host references repeat the
  * kernels' arithmetic operation for operation: the same conversion
- * (ops/fp8.c), mul.rn then cvt, amax as a u32 max of sign-cleared bits, and
- * for dbias the same f32 summation order (see ptx/cast_transpose.ptx). So a
+ * (runtime/fp8.c), mul.rn then cvt, amax as a u32 max of sign-cleared bits, and
+ * for dbias the same f32 summation order (see ptx/cast_transpose.ptx.in). So a
  * GPU result must equal the host result bit for bit, NaN payloads aside.
  *
  * Grids: the grid-stride kernels (cast, dequantize) get at most (resident

@@ -4,9 +4,10 @@
  * Every op takes l8_tensor views and a stream and is enqueued on that stream
  * (NULL: the context's compute stream); on a host context it runs at once in
  * the calling thread with the host reference, which is the same arithmetic
- * as the GPU kernels (ptx/cast.ptx, cast_transpose.ptx, cast_transpose_sm.ptx
- * for tensors of up to 64 128 x 128 tiles, transpose.ptx, dequantize.ptx,
- * scale_update.ptx), bit for bit except for NaN payloads.
+ * as the GPU kernels (ptx/cast.ptx, cast_transpose.ptx.in,
+ * cast_transpose_sm.ptx.in for tensors of up to 64 128 x 128 tiles,
+ * transpose.ptx.in, dequantize.ptx, scale_update.ptx), bit for bit except
+ * for NaN payloads.
  *
  * Common rules:
  *  - All tensors of a call belong to one context, and a given stream to it.
@@ -15,10 +16,10 @@
  *  - High-precision tensors are L8_F32, L8_BF16 or L8_F16; FP8 tensors are
  *    L8_E4M3 or L8_E5M2 and carry an l8_fp8_meta (scale, scale_inv, amax:
  *    device f32 scalars, see runtime/tensor.h).
- *  - Quantize: q = fp8(f32(x) * scale) with cvt.rn.satfinite (ops/fp8.h):
+ *  - Quantize: q = fp8(f32(x) * scale) with cvt.rn.satfinite (runtime/fp8.h):
  *    round to nearest even, saturate to +-max, NaN -> L8_FP8_NAN_BYTE.
  *  - Amax is max |x| of the UNSCALED input by the bit-pattern rule of
- *    ops/fp8.h (a NaN anywhere makes it NaN). It is overwritten (the word is
+ *    runtime/fp8.h (a NaN anywhere makes it NaN). It is overwritten (the word is
  *    zeroed on the stream first) unless L8_CAST_ACCUMULATE_AMAX is given, in
  *    which case it is max-accumulated with what the meta holds.
  *  - Every quantizing op also writes scale_inv = 1 / scale (IEEE reciprocal)
@@ -72,7 +73,7 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out
  *   dbias [cols] = sum over rows of in (f32 accumulation; = overwritten)
  * dbias is F32, BF16 or F16 (rounded once from the f32 sum), contiguous.
  * Deterministic: the summation order is fixed (128-row tiles, see
- * ptx/cast_transpose.ptx) and does not depend on the device or grid, so
+ * ptx/cast_transpose.ptx.in) and does not depend on the device or grid, so
  * repeated runs give identical bits. Up to 128 rows (256 for tensors of up
  * to 64 tiles) the cast kernel sums the columns itself (one launch); above,
  * it leaves per-tile partial sums in a workspace of ceil(rows/128) * cols *

@@ -1,4 +1,4 @@
-/* test_fp8.c - FP8 formats (ops/fp8.h) and the cast / transpose / dbias /
+/* test_fp8.c - FP8 formats (runtime/fp8.h) and the cast / transpose / dbias /
  * dequantize / scale-update ops (ops/cast.h).
  *
  * "host" cases check the conversions against references written another way

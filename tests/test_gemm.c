@@ -25,7 +25,7 @@
 #include "ops/gemm_internal.h"        /* the configuration search's pure part */
 #include "runtime/fp8.h"
 
-/* ---- an independent decoder (not ops/fp8.c) ---- */
+/* ---- an independent decoder (not runtime/fp8.c) ---- */
 
 static double dec(l8_dtype dt, const uint8_t *img, size_t i)
 {
