@@ -9,7 +9,8 @@
 #      save killed mid-write (SIGXFSZ) leaves the previous checkpoint intact
 #      and the next save removes its temporary file;
 #   4. bad flags and a missing dataset are clear errors naming the flag, not
-#      crashes; --help and --version exit 0;
+#      crashes; --help and --version exit 0, and --help names the flags
+#      docs/train.md documents;
 #   5. --tp 2, --dp 2 and --tp 2 --dp 2 through lean8-run (host ranks over
 #      TCP) train the model one rank trains: every epoch's loss and test
 #      accuracy within FP8 / bf16 rounding (partial sums are added in another
@@ -184,5 +185,11 @@ for a in --help --version; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     [ $rc = 0 ] && [ -s "$tmp/o.txt" ] && ok "$a exits 0" || { bad "$a exit $rc"; cat "$tmp/o.txt"; }
 done
+# docs/train.md's flag table and --help name the same flags
+doc=$(dirname "$0")/../docs/train.md
+"$bin" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u > "$tmp/help.flags"
+grep -oE -- '--[a-z][a-z0-9-]*' "$doc" | sort -u > "$tmp/doc.flags"
+if cmp -s "$tmp/help.flags" "$tmp/doc.flags"; then ok "docs/train.md and --help name the same $(wc -l < "$tmp/help.flags") flags"
+else bad "docs/train.md and --help differ: only in --help: $(comm -23 "$tmp/help.flags" "$tmp/doc.flags" | tr '\n' ' ')only in the doc: $(comm -13 "$tmp/help.flags" "$tmp/doc.flags" | tr '\n' ' ')"; fi
 echo "train ($dev): $pass passed, $fail failed"
 [ $fail = 0 ]
