@@ -215,7 +215,16 @@ test-link: $(BUILD)/liblean8.so $(BUILD)/liblean8.a $(TOOL_BINS)
 	    L8_DEVICE=host ./hello-static'
 	$(Q)if ldd $(STAGE)/hello-static | grep lean8; then echo "hello-static needs a shared lean8"; exit 1; fi
 	@echo "  INSTALL cc hello.c \$$(pkg-config --cflags --libs lean8-static): liblean8.a alone"
+	$(Q)mkdir -p $(STAGE)/gs && awk '/^```c$$/{f=1;next} /^```$$/{f=0} f' docs/getting-started.md > $(STAGE)/gs/hello.c
+	$(Q)cd $(STAGE)/gs && $(STAGE_ENV) sh -ec 'cc hello.c $$(pkg-config --cflags --libs lean8) -o hello; \
+	    LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib L8_DEVICE=host ./hello | grep -q "^lean8 .* on "; \
+	    cc hello.c $$(pkg-config --cflags --libs lean8-static) -o hello; L8_DEVICE=host ./hello >/dev/null'
+	@echo "  DOCS    docs/getting-started.md: its C program builds and runs with the commands it gives"
 ifneq ($(HAVE_FC),)
+	$(Q)awk '/^```fortran$$/{f=1;next} /^```$$/{f=0} f' docs/getting-started.md > $(STAGE)/gs/hello.f90
+	$(Q)cd $(STAGE)/gs && $(STAGE_ENV) sh -ec 'gfortran hello.f90 $$(pkg-config --cflags --libs lean8-fortran) -o hello; \
+	    LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib L8_DEVICE=host ./hello | grep -q "lean8 .* on "'
+	@echo "  DOCS    docs/getting-started.md: its Fortran program builds and runs with the commands it gives"
 	$(Q)cd $(STAGE) && $(STAGE_ENV) sh -ec '$(FC) -c -I$$(pkg-config --variable=includedir lean8)/lean8 $(CURDIR)/examples/fmnist_mlp.f90 -o /dev/null; \
 	    $(FC) $(CURDIR)/tests/test_fortran.f90 $$(pkg-config --cflags --libs lean8-fortran) -o test_fortran; \
 	    LD_LIBRARY_PATH=$(STAGE)$(STAGE_PREFIX)/lib L8_DEVICE=host ./test_fortran >/dev/null'
