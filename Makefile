@@ -234,11 +234,11 @@ endif
 # Only l8_ names leave liblean8.so.0, each declared in an installed header
 # and documented in docs/api/ (tests/abi.sh names any that is not), and every
 # page there is what tools/apidoc.py writes from its header now; the docs name
-# no l8_ / L8_ name the tree lacks (tests/docnames.sh).
+# no l8_ / L8_ name the tree lacks (tests/docrefs.sh).
 test-abi: $(BUILD)/liblean8.so
 	$(Q)tests/abi.sh $(BUILD)/liblean8.so $(HEADERS)
 	$(Q)python3 tools/apidoc.py --check $(filter-out runtime/lean8.h,$(HEADERS))
-	$(Q)tests/docnames.sh
+	$(Q)tests/docrefs.sh
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
