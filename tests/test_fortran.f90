@@ -931,11 +931,7 @@ contains
         call ok(l8_tensor_from_array(ctx, metas, mv), 'save: metas tensor')
         call ok(l8_ckpt_write_tensor(w, 'recipe.metas', mv), 'save: metas')
         call ok(l8_ckpt_writer_commit(w), 'save: commit')
-        call l8_tensor_destroy(hist)
-        call l8_tensor_destroy(scale)
-        call l8_tensor_destroy(amax)
-        call l8_tensor_destroy(mv)
-        call l8_tensor_destroy(stt)
+        call free_views(hist, scale, amax, mv, stt)
     end subroutine
 
     ! Every section checked first, then read; the step set, the scales
@@ -990,6 +986,12 @@ contains
                                     metas(3, kk)), 'restore: meta')
         end do
         call l8_ckpt_close(r)
+        call free_views(hist, scale, amax, mv, stt)
+    end subroutine
+
+    ! The views save and restore take of the recipe state, the metas and the step.
+    subroutine free_views(hist, scale, amax, mv, stt)
+        type(l8_tensor), intent(inout) :: hist, scale, amax, mv, stt
         call l8_tensor_destroy(hist)
         call l8_tensor_destroy(scale)
         call l8_tensor_destroy(amax)

@@ -193,10 +193,9 @@ kill -9 $HOLD_PID; wait $HOLD_PID 2>/dev/null
 "$gen" known "$tmp/held.l8trace" > /dev/null 2>&1 && ok "once its writer is gone the path is reused" || bad "reuse after the writer died"
 
 # every flag --help names is documented in docs/trace.md
-"$lt" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u > "$tmp/help.flags"
-undoc=$(grep -oE -- '--[a-z][a-z0-9-]*' "$(dirname "$0")/../docs/trace.md" | sort -u | comm -23 "$tmp/help.flags" - | tr '\n' ' ')
-[ -s "$tmp/help.flags" ] && [ -z "$undoc" ] && ok "docs/trace.md documents every flag of lean8-trace --help" \
-    || bad "lean8-trace flags missing from docs/trace.md: $undoc"
+undoc=$("$(dirname "$0")/doc_flags.sh" "$lt" "$(dirname "$0")/../docs/trace.md") && [ -z "$undoc" ] \
+    && ok "docs/trace.md documents every flag of lean8-trace --help" \
+    || bad "lean8-trace flags missing from docs/trace.md: ${undoc:-(--help names no flag)}"
 
 echo "  trace.sh: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -186,10 +186,8 @@ for a in --help --version; do
     [ $rc = 0 ] && [ -s "$tmp/o.txt" ] && ok "$a exits 0" || { bad "$a exit $rc"; cat "$tmp/o.txt"; }
 done
 # docs/train.md's flag table and --help name the same flags
-doc=$(dirname "$0")/../docs/train.md
-"$bin" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u > "$tmp/help.flags"
-grep -oE -- '--[a-z][a-z0-9-]*' "$doc" | sort -u > "$tmp/doc.flags"
-if cmp -s "$tmp/help.flags" "$tmp/doc.flags"; then ok "docs/train.md and --help name the same $(wc -l < "$tmp/help.flags") flags"
-else bad "docs/train.md and --help differ: only in --help: $(comm -23 "$tmp/help.flags" "$tmp/doc.flags" | tr '\n' ' ')only in the doc: $(comm -13 "$tmp/help.flags" "$tmp/doc.flags" | tr '\n' ' ')"; fi
+if flagdiff=$("$(dirname "$0")/doc_flags.sh" --both "$bin" "$(dirname "$0")/../docs/train.md") && [ -z "$flagdiff" ]
+then ok "docs/train.md and --help name the same flags"
+else bad "docs/train.md and --help differ: only in --help: ${flagdiff:-(--help names no flag)}"; fi
 echo "train ($dev): $pass passed, $fail failed"
 [ $fail = 0 ]
