@@ -17,7 +17,8 @@
 #      order); a --dp 2 run resumed from its checkpoint is bitwise the
 #      uninterrupted one; --tp without the ranks is a clear error. On a
 #      one-GPU device this part is skipped (NCCL refuses two ranks on one GPU).
-#   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise.
+#   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise
+#      (FP8 with the head in bf16, the default; --fp8-head; bf16).
 #   7. --offload (every layer, and all but the last) gives bitwise the losses
 #      of the run without it, and really gives device memory back.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
@@ -45,8 +46,8 @@ else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
 # eagerly): every epoch line equals --no-graph's, with a partial last batch
 # (2000 = 31 x 64 + 16: each epoch launches the full batch's graph, then the
 # partial batch's): one capture per batch size, 3 x 32 launches less the two
-# warm-ups
-for mode in fp8 bf16; do
+# warm-ups. fp8-head: --fp8-head, every layer in FP8 (the head's dY cast too)
+for mode in fp8 fp8-head bf16; do
     "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
     "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 --no-graph > "$tmp/ng.txt" 2>&1 || bad "$mode: --no-graph run exited non-zero"
     if [ -n "$(core "$tmp/g.txt")" ] && [ "$(core "$tmp/g.txt")" = "$(core "$tmp/ng.txt")" ]; then
@@ -55,7 +56,14 @@ for mode in fp8 bf16; do
     if grep -qx 'graphs: 2 captures, 94 launches' "$tmp/g.txt" && ! grep -q '^graphs' "$tmp/ng.txt"; then
         ok "$mode: one capture per batch size over 3 epochs"
     else bad "$mode: graph captures: $(grep '^graphs' "$tmp/g.txt" "$tmp/ng.txt")"; fi
+    cp "$tmp/g.txt" "$tmp/g-$mode.txt"
 done
+# FP8 mode's head is in bf16 unless --fp8-head: the banners say so, and the losses differ
+if grep -q '^lean8-train: FP8 (HYBRID delayed scaling; head bf16)' "$tmp/g-fp8.txt" &&
+   grep -q '^lean8-train: FP8 (HYBRID delayed scaling) ' "$tmp/g-fp8-head.txt" &&
+   [ "$(core "$tmp/g-fp8.txt")" != "$(core "$tmp/g-fp8-head.txt")" ]; then
+    ok "--fp8: the head in bf16; --fp8-head: in FP8 (other losses)"
+else bad "--fp8 / --fp8-head: banners or losses"; head -1 "$tmp/g-fp8.txt" "$tmp/g-fp8-head.txt"; fi
 
 for mode in fp8 bf16; do
     [ $mode = bf16 ] && L8_DEVICE=$dev "$bin" "${args[@]}" --bf16 --epochs 3 > "$tmp/full.txt" 2>&1
@@ -116,6 +124,9 @@ done
 if "$bin" "${args[@]}" --fp8 --epochs 2 --resume "$tmp/bf16.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "bf16 checkpoint accepted by an fp8 run"
 elif grep -q "another model.*written by a --bf16 run, this run is --fp8" "$tmp/o.txt"; then ok "mismatched checkpoint refused, naming the field"
 else bad "mismatch message unclear"; cat "$tmp/o.txt"; fi
+if "$bin" "${args[@]}" --fp8-head --epochs 2 --resume "$tmp/fp8.ckpt" --save "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "an --fp8 (head bf16) checkpoint accepted by an --fp8-head run"
+elif grep -q "another model.*written by a --fp8 run, this run is --fp8 --fp8-head" "$tmp/o.txt"; then ok "a head-bf16 checkpoint refused by an --fp8-head run, naming both"
+else bad "head mismatch message unclear"; cat "$tmp/o.txt"; fi
 if "$bin" "${args[@]}" --fp8 --epochs 2 --batch 32 --resume "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "resume with another --batch accepted"
 elif grep -q -- "--batch 64, this run 32" "$tmp/o.txt"; then ok "resume with another --batch refused, naming it"
 else bad "resume mismatch message unclear"; cat "$tmp/o.txt"; fi
@@ -175,7 +186,7 @@ if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing d
 elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: clear error"
 else bad "missing dataset message unclear"; cat "$tmp/o.txt"; fi
 for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate" "--epochs 4294967297" \
-         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch"; do
+         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch" "--fp8-head --bf16"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     flag=${a%% *}
     if [ $rc = 2 ] && grep -q -- "$flag" "$tmp/o.txt"; then ok "bad flag '$a' -> message naming $flag, exit 2"

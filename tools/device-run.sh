@@ -127,7 +127,8 @@ if want graphs && [ -d .data ]; then
 fi
 if want modes && [ -d .data ]; then
     # FP8 mode against bf16 mode (issue 13: FP8 >= bf16), CUDA graphs on (the
-    # default), the default model and 784-512-512-10 at batch 256, 3 epochs each
+    # default), the default model and 784-512-512-10 at batch 256, 3 epochs each;
+    # FP8 mode as it runs by default (head in bf16) and with --fp8-head
     for rr in 1 2; do
         step "modes default fp8 #$rr" modes-def-fp8-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3
         step "modes default bf16 #$rr" modes-def-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 --bf16
@@ -135,6 +136,10 @@ if want modes && [ -d .data ]; then
             --hidden 512,512 --batch 256
         step "modes 512x512 bf16 #$rr" modes-512-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 \
             --hidden 512,512 --batch 256 --bf16
+        step "modes default fp8-head #$rr" modes-def-fp8h-$rr.log build/bin/lean8-train --data .data --quiet \
+            --epochs 3 --fp8-head
+        step "modes 512x512 fp8-head #$rr" modes-512-fp8h-$rr.log build/bin/lean8-train --data .data --quiet \
+            --epochs 3 --hidden 512,512 --batch 256 --fp8-head
     done
 fi
 if want trace && [ -d .data ]; then

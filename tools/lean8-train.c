@@ -4,7 +4,7 @@
  * there is no GPU).
  *
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
- *               [--wd 0.01] [--fp8|--bf16] [--device D] [--seed N]
+ *               [--wd 0.01] [--fp8|--bf16] [--fp8-head] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
  *               [--limit N] [--quiet] [--no-graph] [--offload[=K]]
  *
@@ -18,6 +18,12 @@
  * get zero gradient), GELU between layers; the learning rate decays from
  * --lr to 0 along a cosine over the run. Inputs are normalized by the
  * dataset's mean and std and fed in bf16.
+ *
+ * FP8 mode runs the hidden layers in FP8 and the head in bf16, as FP8
+ * training recipes keep the output layer in higher precision: 10 (16)
+ * outputs are too few for FP8 to gain anything, and its casts would sit on
+ * the step's critical path (the head's dY cast); --fp8-head puts the head in
+ * FP8 too.
  *
  * The data set lives on the device (normalized, bf16: 94 MB for the 60000
  * training images); each epoch uploads its order once, and a step gathers
@@ -79,6 +85,7 @@
 typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
     int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, zero1, no_graph;
+    int fp8_head;                 /* --fp8-head: the head in FP8 too */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -105,8 +112,8 @@ typedef struct model {
     uint64_t steps_done;                      /* optimizer steps of this process (trace marks) */
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
-    l8_stream *side;                          /* the copy stream: the batch gathers (next to
-                                                 the weight copies) and, in one process, the
+    l8_stream *side;                          /* the copy stream: the weight copies (next to
+                                                 the batch gathers) and, in one process, the
                                                  recipe update (next to the optimizer) */
     l8_event *ev_fork, *ev_join;
     l8_tensor *labels;                        /* (B) i32 */
@@ -135,10 +142,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
-            "                   [--fp8|--bf16] [--device host|cuda:N] [--seed N] [--save PATH]\n"
-            "                   [--resume PATH] [--stop-after E] [--data DIR] [--limit N] [--quiet]\n"
-            "                   [--tp N] [--dp N [--zero1]] [--no-graph] [--help] [--version]\n"
-            "                   [--offload[=K]]\n"
+            "                   [--fp8|--bf16] [--fp8-head] [--device host|cuda:N] [--seed N]\n"
+            "                   [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]\n"
+            "                   [--limit N] [--quiet] [--tp N] [--dp N [--zero1]] [--no-graph]\n"
+            "                   [--help] [--version] [--offload[=K]]\n"
+            "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n"
             "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
@@ -201,6 +209,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--version")) { printf("lean8-train (lean8 %s)\n", l8_version()); return 1; }
         else if (!strcmp(a, "--fp8")) o->fp8 = 1;
         else if (!strcmp(a, "--bf16")) o->fp8 = 0;
+        else if (!strcmp(a, "--fp8-head")) o->fp8_head = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
@@ -232,6 +241,11 @@ static int parse(int argc, char **argv, opts *o)
         else { fprintf(stderr, "lean8-train: unknown option %s\n", a); return -1; }
         if (end && *end) { fprintf(stderr, "lean8-train: bad value for %s: %s\n", a, v); return -1; }
         end = NULL;
+    }
+    if (o->fp8_head && !o->fp8) {
+        fprintf(stderr, "lean8-train: --fp8-head puts the head of an FP8 run in FP8; it does not go"
+                " with --bf16\n");
+        return -1;
     }
     if (o->batch < 16 || o->batch % 16 || o->batch > 65536) {
         fprintf(stderr, "lean8-train: --batch must be a multiple of 16 (FP8 GEMMs need it), 16..65536\n");
@@ -446,7 +460,8 @@ static l8_status model_build(model *m, const opts *o)
         snprintf(name, sizeof name, "fc%d", i + 1);
         l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
         lc.name = name;
-        lc.mode = o->fp8 ? L8_LINEAR_FP8 : L8_LINEAR_BF16;
+        /* FP8: the head in bf16 unless --fp8-head (its recipe roles are then not made) */
+        lc.mode = o->fp8 && (o->fp8_head || i < m->nl - 1) ? L8_LINEAR_FP8 : L8_LINEAR_BF16;
         lc.gemm = m->gemm;
         lc.recipe = m->recipe;
         lc.weight = l8_params_master(m->params, m->wid[i]);
@@ -521,8 +536,8 @@ static void views_free(batch_views *v)
 }
 
 /* FP8 training: the first layer's input X8 (rows, 784) and X8t (784, rows)
- * in its input format with its input meta, new storages for use on the
- * side stream - what the layer's own cast would allocate. */
+ * in its input format with its input meta, new storages on m->s - what the
+ * layer's own cast would allocate. */
 static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tensor **x8t)
 {
     l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[0], L8_ROLE_INPUT));
@@ -531,7 +546,7 @@ static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tens
         int64_t sh[2] = { k ? m->ld[0] : rows, k ? rows : m->ld[0] };
         l8_storage *st = NULL;
         l8_tensor **t = k ? x8t : x8;
-        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->side,
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->s,
                                           k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
         l8_status ret = l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t);
         l8_storage_release(st);
@@ -590,33 +605,37 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
     /* FP8 training in one TP rank casts the images outside the first
-     * layer: on the side stream next to the gathers, while the weights are
-     * cast on s (l8_linear_forward_fp8 then multiplies them) */
+     * layer, right after their gather, while the side stream makes the
+     * weight copies (l8_linear_forward_fp8 then multiplies them) */
     const int pre8 = train && m->recipe && m->tp == 1;
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
     if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
     if (pre8)
         L8_TRY(st, first_input_fp8(m, rows, &v.x8, &v.x8t), out);
-    /* the batch on the side stream while the weight copies are made */
-    L8_TRY(st, fork_side(m), out);
+    /* the batch on s while the side stream makes the weight copies. (The
+     * other way round, the batch on the side stream, a CUDA graph of an FP8
+     * step started the gathers only once the weight cast had ended, 6 us
+     * into the step; this way both start at once: docs/perf.md, 2026-12-02
+     * evening.) */
+    if (train) L8_TRY(st, fork_side(m), out);
     if (stat) {
         l8_tensor *k = l8_optim_cursor(m->optim);
-        L8_TRY(st, l8_gather_rows_at(m->x[split], m->order, k, m->lb, v.in, m->bad, m->side), out);
-        L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->side),
+        L8_TRY(st, l8_gather_rows_at(m->x[split], m->order, k, m->lb, v.in, m->bad, m->s), out);
+        L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->s),
                out);
     } else {
-        L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->side), out);
-        L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->side), out);
+        L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->s), out);
+        L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     }
     if (pre8)
-        L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->side), out);
-    L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
+        L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->s), out);
     if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
         /* every layer's weight copies at once (FP8: one cast launch for all) */
-        L8_TRY(st, l8_linear_refresh_weights(m->lin, m->nl, m->s), out);
+        L8_TRY(st, l8_linear_refresh_weights(m->lin, m->nl, m->side), out);
+        L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
+        L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
     }
-    L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
     for (int i = 0; i < m->nl; i++) {
         int off = train && m->off && i < m->nl - m->off_keep;
         if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
@@ -666,8 +685,9 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
         }
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
-        /* every rank whole again; each layer's next forward waits for its own buckets */
-        if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 0), out);
+        /* every rank whole again before the next step's weight copies read
+         * the master weights (all at once: one cast launch for every layer) */
+        if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 1), out);
         if (side_recipe) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
         else if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
     }
@@ -877,9 +897,19 @@ static void progress(int epoch, int64_t done, int64_t total, double t0)
 
 typedef struct run_state {
     uint64_t seed;
-    int32_t epoch_done, fp8, nl;
+    int32_t epoch_done, fp8, nl;  /* fp8: run_mode's */
     int32_t dims[MAX_LAYERS + 1];
 } run_state;
+
+/* The precision of a run as a checkpoint records it: 0 bf16, 1 every layer
+ * FP8 (--fp8 --fp8-head; what every FP8 run was before the head went to
+ * bf16), 2 FP8 with a bf16 head (--fp8). */
+static int32_t run_mode(const opts *o) { return o->fp8 ? (o->fp8_head ? 1 : 2) : 0; }
+
+static const char *run_mode_flags(int32_t mode)
+{
+    return mode == 0 ? "--bf16" : mode == 1 ? "--fp8 --fp8-head" : mode == 2 ? "--fp8" : "unknown";
+}
 
 /* The run's schedule: a resume with other values would not continue it. */
 typedef struct run_hyper {
@@ -936,7 +966,7 @@ static l8_status save_ckpt(model *m, const opts *o, int epoch_done, const char *
     l8_ckpt_writer *w = NULL;
     l8_status st;
     if (m->zero1) L8_CHECK(l8_ddp_wait_param(m->ddp, -1, m->s));   /* the whole master buffer */
-    run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = o->fp8, .nl = m->nl };
+    run_state rs = { .seed = o->seed, .epoch_done = epoch_done, .fp8 = run_mode(o), .nl = m->nl };
     run_hyper hy = hyper_of(o);
     for (int i = 0; i <= m->nl; i++) rs.dims[i] = (int32_t)m->dims[i];
     clean_stale_temps(path);
@@ -989,9 +1019,9 @@ static l8_status check_run(const l8_ckpt_reader *r, const run_state *rs, const m
             k += snprintf(b + k, sizeof b - (size_t)k, "%s%d", i ? "-" : "", (int)m->dims[i]);
         n += (size_t)snprintf(why + n, sizeof why - n, "; layers %s, this run %s (--hidden)", a, b);
     }
-    if (rs->fp8 != o->fp8 && n < sizeof why)
-        n += (size_t)snprintf(why + n, sizeof why - n, "; written by a --%s run, this run is --%s",
-                              rs->fp8 ? "fp8" : "bf16", o->fp8 ? "fp8" : "bf16");
+    if (rs->fp8 != run_mode(o) && n < sizeof why)
+        n += (size_t)snprintf(why + n, sizeof why - n, "; written by a %s run, this run is %s",
+                              run_mode_flags(rs->fp8), run_mode_flags(run_mode(o)));
     if (rs->seed != o->seed && n < sizeof why)
         n += (size_t)snprintf(why + n, sizeof why - n, "; --seed %" PRIu64 ", this run %" PRIu64,
                               rs->seed, o->seed);
@@ -1131,7 +1161,9 @@ int main(int argc, char **argv)
     lh = malloc(sizeof *lh * (size_t)m.R);
     hh = malloc(sizeof *hh * (size_t)m.R);
     if (!perm || !order || !lh || !hh) { fprintf(stderr, "lean8-train: out of host memory\n"); goto fail; }
-    printf("lean8-train: %s on %s, MLP %d", o.fp8 ? "FP8 (HYBRID delayed scaling)" : "bf16",
+    printf("lean8-train: %s on %s, MLP %d",
+           !o.fp8 ? "bf16" : o.fp8_head ? "FP8 (HYBRID delayed scaling)"
+                                        : "FP8 (HYBRID delayed scaling; head bf16)",
            l8_ctx_device_name(m.ctx), IN_FEATURES);
     for (int i = 1; i < m.nl; i++) printf("-%d", (int)m.dims[i]);
     printf("-%d, batch %d", CLASSES, o.batch);
