@@ -70,7 +70,7 @@ HEADERS   := runtime/lean8.h runtime/status.h runtime/ctx.h runtime/tensor.h run
              alloc/alloc.h alloc/pinned.h alloc/trace.h $(OPS_HEADERS) \
              runtime/offload.h
 
-all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests
+all: $(BUILD)/liblean8.a $(BUILD)/liblean8.so $(TOOL_BINS) $(BUILD)/bin/lean8-tests $(KTRACE_LIB)
 
 # Rebuild everything when the flags change (git's GIT-CFLAGS idea).
 FLAGS_STR := $(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS)
@@ -166,6 +166,10 @@ deps:
 	fi
 
 .PHONY: test test-ptx test-host test-valgrind test-gpu test-link test-train test-abi
+# tools/ktrace.py on a made-up trace; libl8ktrace.so's entry point where it is built
+.PHONY: test-ktrace
+test-ktrace: $(KTRACE_LIB)
+	$(Q)tests/ktrace.sh $(BUILD)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host test-fortran
@@ -174,6 +178,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-train
 	$(Q)$(MAKE) --no-print-directory test-trace
 	$(Q)$(MAKE) --no-print-directory test-bench
+	$(Q)$(MAKE) --no-print-directory test-ktrace
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 

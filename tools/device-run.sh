@@ -26,6 +26,10 @@
 #             files carried along: the machine has no package registry)
 #   modes     (not in the default set) lean8-train FP8 against bf16 mode with CUDA
 #             graphs, the default model and 784-512-512-10 (batch 256), twice each
+#   timeline  (not in the default set) the CUDA graph step of lean8-train on
+#             784-512-512-10, batch 256, traced by build/libl8ktrace.so (the
+#             README's command) in FP8 (head bf16), --fp8-head and bf16 mode, and
+#             tools/ktrace.py's timeline of each
 #   graphs    (not in the default set) the graph comparison on 784-512-512-10,
 #             batch 256: lean8-train fp8 and bf16 with CUDA graphs and with
 #             --no-graph, PyTorch with the whole step in one CUDA graph
@@ -142,6 +146,14 @@ if want modes && [ -d .data ]; then
             --epochs 3 --hidden 512,512 --batch 256 --fp8-head
     done
 fi
+if want timeline && [ -d .data ]; then
+    for mode in fp8 fp8-head bf16; do
+        step "timeline $mode" timeline-$mode.log env CUDA_INJECTION64_PATH=build/libl8ktrace.so \
+            L8_KTRACE="$OUT/ktrace-$mode.csv" build/bin/lean8-train --data .data --quiet --epochs 2 \
+            --hidden 512,512 --batch 256 --$mode
+        step "ktrace.py $mode" ktrace-$mode.log python3 tools/ktrace.py "$OUT/ktrace-$mode.csv"
+    done
+fi
 if want trace && [ -d .data ]; then
     # the recorder's cost per event (this machine's CPU), lean8-trace over 10 M events, and a
     # traced lean8-train run (one file per rank: %r) summarized and plotted
@@ -191,6 +203,7 @@ for f in torch-mlp torch-mlp-512; do [ -f "$OUT/$f.log" ] && grep -E 'epoch 10|i
 for f in graphs-fp8 graphs-fp8-eager graphs-bf16 graphs-bf16-eager graphs-torch; do
     [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E 'epoch|graph' "$OUT/$f.log" | tail -n 4; }
 done
+for f in "$OUT"/ktrace-*.log; do [ -f "$f" ] && { echo "-- $(basename "$f" .log)"; cat "$f"; }; done
 for f in "$OUT"/modes-*.log; do
     [ -f "$f" ] && printf '%-24s %s\n' "$(basename "$f" .log)" "$(grep -E '^ *[0-9.]+ +epoch' "$f" | tail -n 1)"
 done

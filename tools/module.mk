@@ -20,3 +20,12 @@ $(BUILD)/bin/lean8-trace: $(TRACE_TOOL_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/liblean8.
 # lean8-bench trace: the recorder's cost and lean8-trace's replay and plot
 BENCH_SRCS += tools/bench_trace.c tools/trace_model.c tools/trace_plot.c
 BENCH_SRCS += tools/bench_offload.c
+# libl8ktrace.so: the CUPTI kernel timeline (a CUDA injection library, tools/ktrace.c;
+# tools/ktrace.py reads its file), built where the CUDA toolkit has CUPTI
+HAVE_CUPTI := $(and $(wildcard $(CUDA_HOME)/include/cupti_activity.h),$(wildcard $(CUDA_HOME)/lib64/libcupti.so))
+KTRACE_LIB := $(if $(HAVE_CUPTI),$(BUILD)/libl8ktrace.so)
+$(BUILD)/libl8ktrace.so: tools/ktrace.c $(BUILD)/.flags
+	@mkdir -p $(@D)
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include -shared -o $@ $< -L$(CUDA_HOME)/lib64 -lcupti \
+	    -Wl,-rpath,$(CUDA_HOME)/lib64
