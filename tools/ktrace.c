@@ -44,6 +44,16 @@ static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_r
     *max_records = 0;
 }
 
+/* One CSV line; a memset's or memcpy's name is `name` followed by its bytes. */
+static void put(char kind, uint32_t stream, uint64_t start, uint64_t end, uint32_t graph,
+                uint64_t node, uint32_t corr, const char *name, unsigned long long bytes)
+{
+    fprintf(out, "%c,%u,%llu,%llu,%u,%llu,%u,%s", kind, stream, (unsigned long long)start,
+            (unsigned long long)end, graph, (unsigned long long)node, corr, name);
+    if (kind != 'K') fprintf(out, "%llu", bytes);
+    fputc('\n', out);
+}
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
                                       size_t valid)
 {
@@ -52,21 +62,16 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     while (out && cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
         if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
-            fprintf(out, "K,%u,%llu,%llu,%u,%llu,%u,%s\n", k->streamId,
-                    (unsigned long long)k->start, (unsigned long long)k->end, k->graphId,
-                    (unsigned long long)k->graphNodeId, k->correlationId, k->name ? k->name : "?");
+            put('K', k->streamId, k->start, k->end, k->graphId, k->graphNodeId, k->correlationId,
+                k->name ? k->name : "?", 0);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
-            fprintf(out, "S,%u,%llu,%llu,%u,%llu,%u,memset%llu\n", m->streamId,
-                    (unsigned long long)m->start, (unsigned long long)m->end, m->graphId,
-                    (unsigned long long)m->graphNodeId, m->correlationId,
-                    (unsigned long long)m->bytes);
+            put('S', m->streamId, m->start, m->end, m->graphId, m->graphNodeId, m->correlationId,
+                "memset", m->bytes);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
-            fprintf(out, "C,%u,%llu,%llu,%u,%llu,%u,memcpy%llu\n", m->streamId,
-                    (unsigned long long)m->start, (unsigned long long)m->end, m->graphId,
-                    (unsigned long long)m->graphNodeId, m->correlationId,
-                    (unsigned long long)m->bytes);
+            put('C', m->streamId, m->start, m->end, m->graphId, m->graphNodeId, m->correlationId,
+                "memcpy", m->bytes);
         }
     }
     free(buf);
