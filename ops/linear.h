@@ -132,7 +132,8 @@ typedef struct l8_linear_ctx l8_linear_ctx;
 /* Append-only. */
 typedef enum l8_linear_mode {
     L8_LINEAR_FP8 = 0,            /* FP8 GEMMs with the recipe's scales (HYBRID by default) */
-    L8_LINEAR_BF16 = 1            /* bf16 GEMMs (for comparison) */
+    L8_LINEAR_BF16 = 1            /* bf16 GEMMs: layers FP8 gains nothing on (a model's
+                                     small head), or for comparison */
 } l8_linear_mode;
 
 /* Append-only. */
