@@ -52,8 +52,7 @@
  * saved launch gains */
 #define DB_DIRECT_MAX_TILE_ROWS 1
 /* Small tensors go to ptx/cast_transpose_sm.ptx.in (a 128 x 32 block per
- * CTA of 512 threads, 8 elements a thread; without dbias 1024 threads, 4
- * elements a thread) up to this many 128 x 128 tiles,
+ * CTA of 512 threads, 8 elements a thread) up to this many 128 x 128 tiles,
  * and with dbias up to SM_MAX_DB_TILE_ROWS tile rows (one CTA of 512 per
  * tile row then holds all of a column block's rows, to keep the dbias sums
  * in order). Same results bit for bit; see the .ptx banner for why and
@@ -346,21 +345,13 @@ _Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile
 static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[5][3] = {
+    static const char *const entry[3][3] = {
         { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
         { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
           "l8_cast_transpose_sm_gelu_f16" },
         { "l8_cast_transpose_sm_dgelu_f32", "l8_cast_transpose_sm_dgelu_bf16",
-          "l8_cast_transpose_sm_dgelu_f16" },
-        { "l8_cast_transpose_sm_half_f32", "l8_cast_transpose_sm_half_bf16",
-          "l8_cast_transpose_sm_half_f16" },
-        { "l8_cast_transpose_sm_half_gelu_f32", "l8_cast_transpose_sm_half_gelu_bf16",
-          "l8_cast_transpose_sm_half_gelu_f16" } };
-    /* without dbias (and without an activation's gradient) 1024 threads a
-     * tile row, 4 rows a thread: half the chain of instructions a thread
-     * walks, in a kernel that has too few warps to hide it */
-    const int half = !dbias && !a;
-    const int k = act == L8_ACT_NONE ? (half ? 3 : 0) : a ? 2 : half ? 4 : 1;
+          "l8_cast_transpose_sm_dgelu_f16" } };
+    const int k = act == L8_ACT_NONE ? 0 : a ? 2 : 1;
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -382,7 +373,7 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
      * threads); without, one CTA per tile row */
     unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = dbias ? 1u : (unsigned)j->ntr;
     unsigned tr = dbias && j->ntr > 1 ? (unsigned)j->ntr : 1u;
-    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, half ? 1024u : 512 * tr, 1, 1, 0, args);
+    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, 512 * tr, 1, 1, 0, args);
 }
 
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
