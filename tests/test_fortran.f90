@@ -951,28 +951,12 @@ contains
         call ok(l8_recipe_state(m%rc, hist, scale, amax), 'restore: l8_recipe_state')
         call ok(l8_tensor_from_array(ctx, metas, mv), 'restore: metas tensor')
         call ok(l8_tensor_from_array(ctx, sb, stt), 'restore: step tensor')
-        call ok(l8_ckpt_check_tensor(r, 'params.master', l8_params_master_flat(m%g)), 'restore: check master')
-        do kk = 0, l8_optim_state_count(m%opt) - 1
-            call ok(l8_ckpt_check_tensor(r, 'optim.' // l8_optim_state_name(m%opt, kk), &
-                                         l8_optim_state(m%opt, kk)), 'restore: check state')
-        end do
-        call ok(l8_ckpt_check_tensor(r, 'optim.step', stt), 'restore: check step')
-        call ok(l8_ckpt_check_tensor(r, 'recipe.amax_history', hist), 'restore: check amax_history')
-        call ok(l8_ckpt_check_tensor(r, 'recipe.scale', scale), 'restore: check scale')
-        call ok(l8_ckpt_check_tensor(r, 'recipe.amax', amax), 'restore: check amax')
-        call ok(l8_ckpt_check_tensor(r, 'recipe.metas', mv), 'restore: check metas')
+        call sections(r, m, hist, scale, amax, stt, .false.)
+        call ok(l8_ckpt_check_tensor(r, 'recipe.metas', mv), 'restore: check recipe.metas')
         ! all checked: now read
-        call ok(l8_ckpt_read_tensor(r, 'params.master', l8_params_master_flat(m%g)), 'restore: master')
-        do kk = 0, l8_optim_state_count(m%opt) - 1
-            call ok(l8_ckpt_read_tensor(r, 'optim.' // l8_optim_state_name(m%opt, kk), &
-                                        l8_optim_state(m%opt, kk)), 'restore: state')
-        end do
-        call ok(l8_ckpt_read_tensor(r, 'optim.step', stt), 'restore: step bytes')
+        call sections(r, m, hist, scale, amax, stt, .true.)
         call ok(l8_tensor_to_array(stt, sb), 'restore: step bytes out')
         call ok(l8_optim_set_step(m%opt, transfer(sb, 0_c_int64_t)), 'restore: l8_optim_set_step')
-        call ok(l8_ckpt_read_tensor(r, 'recipe.amax_history', hist), 'restore: amax_history')
-        call ok(l8_ckpt_read_tensor(r, 'recipe.scale', scale), 'restore: scale')
-        call ok(l8_ckpt_read_tensor(r, 'recipe.amax', amax), 'restore: amax')
         call ok(l8_recipe_push_scales(m%rc), 'restore: l8_recipe_push_scales')
         call ok(l8_tensor_to_array(scale, sc), 'restore: the scales read')
         do kk = 1, NR8
@@ -987,6 +971,37 @@ contains
         end do
         call l8_ckpt_close(r)
         call free_views(hist, scale, amax, mv, stt)
+    end subroutine
+
+    ! restore's sections that go straight into tensors: checked (reading
+    ! .false.) or read, in one order.
+    subroutine sections(r, m, hist, scale, amax, stt, reading)
+        type(l8_ckpt_reader), intent(in) :: r
+        type(fp8_model), intent(in) :: m
+        type(l8_tensor), intent(in) :: hist, scale, amax, stt
+        logical, intent(in) :: reading
+        integer :: kk
+        call ckpt_io(r, 'params.master', l8_params_master_flat(m%g), reading)
+        do kk = 0, l8_optim_state_count(m%opt) - 1
+            call ckpt_io(r, 'optim.' // l8_optim_state_name(m%opt, kk), l8_optim_state(m%opt, kk), &
+                         reading)
+        end do
+        call ckpt_io(r, 'optim.step', stt, reading)
+        call ckpt_io(r, 'recipe.amax_history', hist, reading)
+        call ckpt_io(r, 'recipe.scale', scale, reading)
+        call ckpt_io(r, 'recipe.amax', amax, reading)
+    end subroutine
+
+    subroutine ckpt_io(r, name, t, reading)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        type(l8_tensor), intent(in) :: t
+        logical, intent(in) :: reading
+        if (reading) then
+            call ok(l8_ckpt_read_tensor(r, name, t), 'restore: read ' // name)
+        else
+            call ok(l8_ckpt_check_tensor(r, name, t), 'restore: check ' // name)
+        end if
     end subroutine
 
     ! The views save and restore take of the recipe state, the metas and the step.
