@@ -87,6 +87,7 @@ struct l8_linear_ctx {
     l8_save_hooks hooks;
     int64_t T;                    /* the GEMMs' token count (all ranks' with column SP) */
     uint64_t weight_version, x_epoch;
+    int x_own_meta;               /* X8t carries the caller's meta, not the input meta */
 };
 
 static atomic_uint_fast64_t g_serial;
@@ -543,10 +544,29 @@ static l8_status need_cast(const l8_linear *l, const char *op, const char *name,
     if (rows >= 0 && l8_tensor_dim(t, 0) != rows)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has %lld rows, wanted %lld", op, name,
                        (long long)l8_tensor_dim(t, 0), (long long)rows);
-    if (l8_tensor_fp8_meta(t) != meta)
+    if (meta && l8_tensor_fp8_meta(t) != meta)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s does not carry the layer's %s meta (cast it"
                        " with l8_recipe_meta(recipe, l8_linear_role_index(layer, role)))", op,
                        name, meta == l->meta_x ? "input" : "grad_output");
+    return L8_OK;
+}
+
+/* x8's meta: the layer's input meta, or one of the caller's that the recipe
+ * does not update (a fixed scale); *own = 1 for the latter. */
+static l8_status cast_input_meta(const l8_linear *l, const char *op, const l8_tensor *x8,
+                                 int *own)
+{
+    l8_fp8_meta *m = l8_tensor_fp8_meta(x8);
+    *own = m != l->meta_x;
+    if (!*own)
+        return L8_OK;
+    if (!m)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8 carries no FP8 meta", op);
+    for (int i = 0; i < l8_recipe_count(l->recipe); i++)
+        if (l8_recipe_meta(l->recipe, i) == m)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8 carries recipe meta %d, not the layer's"
+                           " input meta (%s): the recipe would change its scale between the"
+                           " forward and the backward", op, i, l->name);
     return L8_OK;
 }
 
@@ -559,19 +579,22 @@ typedef struct fwd_in {
 
 /* The caller's x8 (Tx, K) and x8t (K, Tx; only when saving) for an FP8 layer. */
 static l8_status check_cast_input(const l8_linear *l, const char *op, const fwd_in *in, int save,
-                                  int64_t *Tx)
+                                  int64_t *Tx, int *own)
 {
     if (!is_fp8_mode(l))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is a bf16 layer: it takes its input in bf16"
                        " (l8_linear_forward)", op, l->name);
-    L8_CHECK(need_cast(l, op, "x8", in->x8, l->fmt_x, l->meta_x, -1, l->K));
+    L8_CHECK(need_cast(l, op, "x8", in->x8, l->fmt_x, NULL, -1, l->K));
+    L8_CHECK(cast_input_meta(l, op, in->x8, own));
     *Tx = l8_tensor_dim(in->x8, 0);
     if (!save)
         return L8_OK;
     if (!in->x8t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t is NULL: training (saved) needs the"
                        " transposed input for wgrad", op);
-    L8_CHECK(need_cast(l, op, "x8t", in->x8t, l->fmt_x, l->meta_x, l->K, *Tx));
+    L8_CHECK(need_cast(l, op, "x8t", in->x8t, l->fmt_x, NULL, l->K, *Tx));
+    if (l8_tensor_fp8_meta(in->x8t) != l8_tensor_fp8_meta(in->x8))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t does not carry x8's meta", op);
     if (overlap(in->x8, in->x8t))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t overlaps x8", op);
     return L8_OK;
@@ -593,12 +616,13 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
               *yp = NULL, *xa = NULL;
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
+    int own_meta = 0;             /* the caller's x8 with a meta of its own */
     const int fp8 = is_fp8_mode(l);
     const int precast = in->x == NULL;           /* the caller cast X (FP8) */
     const int gather_x = l->sp && l->par == L8_PARALLEL_COLUMN;   /* x is this rank's rows */
     const int reduce_y = l->par == L8_PARALLEL_ROW;
     if (precast)
-        L8_TRY(ret, check_cast_input(l, op, in, saved != NULL, &Tx), out);
+        L8_TRY(ret, check_cast_input(l, op, in, saved != NULL, &Tx, &own_meta), out);
     else
         L8_TRY(ret, act_view(l, op, "x", in->x, l->K, &Tx, &x2), out);
     L8_TRY(ret, act_view(l, op, "y", y, l->N, &Ty, &y2), out);
@@ -665,7 +689,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         if (gather_x)
             L8_TRY(ret, l8_comm_all_gather(l->tp, precast ? in->x8 : cast_to, x8, 0, s), out);
         /* the scale this input was cast with: the meta's current one */
-        l->x_cast_epoch = l8_recipe_updates(l->recipe);
+        if (!own_meta)
+            l->x_cast_epoch = l8_recipe_updates(l->recipe);
         g.a = x8 ? x8 : in->x8;   /* (T, K) e4m3 */
         g.b = l->w8;              /* (N, K) e4m3 */
         g.fast_accum = 1;
@@ -693,6 +718,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         c->T = T;
         c->weight_version = l->weight_version;
         c->x_epoch = l->x_cast_epoch;
+        c->x_own_meta = own_meta;
         if (fp8) {
             c->saved = x8t;       /* (K, Tx): this rank's rows with column SP */
             x8t = NULL;
@@ -877,7 +903,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
                       op, l->name);
         goto out;
     }
-    if (fp8 && c->x_epoch != l->x_cast_epoch) {
+    if (fp8 && !c->x_own_meta && c->x_epoch != l->x_cast_epoch) {
         ret = L8_FAIL(L8_ERR_STATE, "%s: %s cast its input with a newer scale (recipe update, then"
                       " a forward) after the forward this ctx comes from, so the saved FP8 input"
                       " can no longer be decoded: run l8_recipe_update after the step's"

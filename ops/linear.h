@@ -300,14 +300,21 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
  *   - a dY whose producer (a fused loss or activation of the caller's)
  *     writes dy8, dy8t and the column sums db itself, then
  *     l8_linear_backward_fp8.
+ *   - an input that never changes (a data set on the device), cast once
+ *     with a fixed scale of the caller's: each step gathers its FP8 rows
+ *     and transposes them off the critical path (lean8-train does).
  * The bytes must be those the layer's own cast would write: the layer's
  * meta attached (the input meta for x8 / x8t, the grad_output meta for dy8 /
  * dy8t: l8_recipe_meta(recipe, l8_linear_role_index(l, role)), in the
  * role's format: E4M3 input, E5M2 grad_output under HYBRID), cast with that
  * meta's current scale and its amax max-accumulated (the recipe update
  * reads it); then the results are bit for bit those of l8_linear_forward /
- * l8_linear_backward on the bf16 tensors. FP8 layers only (a bf16 layer:
- * L8_ERR_INVALID_ARG).
+ * l8_linear_backward on the bf16 tensors. x8 and x8t may instead carry a
+ * meta of the caller's (both the same one, in the input role's format; not
+ * one of the recipe's): the GEMMs then use that meta's scale_inv, and the
+ * layer's input meta and its amax are left alone; the caller keeps that
+ * scale_inv unchanged until the backward of the ctx has been enqueued.
+ * FP8 layers only (a bf16 layer: L8_ERR_INVALID_ARG).
  *
  * l8_linear_forward_fp8: Y = X . W^T + b from
  *   x8   [T, K] (this rank's rows with column SP), 2-D, contiguous; read

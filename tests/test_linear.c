@@ -922,8 +922,6 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     ck_assert_ptr_null(c);
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, dy8, x8t, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8t, x8, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_linear_forward_fp8(f[0].lin, x8, x8t, ty[0], &c, NULL),
-             L8_ERR_INVALID_ARG);                   /* another layer's meta */
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, x8t, tdx[1], &c, NULL), L8_ERR_INVALID_ARG);
     L8_CK(l8_fp8_cast_transpose(tx, x8, x8t, L8_CAST_ACCUMULATE_AMAX, NULL));
     L8_CK(l8_linear_forward(f[0].lin, tx, ty[0], NULL, NULL));
@@ -947,6 +945,104 @@ START_TEST(test_precast) { precast_run("host", 64, 48, 32); }
 END_TEST
 
 START_TEST(test_gpu_precast) { precast_run("cuda:0", _i ? 512 : 256, _i ? 1024 : 784, _i ? 256 : 16); }
+END_TEST
+
+/* |a - b| <= tol * max|b| over n floats */
+static void near(const float *a, const float *b, int64_t n, float tol, const char *what)
+{
+    float mb = 0, md = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mb = fmaxf(mb, fabsf(b[i]));
+        md = fmaxf(md, fabsf(a[i] - b[i]));
+    }
+    ck_assert_msg(mb > 0 && md <= tol * mb, "%s: max |diff| %g against max |ref| %g", what,
+                  (double)md, (double)mb);
+}
+
+/* x8 / x8t cast by the caller with a meta of its own (a fixed scale of 4,
+ * as lean8-train casts its data set once): y and the weight gradient are
+ * X.W^T + b and dY^T.X within FP8's error (the layer's own scale would give
+ * 4x), the layer's input meta keeps its amax, a recipe update and a forward
+ * of the layer's own between forward and backward leave the ctx valid;
+ * mixed metas, no meta and a recipe meta other than the input's are
+ * refused. */
+static void own_meta_run(const char *dev, int64_t T, int64_t K, int64_t N)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0x0e8a + (uint64_t)K);
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec = mk_recipe(ctx);
+    fx f;
+    fx_init(&f, ctx, h, rec, L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
+    l8_fp8_meta *own = NULL;
+    L8_CK(l8_fp8_meta_create(ctx, &own));
+    L8_CK(l8_fp8_meta_set(own, 4.0f, 0.25f, 0.0f));
+    l8_fp8_meta *mx = l8_recipe_meta(rec, l8_linear_role_index(f.lin, L8_ROLE_INPUT));
+    l8_fp8_meta *mw = l8_recipe_meta(rec, l8_linear_role_index(f.lin, L8_ROLE_WEIGHT));
+    ck_assert(mx && mw);
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N);
+    l8_tensor *x8 = mk8(ctx, L8_E4M3, T, K, own), *x8t = mk8(ctx, L8_E4M3, K, T, own);
+    l8_tensor *ty = mk(ctx, L8_BF16, T, N), *tref = mk(ctx, L8_BF16, T, N);
+    l8_tensor *tdx = mk(ctx, L8_BF16, T, K);
+    float *x = fmem(T * K), *dy = fmem(T * N), *y = fmem(T * N), *yr = fmem(T * N);
+    float *gw = fmem(N * K), *gr = fmem(N * K);
+    fill_bf16(&r, x, T * K);
+    fill_bf16(&r, dy, T * N);
+    put(tx, x);
+    put(tdy, dy);
+    L8_CK(l8_fp8_cast_transpose(tx, x8, x8t, 0, NULL));
+    L8_CK(l8_linear_begin_step(f.lin));
+    l8_linear_ctx *c = NULL;
+    L8_CK(l8_linear_forward_fp8(f.lin, x8, x8t, ty, &c, NULL));
+    float amax = -1, sinv = 0;
+    L8_CK(l8_fp8_meta_get(mx, NULL, NULL, &amax));
+    ck_assert_msg(amax == 0.0f, "%s: the input meta's amax moved to %g", dev, (double)amax);
+    L8_CK(l8_fp8_meta_get(own, NULL, &sinv, NULL));
+    ck_assert(sinv == 0.25f);
+    /* the layer's own cast (scale 1) after a recipe update, then the
+     * backward of the caller's ctx */
+    L8_CK(l8_recipe_update(rec, NULL));
+    L8_CK(l8_linear_forward(f.lin, tx, tref, NULL, NULL));
+    get(ty, y);
+    get(tref, yr);
+    char what[64];
+    snprintf(what, sizeof what, "%s: y with the caller's scale", dev);
+    near(y, yr, T * N, 0.1f, what);
+    L8_CK(l8_linear_backward(f.lin, &c, tdy, tdx, NULL));
+    ck_assert_ptr_null(c);
+    get(f.tgw, gw);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            float acc = 0;
+            for (int64_t t = 0; t < T; t++)
+                acc += dy[t * N + n] * x[t * K + k];
+            gr[n * K + k] = acc;
+        }
+    snprintf(what, sizeof what, "%s: dW with the caller's scale", dev);
+    near(gw, gr, N * K, 0.15f, what);
+    /* errors */
+    l8_tensor *xm = mk8(ctx, L8_E4M3, K, T, mx), *xw = mk8(ctx, L8_E4M3, T, K, mw);
+    l8_tensor *xwt = mk8(ctx, L8_E4M3, K, T, mw), *xn = mk(ctx, L8_E4M3, T, K);
+    L8_CK_ST(l8_linear_forward_fp8(f.lin, x8, xm, ty, &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward_fp8(f.lin, xw, xwt, ty, &c, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_forward_fp8(f.lin, xn, NULL, ty, NULL, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(c);
+    l8_tensor *all[] = { tx, tdy, x8, x8t, ty, tref, tdx, xm, xw, xwt, xn };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    l8_fp8_meta_release(own);
+    free(x); free(dy); free(y); free(yr); free(gw); free(gr);
+    fx_free(&f);
+    l8_recipe_destroy(rec);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_precast_own_meta) { own_meta_run("host", 64, 48, 32); }
+END_TEST
+
+START_TEST(test_gpu_precast_own_meta) { own_meta_run("cuda:0", 256, 784, 512); }
 END_TEST
 
 /* a bf16 layer takes no FP8 operands */
@@ -2164,6 +2260,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tc, test_act, 0, 2);
     tcase_add_test(tc, test_precast);
     tcase_add_test(tc, test_precast_bf16);
+    tcase_add_test(tc, test_precast_own_meta);
     tcase_add_test(tc, test_save_hooks);
     tcase_add_test(tc, test_tags);
     tcase_add_test(tc, test_errors);
@@ -2180,6 +2277,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
+    tcase_add_test(tg, test_gpu_precast_own_meta);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
     tcase_add_test(tg, test_gpu_elementwise);
