@@ -116,8 +116,13 @@ typedef struct model {
                                                  the batch gathers) and, in one process, the
                                                  recipe update (next to the optimizer) */
     l8_event *ev_fork, *ev_join;
+    l8_event *ev_w16, *ev_x, *ev_xt;          /* a step's joins: the bf16 weight copies, the
+                                                 gathered FP8 images, their transpose */
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
+    l8_tensor *x8;                            /* FP8 training in one TP rank: x[0] cast once,
+                                                 (N,784) e4m3 carrying x8meta */
+    l8_fp8_meta *x8meta;                      /* its fixed scale: fp8_max / the images' amax */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -291,8 +296,8 @@ static void model_free(model *m)
 {
     for (int i = 0; i < m->nl; i++) l8_linear_destroy(m->lin[i]);
     l8_offload_destroy(m->off);
-    l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->y[0], m->y[1], m->order, m->loss, m->hit,
-                        m->bad, m->rates, m->step_loss, m->step_hit, m->in };
+    l8_tensor *ts[] = { m->labels, m->x[0], m->x[1], m->x8, m->y[0], m->y[1], m->order, m->loss,
+                        m->hit, m->bad, m->rates, m->step_loss, m->step_hit, m->in };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) l8_tensor_destroy(ts[i]);
     for (int i = 0; i <= MAX_LAYERS; i++) {
         l8_tensor_destroy(m->grad[i]);
@@ -308,6 +313,10 @@ static void model_free(model *m)
     l8_comm_destroy(m->world);
     l8_event_destroy(m->ev_fork);
     l8_event_destroy(m->ev_join);
+    l8_event_destroy(m->ev_w16);
+    l8_event_destroy(m->ev_x);
+    l8_event_destroy(m->ev_xt);
+    l8_fp8_meta_release(m->x8meta);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -424,6 +433,9 @@ static l8_status model_build(model *m, const opts *o)
     m->side = l8_ctx_stream(m->ctx, L8_STREAM_COPY);
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_fork));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_w16));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_x));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -536,11 +548,11 @@ static void views_free(batch_views *v)
 }
 
 /* FP8 training: the first layer's input X8 (rows, 784) and X8t (784, rows)
- * in its input format with its input meta, new storages on m->s - what the
- * layer's own cast would allocate. */
+ * in its input format with the data set's fixed-scale meta, new storages on
+ * m->s - what the layer's own cast would allocate. */
 static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tensor **x8t)
 {
-    l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[0], L8_ROLE_INPUT));
+    l8_fp8_meta *meta = m->x8meta;
     l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
     for (int k = 0; k < 2; k++) {
         int64_t sh[2] = { k ? m->ld[0] : rows, k ? rows : m->ld[0] };
@@ -585,6 +597,11 @@ static l8_status fresh_rows(model *m, int64_t rows, int64_t cols, l8_tensor **t)
     return l8_tensor_empty(m->ctx, L8_BF16, 2, sh, t);
 }
 
+static int fp8_layer(const model *m, int i)
+{
+    return l8_linear_get_mode(m->lin[i]) == L8_LINEAR_FP8;
+}
+
 /* The side stream waits for the work on m->s so far. */
 static l8_status fork_side(model *m)
 {
@@ -604,12 +621,14 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     batch_views v = {0};
     l8_linear_ctx *saved[MAX_LAYERS] = {0};
     l8_status st;
-    /* FP8 training in one TP rank casts the images outside the first
-     * layer, right after their gather, while the side stream makes the
-     * weight copies (l8_linear_forward_fp8 then multiplies them) */
-    const int pre8 = train && m->recipe && m->tp == 1;
+    /* FP8 training in one TP rank takes its images from the data set cast
+     * once (m->x8): the step gathers their FP8 rows on s, and the side
+     * stream transposes them for the first layer's wgrad after the weight
+     * copies, off the critical path (docs/perf.md, 2026-12-02 night) */
+    const int pre8 = train && split == 0 && m->x8;
     L8_TRY(st, views_make(m, at, rows, stat, &v), out);
-    if (train && m->off && m->nl > m->off_keep) L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
+    if (train && !pre8 && m->off && m->nl > m->off_keep)
+        L8_TRY(st, fresh_rows(m, rows, m->ld[0], &v.in), out);
     if (pre8)
         L8_TRY(st, first_input_fp8(m, rows, &v.x8, &v.x8t), out);
     /* the batch on s while the side stream makes the weight copies. (The
@@ -618,27 +637,54 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
      * into the step; this way both start at once: docs/perf.md, 2026-12-02
      * evening.) */
     if (train) L8_TRY(st, fork_side(m), out);
+    l8_tensor *src = pre8 ? m->x8 : m->x[split], *dst = pre8 ? v.x8 : v.in;
     if (stat) {
         l8_tensor *k = l8_optim_cursor(m->optim);
-        L8_TRY(st, l8_gather_rows_at(m->x[split], m->order, k, m->lb, v.in, m->bad, m->s), out);
+        L8_TRY(st, l8_gather_rows_at(src, m->order, k, m->lb, dst, m->bad, m->s), out);
         L8_TRY(st, l8_gather_rows_at(m->y[split], m->order, k, m->lb, v.labels, m->bad, m->s),
                out);
     } else {
-        L8_TRY(st, l8_gather_rows(m->x[split], v.order, v.in, m->bad, m->s), out);
+        L8_TRY(st, l8_gather_rows(src, v.order, dst, m->bad, m->s), out);
         L8_TRY(st, l8_gather_rows(m->y[split], v.order, v.labels, m->bad, m->s), out);
     }
-    if (pre8)
-        L8_TRY(st, l8_fp8_cast_transpose(v.in, v.x8, v.x8t, L8_CAST_ACCUMULATE_AMAX, m->s), out);
+    int wait16 = 0;               /* s still has to wait for the bf16 weight copies */
     if (train) {
         for (int i = 0; i < m->nl; i++) L8_TRY(st, l8_linear_begin_step(m->lin[i]), out);
-        /* every layer's weight copies at once (FP8: one cast launch for all) */
-        L8_TRY(st, l8_linear_refresh_weights(m->lin, m->nl, m->side), out);
-        L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
-        L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
+        /* the weight copies, FP8 layers first (one cast launch for all),
+         * then the bf16 ones: s waits for each group just before the first
+         * layer that needs it */
+        l8_linear *g8[MAX_LAYERS], *g16[MAX_LAYERS];
+        int n8 = 0, n16 = 0;
+        for (int i = 0; i < m->nl; i++) {
+            if (fp8_layer(m, i)) g8[n8++] = m->lin[i];
+            else g16[n16++] = m->lin[i];
+        }
+        if (n8) {
+            L8_TRY(st, l8_linear_refresh_weights(g8, n8, m->side), out);
+            L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
+        }
+        if (n16) {
+            L8_TRY(st, l8_linear_refresh_weights(g16, n16, m->side), out);
+            L8_TRY(st, l8_event_record(m->ev_w16, m->side), out);
+            wait16 = 1;
+        }
+        if (pre8) {
+            L8_TRY(st, l8_event_record(m->ev_x, m->s), out);
+            L8_TRY(st, l8_stream_wait_event(m->side, m->ev_x), out);
+            L8_TRY(st, l8_fp8_transpose(v.x8, v.x8t, m->side), out);
+            L8_TRY(st, l8_event_record(m->ev_xt, m->side), out);
+        }
+        if (n8) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
+        /* offload copies fc1's saved X8t out during its forward */
+        if (pre8 && m->off) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
     }
     for (int i = 0; i < m->nl; i++) {
         int off = train && m->off && i < m->nl - m->off_keep;
         if (train && m->off) L8_TRY(st, l8_offload_forward_layer(m->off, i, off), out);
+        if (wait16 && !fp8_layer(m, i)) {
+            L8_TRY(st, l8_stream_wait_event(m->s, m->ev_w16), out);
+            wait16 = 0;
+        }
         /* layer i > 0 takes gelu(pre[i-1]): the GELU runs inside its input
          * cast (FP8) or into a tensor of the layer's own (bf16) */
         if (pre8 && i == 0)
@@ -666,6 +712,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     }
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
+        if (pre8 && !m->off) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);   /* fc1's wgrad */
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
@@ -830,8 +877,10 @@ static l8_status upload_order(model *m, const int32_t *order, int64_t n)
 }
 
 /* Split ds onto the device: images normalized as fmnist_batch does and
- * rounded to bf16 (RNE, as l8_convert rounds), labels as i32. Blocks. */
-static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8_tensor **y)
+ * rounded to bf16 (RNE, as l8_convert rounds), labels as i32; *amax (if
+ * not NULL): the largest |pixel| after the rounding. Blocks. */
+static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8_tensor **y,
+                              float *amax)
 {
     enum { CHUNK = 4096 };
     size_t n = ds->n;
@@ -845,7 +894,10 @@ static l8_status upload_split(model *m, const fmnist_data *ds, l8_tensor **x, l8
         size_t c = n - b < CHUNK ? n - b : CHUNK;
         for (size_t i = 0; i < c; i++) idx[i] = (int64_t)(b + i);
         L8_TRY(st, fmnist_batch(ds, idx, c, xf, yh + b), out);
-        for (size_t k = 0; k < c * IN_FEATURES; k++) xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
+        for (size_t k = 0; k < c * IN_FEATURES; k++) {
+            xb[b * IN_FEATURES + k] = l8_bf16_from_f32(xf[k]);
+            if (amax) *amax = l8_amax_combine(*amax, l8_bf16_to_f32(xb[b * IN_FEATURES + k]));
+        }
     }
     *x = new2(m->ctx, L8_BF16, (int64_t)n, IN_FEATURES, &st);
     *y = new2(m->ctx, L8_I32, (int64_t)n, 0, &st);
@@ -858,6 +910,24 @@ out:
     free(yh);
     free(xf);
     return st;
+}
+
+/* FP8 training in one TP rank: the training images cast once to the input
+ * format, with the scale the recipe's delayed scaling reaches once a batch
+ * holding the largest pixel has gone by (fp8_max / amax, margin 0): every
+ * step then gathers FP8 rows instead of casting its batch. Blocks. */
+static l8_status cast_images(model *m, float amax)
+{
+    l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
+    float scale = amax > 0 && isfinite(amax) ? l8_fp8_max(fmt) / amax : 1.0f;
+    l8_status st = L8_OK;
+    L8_CHECK(l8_fp8_meta_create(m->ctx, &m->x8meta));
+    L8_CHECK(l8_fp8_meta_set(m->x8meta, scale, 1.0f / scale, 0.0f));
+    m->x8 = new2(m->ctx, fmt, l8_tensor_dim(m->x[0], 0), IN_FEATURES, &st);
+    L8_CHECK(st);
+    L8_CHECK(l8_tensor_set_fp8_meta(m->x8, m->x8meta));
+    L8_CHECK(l8_fp8_cast(m->x[0], m->x8, 0, m->s));
+    return l8_stream_synchronize(m->s);
 }
 
 /* Epoch e's order: Fisher-Yates from a generator seeded by (seed, e). */
@@ -1144,8 +1214,10 @@ int main(int argc, char **argv)
     /* per-pass rows: the training images, or the test images and the
      * padding of the last test batch to a multiple of 16 (image 0) */
     m.R = ntrain > ntest + 16 ? ntrain : ntest + 16;
-    CK(upload_split(&m, &train, &m.x[0], &m.y[0]));
-    CK(upload_split(&m, &test, &m.x[1], &m.y[1]));
+    float amax = 0;
+    CK(upload_split(&m, &train, &m.x[0], &m.y[0], &amax));
+    CK(upload_split(&m, &test, &m.x[1], &m.y[1], NULL));
+    if (m.recipe && m.tp == 1) CK(cast_images(&m, amax));
     m.order = new2(m.ctx, L8_I32, m.R, 0, &st);
     m.loss = new2(m.ctx, L8_F32, m.R, 0, &st);
     m.hit = new2(m.ctx, L8_I32, m.R, 0, &st);
@@ -1173,7 +1245,7 @@ int main(int argc, char **argv)
            " the device)\n", (double)o.lr, (double)o.wd, o.seed, (long long)ntrain,
            (long long)ntest,
            (double)(l8_tensor_nbytes(m.x[0]) + l8_tensor_nbytes(m.x[1]) + l8_tensor_nbytes(m.y[0]) +
-                    l8_tensor_nbytes(m.y[1])) / 1048576.0);
+                    l8_tensor_nbytes(m.y[1]) + (m.x8 ? l8_tensor_nbytes(m.x8) : 0)) / 1048576.0);
     if (gr.on && l8_graph_native(m.ctx))
         printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
