@@ -52,7 +52,9 @@
  * saved launch gains */
 #define DB_DIRECT_MAX_TILE_ROWS 1
 /* Small tensors go to ptx/cast_transpose_sm.ptx.in (a 128 x 32 block per
- * CTA of 512 threads, 8 elements a thread) up to this many 128 x 128 tiles,
+ * CTA of 512 threads, 8 elements a thread; over SM_HALF_MIN_ROWS rows
+ * without dbias or with one tile row of it, 1024 threads, 4 elements a
+ * thread) up to this many 128 x 128 tiles,
  * and with dbias up to SM_MAX_DB_TILE_ROWS tile rows (one CTA of 512 per
  * tile row then holds all of a column block's rows, to keep the dbias sums
  * in order). Same results bit for bit; see the .ptx banner for why and
@@ -61,6 +63,11 @@
 #define SM_MAX_DB_TILE_ROWS 2
 #define KF_SM_VEC_T8 0x1u     /* cast_transpose_sm: rows % 8 == 0, 8-B aligned out_t */
 int l8i_cast_sm_max_tiles = SM_MAX_TILES;
+/* The half entries (4 rows a thread, 1024 threads a tile row) for tensors of
+ * more rows than this: at 64 rows or fewer most of their threads would idle
+ * (16 x 512 bf16: 1.65 us against 1.59 with 8 rows a thread, docs/perf.md). */
+#define SM_HALF_MIN_ROWS 64
+int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -345,13 +352,23 @@ _Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile
 static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[3][3] = {
+    static const char *const entry[6][3] = {
         { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
         { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
           "l8_cast_transpose_sm_gelu_f16" },
         { "l8_cast_transpose_sm_dgelu_f32", "l8_cast_transpose_sm_dgelu_bf16",
-          "l8_cast_transpose_sm_dgelu_f16" } };
-    const int k = act == L8_ACT_NONE ? 0 : a ? 2 : 1;
+          "l8_cast_transpose_sm_dgelu_f16" },
+        { "l8_cast_transpose_sm_half_f32", "l8_cast_transpose_sm_half_bf16",
+          "l8_cast_transpose_sm_half_f16" },
+        { "l8_cast_transpose_sm_half_gelu_f32", "l8_cast_transpose_sm_half_gelu_bf16",
+          "l8_cast_transpose_sm_half_gelu_f16" },
+        { "l8_cast_transpose_sm_half_dgelu_f32", "l8_cast_transpose_sm_half_dgelu_bf16",
+          "l8_cast_transpose_sm_half_dgelu_f16" } };
+    /* 1024 threads a tile row, 4 rows a thread (half the chain of
+     * instructions a thread walks, in a kernel that has too few warps to
+     * hide it) without dbias, or with dbias over one tile row */
+    const int half = j->R > (int64_t)l8i_cast_sm_half_min_rows && (!dbias || j->ntr <= 1);
+    const int k = (act == L8_ACT_NONE ? 0 : a ? 2 : 1) + (half ? 3 : 0);
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -373,7 +390,7 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
      * threads); without, one CTA per tile row */
     unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = dbias ? 1u : (unsigned)j->ntr;
     unsigned tr = dbias && j->ntr > 1 ? (unsigned)j->ntr : 1u;
-    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, 512 * tr, 1, 1, 0, args);
+    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, half ? 1024u : 512 * tr, 1, 1, 0, args);
 }
 
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,

@@ -97,6 +97,10 @@ l8_status l8i_fail_item(l8_status st, const char *what, int i);
  * small-tile kernel (ops/cast.c, SM_MAX_TILES); tests set 0 to run the tile
  * kernel on every shape, then put the default back. */
 extern int l8i_cast_sm_max_tiles;
+/* Of those, tensors of more rows than this take the small-tile kernel's half
+ * entries (4 rows a thread) where they apply (no dbias, or one tile row of
+ * it); tests set INT_MAX (never) or 0 (always), then put the default back. */
+extern int l8i_cast_sm_half_min_rows;
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif

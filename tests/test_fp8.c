@@ -14,6 +14,7 @@
  * a bandwidth measurement of cast + transpose against a device copy.
  */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1493,8 +1494,10 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 }
 
 /* Every shape below through both kernels: the tile kernel alone
- * (l8i_cast_sm_max_tiles = 0), then the default, where tensors of up to 64
- * tiles (and dbias up to 2 tile rows) take the small-tile kernel. */
+ * (l8i_cast_sm_max_tiles = 0), then where tensors of up to 64 tiles (and
+ * dbias up to 2 tile rows) take the small-tile kernel, once with 8 rows a
+ * thread and once with its half entries (4 rows a thread) wherever they
+ * apply; by default the half entries take more than 64 rows. */
 static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r);
 
 START_TEST(test_gpu_cast_transpose)
@@ -1502,11 +1505,15 @@ START_TEST(test_gpu_cast_transpose)
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
     l8_rng r;
     l8_rng_init(&r, 0x9c7);
-    const int dflt = l8i_cast_sm_max_tiles;
+    const int dflt = l8i_cast_sm_max_tiles, dhalf = l8i_cast_sm_half_min_rows;
     l8i_cast_sm_max_tiles = 0;
     gpu_ct_shapes(g, h, &r);
     l8i_cast_sm_max_tiles = dflt;
+    l8i_cast_sm_half_min_rows = INT_MAX;            /* the small-tile kernel, 8 rows a thread */
     gpu_ct_shapes(g, h, &r);
+    l8i_cast_sm_half_min_rows = 0;                  /* 4 rows a thread wherever it applies */
+    gpu_ct_shapes(g, h, &r);
+    l8i_cast_sm_half_min_rows = dhalf;
     done_ctx(h);
     done_ctx(g);
 }
@@ -1593,17 +1600,25 @@ START_TEST(test_gpu_cast_act)
     l8_rng_init(&r, 0xac70);
     const int64_t shapes[][2] = { { 256, 512 }, { 16, 512 }, { 256, 16 }, { 17, 33 }, { 1, 1 },
                                   { 300, 520 }, { 1000, 1000 }, { 1031, 1000 }, { 0, 64 },
-                                  { 512, 784 }, { 129, 1024 } };
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-        for (int hi = 0; hi < 3; hi++) {
-            int64_t R = shapes[k][0], C = shapes[k][1];
-            l8_dtype dt = HPS[hi], f = FMTS[(k + (size_t)hi) % 2];
-            int outs = 1 + (int)((k + (size_t)hi) % 3);          /* out, out_t, both */
-            gpu_act_case(g, &r, 0, R, C, dt, dt, f, outs, -1);
-            gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, outs | 2, (int)HPS[(k + 1) % 3]);
-            gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, 3 - (int)(k % 2), -1);
-        }
+                                  { 512, 784 }, { 129, 1024 }, { 128, 256 }, { 100, 200 } };
+    const int dhalf = l8i_cast_sm_half_min_rows;
+    /* the small-tile kernel with 8 rows a thread, then its half entries
+     * wherever they apply (one tile row with dbias: 128 x 256, 100 x 200) */
+    for (int pass = 0; pass < 2; pass++) {
+        l8i_cast_sm_half_min_rows = pass ? 0 : INT_MAX;
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int hi = 0; hi < 3; hi++) {
+                int64_t R = shapes[k][0], C = shapes[k][1];
+                l8_dtype dt = HPS[hi], f = FMTS[(k + (size_t)hi) % 2];
+                int outs = 1 + (int)((k + (size_t)hi) % 3);          /* out, out_t, both */
+                gpu_act_case(g, &r, 0, R, C, dt, dt, f, outs, -1);
+                gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, outs | 2, (int)HPS[(k + 1) % 3]);
+                gpu_act_case(g, &r, 1, R, C, dt, dt, L8_E5M2, 3 - (int)(k % 2), -1);
+            }
+    }
+    l8i_cast_sm_half_min_rows = dhalf;
     gpu_act_case(g, &r, 1, 256, 512, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
+    gpu_act_case(g, &r, 1, 128, 256, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     done_ctx(g);
 }
 END_TEST
