@@ -648,9 +648,11 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             goto out;
         }
     }
-    if (fp8 && precast) {         /* the caller's bytes; gathered along T with column SP */
+    if (fp8 && precast) {         /* the caller's bytes (and meta); gathered along T with
+                                     column SP */
         if (gather_x)
-            L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
+            L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l8_tensor_fp8_meta(in->x8), s,
+                                   &x8), out);
         if (saved)
             L8_TRY(ret, own_view(in->x8t, &x8t), out);
     } else if (fp8) {
@@ -919,8 +921,9 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, new_tensor(l, "dy_gathered", L8_BF16, T, l->N, NULL, s, &dyg), out);
     if (colsp && dx)              /* dX partial sums of all T rows, scattered into dx */
         L8_TRY(ret, new_tensor(l, "dx_partial", L8_BF16, T, l->K, NULL, s, &dxf), out);
-    if (colsp)                    /* the saved input of all ranks, for wgrad */
-        L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T, l->meta_x, s, &xs)
+    if (colsp)                    /* the saved input of all ranks (its meta), for wgrad */
+        L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T,
+                                     l8_tensor_fp8_meta(c->saved), s, &xs)
                         : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
     if (fp8 && !precast) {
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);

@@ -16,7 +16,10 @@
  *     rounded to bf16 (column: dx; row: y).
  * The first step's scales are the initial ones; the second step's come from
  * amaxes that with sequence parallelism each rank saw only a part of: the
- * comparison checks the reduction made them the reference's.
+ * comparison checks the reduction made them the reference's. FP8 with
+ * sequence parallelism runs once more with X cast by the test with a meta of
+ * its own (scale 4 at both steps, l8_linear_forward_fp8): the gathered rows
+ * must keep that meta's scale_inv.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "tests/tests.h"
 #include "runtime/comm.h"
 #include "runtime/fp8.h"
+#include "ops/cast.h"
 #include "ops/linear.h"
 
 enum { T = 64, K = 64, N = 64 };
@@ -33,6 +37,8 @@ typedef struct tp_case {
     l8_linear_parallel par;
     int sp;
     uint64_t salt;
+    int own;                      /* FP8: X cast by the test with a fixed-scale meta of its
+                                     own (l8_linear_forward_fp8), not by the layer */
 } tp_case;
 
 /* The outputs of one layer (per rank: its shard), f32. */
@@ -81,6 +87,8 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     l8_recipe *rec = NULL;
     l8_linear *lin = NULL;
     l8_tensor *w = NULL, *gw = NULL, *b = NULL, *gb = NULL, *x = NULL, *y = NULL, *dy = NULL, *dx = NULL;
+    l8_tensor *x8 = NULL, *x8t = NULL;
+    l8_fp8_meta *own = NULL;
     float *hw = calloc((size_t)(N * K), sizeof *hw), *hb = calloc(N, sizeof *hb);
     uint16_t *hx = calloc((size_t)(T * K), 2), *hy = calloc((size_t)(T * N), 2);
     l8_stream *st_ = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
@@ -99,6 +107,14 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &y, &unused);
     if (st == L8_OK) st = mk(ctx, L8_BF16, ty, nn, &dy, &unused);
     if (st == L8_OK) st = mk(ctx, L8_BF16, tx, kk, &dx, &unused);
+    if (st == L8_OK && k->own) {  /* scale 4 at every step, whatever the recipe's */
+        st = l8_fp8_meta_create(ctx, &own);
+        if (st == L8_OK) st = l8_fp8_meta_set(own, 4.0f, 0.25f, 0.0f);
+        if (st == L8_OK) st = mk(ctx, L8_E4M3, tx, kk, &x8, &unused);
+        if (st == L8_OK) st = mk(ctx, L8_E4M3, kk, tx, &x8t, &unused);
+        if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8, own);
+        if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8t, own);
+    }
     if (st != L8_OK) goto out;
     for (int64_t n = 0; n < nn; n++) {
         for (int64_t c = 0; c < kk; c++) hw[n * kk + c] = gen(k->salt, 1, (size_t)((s.n0 + n) * K + s.k0 + c));
@@ -129,7 +145,11 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
         st = l8_tensor_copy_from_host(x, hx, 2 * (size_t)(tx * kk), st_);
         if (st == L8_OK) st = l8_tensor_copy_from_host(dy, hy, 2 * (size_t)(ty * nn), st_);
         l8_linear_ctx *sv = NULL;
-        if (st == L8_OK) st = l8_linear_forward(lin, x, y, &sv, NULL);
+        if (st == L8_OK && k->own) {
+            st = l8_fp8_cast_transpose(x, x8, x8t, 0, NULL);
+            if (st == L8_OK) st = l8_linear_forward_fp8(lin, x8, x8t, y, &sv, NULL);
+        } else if (st == L8_OK)
+            st = l8_linear_forward(lin, x, y, &sv, NULL);
         if (st == L8_OK) st = l8_linear_backward(lin, &sv, dy, dx, NULL);
         l8_linear_ctx_destroy(sv);
         if (st == L8_OK && step == 0) st = l8_recipe_update(rec, NULL);
@@ -149,6 +169,8 @@ out:
     l8_linear_destroy(lin);
     l8_tensor_destroy(w), l8_tensor_destroy(gw), l8_tensor_destroy(b), l8_tensor_destroy(gb);
     l8_tensor_destroy(x), l8_tensor_destroy(y), l8_tensor_destroy(dy), l8_tensor_destroy(dx);
+    l8_tensor_destroy(x8), l8_tensor_destroy(x8t);
+    l8_fp8_meta_release(own);
     l8_recipe_destroy(rec);
     l8_gemm_handle_destroy(h);
     free(hw), free(hb), free(hx), free(hy);
@@ -214,12 +236,13 @@ START_TEST(test_tp_linear)
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
         for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
             for (int sp = 0; sp <= 1; sp++)
-                for (int tp = 1; tp <= 4; tp *= 2) {
-                    if (l8_test_quick() && tp == 1) continue;
-                    tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                                  l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp) };
-                    check_tp(&k, tp);
-                }
+                for (int own = 0; own <= (mode == L8_LINEAR_FP8 && sp); own++)
+                    for (int tp = 1; tp <= 4; tp *= 2) {
+                        if (l8_test_quick() && tp == 1) continue;
+                        tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own };
+                        check_tp(&k, tp);
+                    }
 }
 END_TEST
 
@@ -314,7 +337,7 @@ START_TEST(test_gpu_tp_world1)
         for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
             for (int sp = 0; sp <= 1; sp++) {
                 tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp) };
+                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), 0 };
                 L8_CK(run_layer(&k, ctx, NULL, ref));
                 L8_CK(run_layer(&k, ctx, c, got));
                 compare("y", &k, 1, 0, got->y, ref->y, N, 0, T, 0, N, 1);
