@@ -87,7 +87,6 @@ struct l8_linear_ctx {
     l8_save_hooks hooks;
     int64_t T;                    /* the GEMMs' token count (all ranks' with column SP) */
     uint64_t weight_version, x_epoch;
-    int x_own_meta;               /* X8t carries the caller's meta, not the input meta */
 };
 
 static atomic_uint_fast64_t g_serial;
@@ -720,7 +719,6 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         c->T = T;
         c->weight_version = l->weight_version;
         c->x_epoch = l->x_cast_epoch;
-        c->x_own_meta = own_meta;
         if (fp8) {
             c->saved = x8t;       /* (K, Tx): this rank's rows with column SP */
             x8t = NULL;
@@ -905,7 +903,8 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
                       op, l->name);
         goto out;
     }
-    if (fp8 && !c->x_own_meta && c->x_epoch != l->x_cast_epoch) {
+    /* (an X8t with a meta of the caller's keeps its scale: no epoch to check) */
+    if (fp8 && l8_tensor_fp8_meta(c->saved) == l->meta_x && c->x_epoch != l->x_cast_epoch) {
         ret = L8_FAIL(L8_ERR_STATE, "%s: %s cast its input with a newer scale (recipe update, then"
                       " a forward) after the forward this ctx comes from, so the saved FP8 input"
                       " can no longer be decoded: run l8_recipe_update after the step's"

@@ -116,8 +116,8 @@ typedef struct model {
                                                  the batch gathers) and, in one process, the
                                                  recipe update (next to the optimizer) */
     l8_event *ev_fork, *ev_join;
-    l8_event *ev_w16, *ev_x, *ev_xt;          /* a step's joins: the bf16 weight copies, the
-                                                 gathered FP8 images, their transpose */
+    l8_event *ev_w16, *ev_xt;                 /* a step's joins: the bf16 weight copies, the
+                                                 transposed FP8 images */
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *x8;                            /* FP8 training in one TP rank: x[0] cast once,
@@ -314,7 +314,6 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_fork);
     l8_event_destroy(m->ev_join);
     l8_event_destroy(m->ev_w16);
-    l8_event_destroy(m->ev_x);
     l8_event_destroy(m->ev_xt);
     l8_fp8_meta_release(m->x8meta);
     l8_ctx_destroy(m->ctx);
@@ -434,7 +433,6 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_fork));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_w16));
-    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_x));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
@@ -668,9 +666,8 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_event_record(m->ev_w16, m->side), out);
             wait16 = 1;
         }
-        if (pre8) {
-            L8_TRY(st, l8_event_record(m->ev_x, m->s), out);
-            L8_TRY(st, l8_stream_wait_event(m->side, m->ev_x), out);
+        if (pre8) {               /* after the weight copies and the gathers */
+            L8_TRY(st, fork_side(m), out);
             L8_TRY(st, l8_fp8_transpose(v.x8, v.x8t, m->side), out);
             L8_TRY(st, l8_event_record(m->ev_xt, m->side), out);
         }
