@@ -52,15 +52,19 @@
  * saved launch gains */
 #define DB_DIRECT_MAX_TILE_ROWS 1
 /* Small tensors go to ptx/cast_transpose_sm.ptx.in (a 128 x 32 block per
- * CTA of 512 threads, 8 elements a thread; over SM_HALF_MIN_ROWS rows
- * without dbias or with one tile row of it, 1024 threads, 4 elements a
- * thread) up to this many 128 x 128 tiles,
- * and with dbias up to SM_MAX_DB_TILE_ROWS tile rows (one CTA of 512 per
- * tile row then holds all of a column block's rows, to keep the dbias sums
- * in order). Same results bit for bit; see the .ptx banner for why and
+ * CTA of 512 threads, 8 elements a thread; over SM_HALF_MIN_ROWS rows 1024
+ * threads, 4 elements a thread) up to this many 128 x 128 tiles, and with
+ * dbias up to SM_MAX_DB_TILE_ROWS tile rows: a column block's tile rows run
+ * as one cluster of CTAs (1024 threads each) that add their column sums up
+ * in order, where the context can launch clusters (else one tile row). The
+ * kernel holds up to 8 (the portable cluster size); measured on an H200
+ * (2026-12-02, lean8-bench cast, launches replayed from a CUDA graph, bf16
+ * with dbias), 512 x 784 ran 2.81 us in clusters of 4 against 3.28 for the
+ * tile kernel and its reduction, 1024 x 512 4.11 in clusters of 8 against
+ * 3.35. Same results bit for bit; see the .ptx banner for why and
  * docs/perf.md for the measurements. */
 #define SM_MAX_TILES 64
-#define SM_MAX_DB_TILE_ROWS 2
+#define SM_MAX_DB_TILE_ROWS 4
 #define KF_SM_VEC_T8 0x1u     /* cast_transpose_sm: rows % 8 == 0, 8-B aligned out_t */
 int l8i_cast_sm_max_tiles = SM_MAX_TILES;
 /* The half entries (4 rows a thread, 1024 threads a tile row) for tensors of
@@ -341,18 +345,21 @@ static int sm_sized(const ct_job *j)
 /* Whether j (with dbias or not) takes the small-tile kernel. */
 static int sm_fits(const ct_job *j, const l8_tensor *dbias)
 {
-    return sm_sized(j) && (!dbias || j->ntr <= SM_MAX_DB_TILE_ROWS);
+    if (!sm_sized(j))
+        return 0;
+    return !dbias || j->ntr <= 1 || (j->ntr <= SM_MAX_DB_TILE_ROWS && l8i_ctx_clusters(j->ctx));
 }
 
 /* A small tensor's cast_transpose(_dbias): one launch of the small-tile
- * kernel, grid (column blocks of 32, tile rows; one with dbias). With act
+ * kernel, grid (column blocks of 32, tile rows), with dbias over several
+ * tile rows in clusters of a column block's tile rows. With act
  * (L8_ACT_GELU) the kernel applies the activation to the input first, or
  * with a (the activation's input, of the input's dtype) its gradient. */
-_Static_assert(SM_MAX_DB_TILE_ROWS <= 2, "cast_transpose_sm holds at most 2 tile rows a CTA");
+_Static_assert(SM_MAX_DB_TILE_ROWS <= 8, "cast_transpose_sm's clusters hold at most 8 tile rows");
 static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[6][3] = {
+    static const char *const entry[8][3] = {
         { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
         { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
           "l8_cast_transpose_sm_gelu_f16" },
@@ -363,12 +370,18 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
         { "l8_cast_transpose_sm_half_gelu_f32", "l8_cast_transpose_sm_half_gelu_bf16",
           "l8_cast_transpose_sm_half_gelu_f16" },
         { "l8_cast_transpose_sm_half_dgelu_f32", "l8_cast_transpose_sm_half_dgelu_bf16",
-          "l8_cast_transpose_sm_half_dgelu_f16" } };
+          "l8_cast_transpose_sm_half_dgelu_f16" },
+        { "l8_cast_transpose_sm_half_cl_f32", "l8_cast_transpose_sm_half_cl_bf16",
+          "l8_cast_transpose_sm_half_cl_f16" },
+        { "l8_cast_transpose_sm_half_dgelu_cl_f32", "l8_cast_transpose_sm_half_dgelu_cl_bf16",
+          "l8_cast_transpose_sm_half_dgelu_cl_f16" } };
     /* 1024 threads a tile row, 4 rows a thread (half the chain of
      * instructions a thread walks, in a kernel that has too few warps to
-     * hide it) without dbias, or with dbias over one tile row */
-    const int half = j->R > (int64_t)l8i_cast_sm_half_min_rows && (!dbias || j->ntr <= 1);
-    const int k = (act == L8_ACT_NONE ? 0 : a ? 2 : 1) + (half ? 3 : 0);
+     * hide it); a cluster of tile rows for dbias over several, always in
+     * the half form (act is then none or the gradient: sm_fits) */
+    const int cl = dbias && j->ntr > 1;
+    const int half = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
+    const int k = cl ? (a ? 7 : 6) : (act == L8_ACT_NONE ? 0 : a ? 2 : 1) + (half ? 3 : 0);
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -386,11 +399,12 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
     uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
     void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
                      &rows, &cols, &kf, &ofmt, &a_act };   /* a_act: dgelu entries only */
-    /* with dbias one CTA holds every tile row of its columns (<= 2: 1024
-     * threads); without, one CTA per tile row */
-    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = dbias ? 1u : (unsigned)j->ntr;
-    unsigned tr = dbias && j->ntr > 1 ? (unsigned)j->ntr : 1u;
-    return l8i_launch(s, f, gx ? gx : 1u, gy ? gy : 1u, 1, half ? 1024u : 512 * tr, 1, 1, 0, args);
+    /* one CTA per tile row; with dbias a column block's tile rows form a
+     * cluster (sm_fits: at most SM_MAX_DB_TILE_ROWS) */
+    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = (unsigned)j->ntr;
+    gx = gx ? gx : 1u;
+    gy = gy ? gy : 1u;
+    return l8i_launch_cluster(s, f, gx, gy, 1, half ? 1024u : 512u, 1, 1, cl ? gy : 1u, 0, args);
 }
 
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,

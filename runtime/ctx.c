@@ -52,6 +52,7 @@ struct l8_ctx {
     l8_trace *own_trace;          /* trace_path's trace (destroyed with the context) */
     int streams_registered;
     int pdl;                      /* kernels launch with programmatic dependent launch */
+    int clusters;                 /* thread block clusters can be launched (sm_90 on) */
     pthread_mutex_t mod_lock;
     ptx_module modules[L8_MAX_MODULES];
     int n_modules;
@@ -209,10 +210,12 @@ static l8_status pdl_choose(l8_ctx *ctx)
     L8_CHECK(L8_CU(cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                    ctx->cu_dev));
     ctx->pdl = major >= 9 && l8i_cu.cuLaunchKernelEx && !(e && !strcmp(e, "0"));
+    ctx->clusters = major >= 9 && l8i_cu.cuLaunchKernelEx;
     return L8_OK;
 }
 
 int l8i_ctx_pdl(const l8_ctx *ctx) { return ctx->pdl; }
+int l8i_ctx_clusters(const l8_ctx *ctx) { return ctx->clusters; }
 
 static l8_status cuda_open(l8_ctx *ctx)
 {
@@ -571,21 +574,40 @@ l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunc
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args)
 {
+    return l8i_launch_cluster(s, f, gx, gy, gz, bx, by, bz, 1, smem, args);
+}
+
+l8_status l8i_launch_cluster(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                             unsigned bx, unsigned by, unsigned bz, unsigned cy, unsigned smem,
+                             void **args)
+{
     L8_CHECK(l8i_ctx_bind(s->ctx));
-    if (!s->ctx->pdl)
+    if (cy > 1 && (!s->ctx->clusters || cy > 8 || gy % cy))
+        return L8_FAIL(L8_ERR_INTERNAL, "l8i_launch_cluster: a cluster of %u CTAs over a grid of"
+                       " %u rows (clusters %s)", cy, gy, s->ctx->clusters ? "on" : "off");
+    if (!s->ctx->pdl && cy <= 1)
         return L8_CU(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, smem, s->cu, args, NULL);
-    CUlaunchAttribute at;
-    memset(&at, 0, sizeof at);
-    at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    at.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchAttribute at[2];
+    unsigned na = 0;
+    memset(at, 0, sizeof at);
+    if (s->ctx->pdl) {
+        at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at[na++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cy > 1) {
+        at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        at[na].value.clusterDim.x = 1;
+        at[na].value.clusterDim.y = cy;
+        at[na++].value.clusterDim.z = 1;
+    }
     CUlaunchConfig lc;
     memset(&lc, 0, sizeof lc);
     lc.gridDimX = gx; lc.gridDimY = gy; lc.gridDimZ = gz;
     lc.blockDimX = bx; lc.blockDimY = by; lc.blockDimZ = bz;
     lc.sharedMemBytes = smem;
     lc.hStream = s->cu;
-    lc.attrs = &at;
-    lc.numAttrs = 1;
+    lc.attrs = at;
+    lc.numAttrs = na;
     return L8_CU(cuLaunchKernelEx, &lc, f, args, NULL);
 }
 

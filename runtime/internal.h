@@ -51,9 +51,18 @@ l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunc
  * must begin with griddepcontrol.wait (every ptx/ entry does). */
 l8_status l8i_launch(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                      unsigned bx, unsigned by, unsigned bz, unsigned smem, void **args);
+/* l8i_launch in clusters of (1, cy, 1) CTAs (cy 1: no cluster); cy must
+ * divide gy, at most 8 (the portable cluster size), and the context must
+ * have clusters (l8i_ctx_clusters), else L8_ERR_INTERNAL: a caller's bug. */
+l8_status l8i_launch_cluster(l8_stream *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                             unsigned bx, unsigned by, unsigned bz, unsigned cy, unsigned smem,
+                             void **args);
 /* 1 when ctx's kernels launch with programmatic dependent launch (CUDA, sm_90
  * on, a driver with cuLaunchKernelEx, L8_PDL not 0), else 0. */
 int l8i_ctx_pdl(const l8_ctx *ctx);
+/* 1 when ctx can launch thread block clusters (CUDA, sm_90 on, a driver with
+ * cuLaunchKernelEx), else 0. */
+int l8i_ctx_clusters(const l8_ctx *ctx);
 /* Multiprocessors of ctx's device (a CUDA context), asked once per device;
  * what capped grids are sized from. Errors: L8_ERR_CUDA. */
 l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);

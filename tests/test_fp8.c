@@ -1495,9 +1495,12 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 
 /* Every shape below through both kernels: the tile kernel alone
  * (l8i_cast_sm_max_tiles = 0), then where tensors of up to 64 tiles (and
- * dbias up to 2 tile rows) take the small-tile kernel, once with 8 rows a
+ * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread and once with its half entries (4 rows a thread) wherever they
- * apply; by default the half entries take more than 64 rows. */
+ * apply; by default the half entries take more than 64 rows. A dbias over
+ * 2..4 tile rows takes the half entries in clusters in both passes (129 x
+ * 260, 300 x 8, 256 x 512, 512 x 100, 500 x 33; at offsets 300 x 520,
+ * 264 x 257, 257 x 1031, 272 x 257); 640 x 64 and up, the tile kernel. */
 static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r);
 
 START_TEST(test_gpu_cast_transpose)
@@ -1590,7 +1593,8 @@ static void gpu_act_case(l8_ctx *g, l8_rng *r, int dact, int64_t R, int64_t C, l
     for (int sd = 0; sd < 2; sd++) { free(y[sd][0]); free(y[sd][1]); }
 }
 
-/* The fused shapes (up to 64 tiles, dbias up to 256 rows) and the ones
+/* The fused shapes (up to 64 tiles, dbias up to 512 rows: 129 x 1024,
+ * 256 x 512, 300 x 520, 512 x 784 in clusters of tile rows) and the ones
  * past them (through a scratch), every input dtype, with and without out,
  * out_t, dbias; a of another dtype than dy. */
 START_TEST(test_gpu_cast_act)
@@ -1643,9 +1647,10 @@ static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
                         (int)(k % 3 != 2), -1, (int)(k % 2));
-    /* dbias, every output dtype. Up to one tile row (128 rows) the cast
+    /* dbias, every output dtype. Up to one tile row (128 rows) the tile
      * kernel sums the columns itself (DB_DIRECT): 0..128 rows, here next to
-     * 129 and more, which go through l8_dbias_reduce; 4733 rows = 37 tile
+     * 129 and more, which go through l8_dbias_reduce (or up to 512 rows, in
+     * the small-tile passes, the clusters); 4733 rows = 37 tile
      * rows: two rounds of the reduction's 16 loads in flight, then 5 one by
      * one */
     const int64_t dshapes[][2] = { { 1, 1 }, { 17, 33 }, { 1000, 1000 }, { 300, 8 }, { 2048, 512 },

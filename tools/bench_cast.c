@@ -13,7 +13,8 @@
  * Each: warm-up, then `reps` blocks of `iters` launches timed with events;
  * median block. JSON keys: <op>_<dtype>_<R>x<C>_tbps and _ratio (to the copy).
  * Then the small shapes of a training step (lean8-train 784-512-512-10 at
- * batch 256: activations 256 x 784/512/16, weights 512 x 784, 16 x 512),
+ * batch 256: activations 256 x 784/512/16, weights 512 x 784, 16 x 512;
+ * 128 x 256 and 1024 x 512: one and eight tile rows of dbias),
  * where a launch is latency, not bandwidth: cast_t and cast_t_db in us per
  * launch, 50 launches replayed from one CUDA graph (as lean8-train runs a
  * step; launched eagerly the host's launch rate would be timed instead),
@@ -38,7 +39,7 @@ static const shape k_shapes[] = { { 8192, 8192 }, { 16384, 4096 }, { 8191, 8200 
                                   { 8200, 8192 }, { 8192, 8200 }, { 8191, 8191 } };
 #define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
 static const shape k_small[] = { { 256, 784 }, { 256, 512 }, { 256, 16 }, { 512, 784 },
-                                 { 16, 512 }, { 128, 256 } };
+                                 { 16, 512 }, { 128, 256 }, { 1024, 512 } };
 #define NSMALL (sizeof k_small / sizeof k_small[0])
 
 enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, NOPS };
