@@ -377,8 +377,8 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
           "l8_cast_transpose_sm_half_dgelu_cl_f16" } };
     /* 1024 threads a tile row, 4 rows a thread (half the chain of
      * instructions a thread walks, in a kernel that has too few warps to
-     * hide it); a cluster of tile rows for dbias over several, always in
-     * the half form (act is then none or the gradient: sm_fits) */
+     * hide it); a cluster of tile rows for dbias over several, always in the
+     * half form (dbias: no activation, or its gradient with a, R > 128) */
     const int cl = dbias && j->ntr > 1;
     const int half = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
     const int k = cl ? (a ? 7 : 6) : (act == L8_ACT_NONE ? 0 : a ? 2 : 1) + (half ? 3 : 0);

@@ -117,7 +117,7 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x,
  * is given, the column sums of g as l8_fp8_cast_transpose_dbias computes
  * them (dbias needs out_t). Bit for bit l8_gelu_backward(a, dy, g) followed
  * by that cast, g of dy's dtype. One launch when a has dy's dtype and the
- * tensor has up to 64 tiles (with dbias: up to 1024 rows, where the device
+ * tensor has up to 64 tiles (with dbias: up to 512 rows, where the device
  * launches thread block clusters); otherwise the two
  * ops through a scratch as above. L8_ACT_NONE: the plain cast of dy (a is
  * not read). Errors: those of l8_fp8_cast_transpose_act, and
