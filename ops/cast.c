@@ -52,8 +52,9 @@
  * saved launch gains */
 #define DB_DIRECT_MAX_TILE_ROWS 1
 /* Small tensors go to ptx/cast_transpose_sm.ptx.in (a 128 x 32 block per
- * CTA of 512 threads, 8 elements a thread; over SM_HALF_MIN_ROWS rows 1024
- * threads, 4 elements a thread) up to this many 128 x 128 tiles, and with
+ * CTA of 512 threads, 8 elements a thread; over SM_HALF_MIN_ROWS rows 4
+ * elements a thread: 64 x 32 per CTA of 512 threads, or with dbias 128 x 32
+ * per CTA of 1024) up to this many 128 x 128 tiles, and with
  * dbias up to SM_MAX_DB_TILE_ROWS tile rows: a column block's tile rows run
  * as one cluster of CTAs (1024 threads each) that add their column sums up
  * in order, where the context can launch clusters (else one tile row). The
@@ -67,7 +68,7 @@
 #define SM_MAX_DB_TILE_ROWS 4
 #define KF_SM_VEC_T8 0x1u     /* cast_transpose_sm: rows % 8 == 0, 8-B aligned out_t */
 int l8i_cast_sm_max_tiles = SM_MAX_TILES;
-/* The half entries (4 rows a thread, 1024 threads a tile row) for tensors of
+/* The entries of 4 rows a thread (half and quarter forms) for tensors of
  * more rows than this: at 64 rows or fewer most of their threads would idle
  * (16 x 512 bf16: 1.65 us against 1.59 with 8 rows a thread, docs/perf.md). */
 #define SM_HALF_MIN_ROWS 64
@@ -359,7 +360,8 @@ _Static_assert(SM_MAX_DB_TILE_ROWS <= 8, "cast_transpose_sm's clusters hold at m
 static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[8][3] = {
+    enum { PLAIN, GELU, DGELU, HALF, HALF_DGELU, HALF_CL, HALF_DGELU_CL, QUARTER };
+    static const char *const entry[QUARTER + 3][3] = {
         { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
         { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
           "l8_cast_transpose_sm_gelu_f16" },
@@ -367,21 +369,34 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
           "l8_cast_transpose_sm_dgelu_f16" },
         { "l8_cast_transpose_sm_half_f32", "l8_cast_transpose_sm_half_bf16",
           "l8_cast_transpose_sm_half_f16" },
-        { "l8_cast_transpose_sm_half_gelu_f32", "l8_cast_transpose_sm_half_gelu_bf16",
-          "l8_cast_transpose_sm_half_gelu_f16" },
         { "l8_cast_transpose_sm_half_dgelu_f32", "l8_cast_transpose_sm_half_dgelu_bf16",
           "l8_cast_transpose_sm_half_dgelu_f16" },
         { "l8_cast_transpose_sm_half_cl_f32", "l8_cast_transpose_sm_half_cl_bf16",
           "l8_cast_transpose_sm_half_cl_f16" },
         { "l8_cast_transpose_sm_half_dgelu_cl_f32", "l8_cast_transpose_sm_half_dgelu_cl_bf16",
-          "l8_cast_transpose_sm_half_dgelu_cl_f16" } };
-    /* 1024 threads a tile row, 4 rows a thread (half the chain of
-     * instructions a thread walks, in a kernel that has too few warps to
-     * hide it); a cluster of tile rows for dbias over several, always in the
-     * half form (dbias: no activation, or its gradient with a, R > 128) */
+          "l8_cast_transpose_sm_half_dgelu_cl_f16" },
+        { "l8_cast_transpose_sm_quarter_f32", "l8_cast_transpose_sm_quarter_bf16",
+          "l8_cast_transpose_sm_quarter_f16" },
+        { "l8_cast_transpose_sm_quarter_gelu_f32", "l8_cast_transpose_sm_quarter_gelu_bf16",
+          "l8_cast_transpose_sm_quarter_gelu_f16" },
+        { "l8_cast_transpose_sm_quarter_dgelu_f32", "l8_cast_transpose_sm_quarter_dgelu_bf16",
+          "l8_cast_transpose_sm_quarter_dgelu_f16" } };
+    /* Over l8i_cast_sm_half_min_rows rows 4 rows a thread instead of 8 (half
+     * the chain of instructions a thread walks, in a kernel that has too few
+     * warps to hide it): without dbias in 64-row CTAs of 512 threads (the
+     * quarter form), with dbias in 128-row CTAs of 1024 (the half form, which
+     * keeps the tile row's dbias order), as a cluster of a column block's
+     * tile rows for dbias over several (always, whatever the knob says). A
+     * dbias comes with no activation or with its gradient (a): the forward
+     * GELU has none. */
+    const int ak = act == L8_ACT_NONE ? 0 : a ? 2 : 1;
+    if (dbias && ak == 1)
+        return L8_FAIL(L8_ERR_INTERNAL, "cast_transpose_sm: a dbias with the forward GELU");
     const int cl = dbias && j->ntr > 1;
-    const int half = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
-    const int k = cl ? (a ? 7 : 6) : (act == L8_ACT_NONE ? 0 : a ? 2 : 1) + (half ? 3 : 0);
+    const int four = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
+    const int quarter = four && !dbias;
+    const int k = !four ? ak : quarter ? QUARTER + ak : cl ? (a ? HALF_DGELU_CL : HALF_CL)
+                                                           : (a ? HALF_DGELU : HALF);
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -399,12 +414,16 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
     uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
     void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
                      &rows, &cols, &kf, &ofmt, &a_act };   /* a_act: dgelu entries only */
-    /* one CTA per tile row; with dbias a column block's tile rows form a
-     * cluster (sm_fits: at most SM_MAX_DB_TILE_ROWS) */
+    /* one CTA per tile row (the quarter form: per 64 rows); with dbias a
+     * column block's tile rows form a cluster (sm_fits: at most
+     * SM_MAX_DB_TILE_ROWS) */
     unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = (unsigned)j->ntr;
+    if (quarter)
+        gy = (unsigned)(((uint64_t)j->R + 63) / 64);
     gx = gx ? gx : 1u;
     gy = gy ? gy : 1u;
-    return l8i_launch_cluster(s, f, gx, gy, 1, half ? 1024u : 512u, 1, 1, cl ? gy : 1u, 0, args);
+    return l8i_launch_cluster(s, f, gx, gy, 1, four && !quarter ? 1024u : 512u, 1, 1, cl ? gy : 1u,
+                              0, args);
 }
 
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,

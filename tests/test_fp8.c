@@ -1496,8 +1496,9 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 /* Every shape below through both kernels: the tile kernel alone
  * (l8i_cast_sm_max_tiles = 0), then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
- * thread and once with its half entries (4 rows a thread) wherever they
- * apply; by default the half entries take more than 64 rows. A dbias over
+ * thread and once with 4 rows a thread (the quarter entries without dbias,
+ * the half ones with it) wherever they apply; by default those take more
+ * than 64 rows. A dbias over
  * 2..4 tile rows takes the half entries in clusters in both passes (129 x
  * 260, 300 x 8, 256 x 512, 512 x 100, 500 x 33; at offsets 300 x 520,
  * 264 x 257, 257 x 1031, 272 x 257); 640 x 64 and up, the tile kernel. */
@@ -1606,8 +1607,9 @@ START_TEST(test_gpu_cast_act)
                                   { 300, 520 }, { 1000, 1000 }, { 1031, 1000 }, { 0, 64 },
                                   { 512, 784 }, { 129, 1024 }, { 128, 256 }, { 100, 200 } };
     const int dhalf = l8i_cast_sm_half_min_rows;
-    /* the small-tile kernel with 8 rows a thread, then its half entries
-     * wherever they apply (one tile row with dbias: 128 x 256, 100 x 200) */
+    /* the small-tile kernel with 8 rows a thread, then its entries of 4 rows
+     * a thread wherever they apply (quarter without dbias; half with dbias
+     * over one tile row: 128 x 256, 100 x 200) */
     for (int pass = 0; pass < 2; pass++) {
         l8i_cast_sm_half_min_rows = pass ? 0 : INT_MAX;
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
