@@ -357,7 +357,7 @@ static int sm_fits(const ct_job *j, const l8_tensor *dbias)
  * (L8_ACT_GELU) the kernel applies the activation to the input first, or
  * with a (the activation's input, of the input's dtype) its gradient. */
 _Static_assert(SM_MAX_DB_TILE_ROWS <= 8, "cast_transpose_sm's clusters hold at most 8 tile rows");
-static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
+static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
     enum { PLAIN, GELU, DGELU, HALF, HALF_DGELU, HALF_CL, HALF_DGELU_CL, QUARTER };
@@ -387,16 +387,16 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, const void *a,
      * quarter form), with dbias in 128-row CTAs of 1024 (the half form, which
      * keeps the tile row's dbias order), as a cluster of a column block's
      * tile rows for dbias over several (always, whatever the knob says). A
-     * dbias comes with no activation or with its gradient (a): the forward
-     * GELU has none. */
-    const int ak = act == L8_ACT_NONE ? 0 : a ? 2 : 1;
+     * dbias comes with no activation or with its gradient (grad; a is its
+     * input's address, NULL for an empty tensor): the forward GELU has none. */
+    const int ak = act == L8_ACT_NONE ? 0 : grad ? 2 : 1;
     if (dbias && ak == 1)
         return L8_FAIL(L8_ERR_INTERNAL, "cast_transpose_sm: a dbias with the forward GELU");
     const int cl = dbias && j->ntr > 1;
     const int four = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
     const int quarter = four && !dbias;
-    const int k = !four ? ak : quarter ? QUARTER + ak : cl ? (a ? HALF_DGELU_CL : HALF_CL)
-                                                           : (a ? HALF_DGELU : HALF);
+    const int k = !four ? ak : quarter ? QUARTER + ak : cl ? (grad ? HALF_DGELU_CL : HALF_CL)
+                                                           : (grad ? HALF_DGELU : HALF);
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -448,7 +448,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
 
     L8_CHECK(l8i_ctx_bind(ctx));
     if (sm_fits(&j, dbias))
-        return cast_transpose_sm(&j, L8_ACT_NONE, NULL, dbias, flags, s);
+        return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
     CUfunction f, fr = NULL;
@@ -584,7 +584,7 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
         (a && l8_tensor_dtype(a) != j.idt))
         return act_unfused(op, in, a, out, out_t, dbias, flags, s);
     L8_CHECK(l8i_ctx_bind(ctx));
-    return cast_transpose_sm(&j, act, pa, dbias, flags, s);
+    return cast_transpose_sm(&j, act, a != NULL, pa, dbias, flags, s);
 }
 
 l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x, l8_tensor *out,
