@@ -73,6 +73,16 @@ int l8i_cast_sm_max_tiles = SM_MAX_TILES;
  * (16 x 512 bf16: 1.65 us against 1.59 with 8 rows a thread, docs/perf.md). */
 #define SM_HALF_MIN_ROWS 64
 int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
+/* Of those without dbias, the ones whose grid of 32-row CTAs is at most
+ * this many CTAs (negative: the device's multiprocessors, one wave) take 2
+ * rows a thread in 32-row CTAs (the eighth form) instead of 4 in 64-row
+ * CTAs (the quarter form): twice the CTAs, each thread half the chain.
+ * Measured on an H200 (2026-12-02, lean8-bench cast, bf16, a launch
+ * replayed from a CUDA graph, quarter against eighth): 128 x 256 (32 CTAs)
+ * 1.30 against 1.18 us, 256 x 16 (8) 1.28 / 1.16, 256 x 512 (128) 1.34 /
+ * 1.37; past one wave the eighth form lost: 256 x 784 (200) 1.43 / 1.55,
+ * 512 x 784 (400) 1.84 / 2.13. */
+int l8i_cast_sm_eighth_max_ctas = -1;
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -360,8 +370,9 @@ _Static_assert(SM_MAX_DB_TILE_ROWS <= 8, "cast_transpose_sm's clusters hold at m
 static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const void *a,
                                    const l8_tensor *dbias, unsigned flags, l8_stream *s)
 {
-    enum { PLAIN, GELU, DGELU, HALF, HALF_DGELU, HALF_CL, HALF_DGELU_CL, QUARTER };
-    static const char *const entry[QUARTER + 3][3] = {
+    enum { PLAIN, GELU, DGELU, HALF, HALF_DGELU, HALF_CL, HALF_DGELU_CL, QUARTER,
+           EIGHTH = QUARTER + 3 };
+    static const char *const entry[EIGHTH + 3][3] = {
         { "l8_cast_transpose_sm_f32", "l8_cast_transpose_sm_bf16", "l8_cast_transpose_sm_f16" },
         { "l8_cast_transpose_sm_gelu_f32", "l8_cast_transpose_sm_gelu_bf16",
           "l8_cast_transpose_sm_gelu_f16" },
@@ -380,13 +391,21 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
         { "l8_cast_transpose_sm_quarter_gelu_f32", "l8_cast_transpose_sm_quarter_gelu_bf16",
           "l8_cast_transpose_sm_quarter_gelu_f16" },
         { "l8_cast_transpose_sm_quarter_dgelu_f32", "l8_cast_transpose_sm_quarter_dgelu_bf16",
-          "l8_cast_transpose_sm_quarter_dgelu_f16" } };
+          "l8_cast_transpose_sm_quarter_dgelu_f16" },
+        { "l8_cast_transpose_sm_eighth_f32", "l8_cast_transpose_sm_eighth_bf16",
+          "l8_cast_transpose_sm_eighth_f16" },
+        { "l8_cast_transpose_sm_eighth_gelu_f32", "l8_cast_transpose_sm_eighth_gelu_bf16",
+          "l8_cast_transpose_sm_eighth_gelu_f16" },
+        { "l8_cast_transpose_sm_eighth_dgelu_f32", "l8_cast_transpose_sm_eighth_dgelu_bf16",
+          "l8_cast_transpose_sm_eighth_dgelu_f16" } };
     /* Over l8i_cast_sm_half_min_rows rows 4 rows a thread instead of 8 (half
      * the chain of instructions a thread walks, in a kernel that has too few
      * warps to hide it): without dbias in 64-row CTAs of 512 threads (the
-     * quarter form), with dbias in 128-row CTAs of 1024 (the half form, which
-     * keeps the tile row's dbias order), as a cluster of a column block's
-     * tile rows for dbias over several (always, whatever the knob says). A
+     * quarter form; 2 rows a thread in 32-row CTAs, the eighth form, where
+     * those fit in one wave: l8i_cast_sm_eighth_max_ctas), with dbias in
+     * 128-row CTAs of 1024 (the half form, which keeps the tile row's dbias
+     * order), as a cluster of a column block's tile rows for dbias over
+     * several (always, whatever the knob says). A
      * dbias comes with no activation or with its gradient (grad; a is its
      * input's address, NULL for an empty tensor): the forward GELU has none. */
     const int ak = act == L8_ACT_NONE ? 0 : grad ? 2 : 1;
@@ -395,8 +414,14 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
     const int cl = dbias && j->ntr > 1;
     const int four = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
     const int quarter = four && !dbias;
-    const int k = !four ? ak : quarter ? QUARTER + ak : cl ? (grad ? HALF_DGELU_CL : HALF_CL)
-                                                           : (grad ? HALF_DGELU : HALF);
+    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = (unsigned)j->ntr, cap = 0;
+    if (quarter && l8i_cast_sm_eighth_max_ctas < 0)
+        L8_CHECK(l8i_sm_count(j->ctx, &cap));
+    else if (quarter)
+        cap = (unsigned)l8i_cast_sm_eighth_max_ctas;
+    const int eighth = quarter && (uint64_t)(gx ? gx : 1u) * (((uint64_t)j->R + 31) / 32) <= cap;
+    const int k = !four ? ak : eighth ? EIGHTH + ak : quarter ? QUARTER + ak
+                : cl ? (grad ? HALF_DGELU_CL : HALF_CL) : (grad ? HALF_DGELU : HALF);
     CUfunction f;
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
@@ -414,12 +439,11 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
     uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
     void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
                      &rows, &cols, &kf, &ofmt, &a_act };   /* a_act: dgelu entries only */
-    /* one CTA per tile row (the quarter form: per 64 rows); with dbias a
-     * column block's tile rows form a cluster (sm_fits: at most
-     * SM_MAX_DB_TILE_ROWS) */
-    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = (unsigned)j->ntr;
+    /* one CTA per tile row (the quarter form: per 64 rows, the eighth: per
+     * 32); with dbias a column block's tile rows form a cluster (sm_fits: at
+     * most SM_MAX_DB_TILE_ROWS) */
     if (quarter)
-        gy = (unsigned)(((uint64_t)j->R + 63) / 64);
+        gy = (unsigned)(((uint64_t)j->R + (eighth ? 31 : 63)) / (eighth ? 32 : 64));
     gx = gx ? gx : 1u;
     gy = gy ? gy : 1u;
     return l8i_launch_cluster(s, f, gx, gy, 1, four && !quarter ? 1024u : 512u, 1, 1, cl ? gy : 1u,

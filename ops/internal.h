@@ -101,6 +101,11 @@ extern int l8i_cast_sm_max_tiles;
  * entries (4 rows a thread) where they apply (no dbias, or one tile row of
  * it); tests set INT_MAX (never) or 0 (always), then put the default back. */
 extern int l8i_cast_sm_half_min_rows;
+/* Of those without dbias, tensors whose grid of 32-row CTAs is at most this
+ * many CTAs (negative, the default: the device's multiprocessors) take the
+ * eighth entries (2 rows a thread), the others the quarter ones (4); tests
+ * set 0 (never) or INT_MAX (always), then put the default back. */
+extern int l8i_cast_sm_eighth_max_ctas;
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif

@@ -1496,10 +1496,11 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 /* Every shape below through both kernels: the tile kernel alone
  * (l8i_cast_sm_max_tiles = 0), then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
- * thread and once with 4 rows a thread (the quarter entries without dbias,
- * the half ones with it) wherever they apply; by default those take more
+ * thread, once with 4 rows a thread (the quarter entries without dbias,
+ * the half ones with it) wherever they apply and once more with 2 (the
+ * eighth entries) where no dbias is asked for; by default those take more
  * than 64 rows. A dbias over
- * 2..4 tile rows takes the half entries in clusters in both passes (129 x
+ * 2..4 tile rows takes the half entries in clusters in each of them (129 x
  * 260, 300 x 8, 256 x 512, 512 x 100, 500 x 33; at offsets 300 x 520,
  * 264 x 257, 257 x 1031, 272 x 257); 640 x 64 and up, the tile kernel. */
 static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r);
@@ -1510,14 +1511,19 @@ START_TEST(test_gpu_cast_transpose)
     l8_rng r;
     l8_rng_init(&r, 0x9c7);
     const int dflt = l8i_cast_sm_max_tiles, dhalf = l8i_cast_sm_half_min_rows;
+    const int d8 = l8i_cast_sm_eighth_max_ctas;
     l8i_cast_sm_max_tiles = 0;
     gpu_ct_shapes(g, h, &r);
     l8i_cast_sm_max_tiles = dflt;
     l8i_cast_sm_half_min_rows = INT_MAX;            /* the small-tile kernel, 8 rows a thread */
     gpu_ct_shapes(g, h, &r);
     l8i_cast_sm_half_min_rows = 0;                  /* 4 rows a thread wherever it applies */
+    l8i_cast_sm_eighth_max_ctas = 0;
+    gpu_ct_shapes(g, h, &r);
+    l8i_cast_sm_eighth_max_ctas = INT_MAX;          /* and 2 without dbias */
     gpu_ct_shapes(g, h, &r);
     l8i_cast_sm_half_min_rows = dhalf;
+    l8i_cast_sm_eighth_max_ctas = d8;
     done_ctx(h);
     done_ctx(g);
 }
@@ -1606,12 +1612,14 @@ START_TEST(test_gpu_cast_act)
     const int64_t shapes[][2] = { { 256, 512 }, { 16, 512 }, { 256, 16 }, { 17, 33 }, { 1, 1 },
                                   { 300, 520 }, { 1000, 1000 }, { 1031, 1000 }, { 0, 64 },
                                   { 512, 784 }, { 129, 1024 }, { 128, 256 }, { 100, 200 } };
-    const int dhalf = l8i_cast_sm_half_min_rows;
+    const int dhalf = l8i_cast_sm_half_min_rows, d8 = l8i_cast_sm_eighth_max_ctas;
     /* the small-tile kernel with 8 rows a thread, then its entries of 4 rows
      * a thread wherever they apply (quarter without dbias; half with dbias
-     * over one tile row: 128 x 256, 100 x 200) */
-    for (int pass = 0; pass < 2; pass++) {
+     * over one tile row: 128 x 256, 100 x 200), then 2 rows a thread without
+     * dbias (eighth) */
+    for (int pass = 0; pass < 3; pass++) {
         l8i_cast_sm_half_min_rows = pass ? 0 : INT_MAX;
+        l8i_cast_sm_eighth_max_ctas = pass == 2 ? INT_MAX : 0;
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int hi = 0; hi < 3; hi++) {
                 int64_t R = shapes[k][0], C = shapes[k][1];
@@ -1623,6 +1631,7 @@ START_TEST(test_gpu_cast_act)
             }
     }
     l8i_cast_sm_half_min_rows = dhalf;
+    l8i_cast_sm_eighth_max_ctas = d8;
     gpu_act_case(g, &r, 1, 256, 512, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     gpu_act_case(g, &r, 1, 128, 256, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     done_ctx(g);
