@@ -414,12 +414,19 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
     const int cl = dbias && j->ntr > 1;
     const int four = cl || j->R > (int64_t)l8i_cast_sm_half_min_rows;
     const int quarter = four && !dbias;
-    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), gy = (unsigned)j->ntr, cap = 0;
+    /* the grid: a CTA per 32 columns and per tile row (the quarter form: per
+     * 64 rows, the eighth: per 32); with dbias a column block's tile rows
+     * form a cluster (sm_fits: at most SM_MAX_DB_TILE_ROWS) */
+    const uint64_t rows32 = ((uint64_t)j->R + 31) / 32, rows64 = ((uint64_t)j->R + 63) / 64;
+    unsigned gx = (unsigned)(((uint64_t)j->C + 31) / 32), cap = 0;
+    gx = gx ? gx : 1u;
     if (quarter && l8i_cast_sm_eighth_max_ctas < 0)
         L8_CHECK(l8i_sm_count(j->ctx, &cap));
     else if (quarter)
         cap = (unsigned)l8i_cast_sm_eighth_max_ctas;
-    const int eighth = quarter && (uint64_t)(gx ? gx : 1u) * (((uint64_t)j->R + 31) / 32) <= cap;
+    const int eighth = quarter && gx * rows32 <= cap;
+    unsigned gy = eighth ? (unsigned)rows32 : quarter ? (unsigned)rows64 : (unsigned)j->ntr;
+    gy = gy ? gy : 1u;
     const int k = !four ? ak : eighth ? EIGHTH + ak : quarter ? QUARTER + ak
                 : cl ? (grad ? HALF_DGELU_CL : HALF_CL) : (grad ? HALF_DGELU : HALF);
     CUfunction f;
@@ -439,13 +446,6 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
     uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
     void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_db,
                      &rows, &cols, &kf, &ofmt, &a_act };   /* a_act: dgelu entries only */
-    /* one CTA per tile row (the quarter form: per 64 rows, the eighth: per
-     * 32); with dbias a column block's tile rows form a cluster (sm_fits: at
-     * most SM_MAX_DB_TILE_ROWS) */
-    if (quarter)
-        gy = (unsigned)(((uint64_t)j->R + (eighth ? 31 : 63)) / (eighth ? 32 : 64));
-    gx = gx ? gx : 1u;
-    gy = gy ? gy : 1u;
     return l8i_launch_cluster(s, f, gx, gy, 1, four && !quarter ? 1024u : 512u, 1, 1, cl ? gy : 1u,
                               0, args);
 }
