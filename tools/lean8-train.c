@@ -113,11 +113,13 @@ typedef struct model {
     l8_linear *lin[MAX_LAYERS];
     int wid[MAX_LAYERS], bid[MAX_LAYERS];
     l8_stream *side;                          /* the copy stream: the weight copies (next to
-                                                 the batch gathers) and, in one process, the
-                                                 recipe update (next to the optimizer) */
+                                                 the batch gathers), a graph step's filed
+                                                 losses and hits (next to the backward) and,
+                                                 in one process, the recipe update (next to
+                                                 the optimizer) */
     l8_event *ev_fork, *ev_join;
-    l8_event *ev_w16, *ev_xt;                 /* a step's joins: the bf16 weight copies, the
-                                                 transposed FP8 images */
+    l8_event *ev_w16, *ev_xt, *ev_put;        /* a step's joins: the bf16 weight copies, the
+                                                 transposed FP8 images, the filed losses */
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *x8;                            /* FP8 training in one TP rank: x[0] cast once,
@@ -315,6 +317,7 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_join);
     l8_event_destroy(m->ev_w16);
     l8_event_destroy(m->ev_xt);
+    l8_event_destroy(m->ev_put);
     l8_fp8_meta_release(m->x8meta);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
@@ -434,6 +437,7 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_w16));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_put));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -702,10 +706,14 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     /* mean loss over the batch: gradient scale 1/rows */
     L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
                                train ? v.grad[m->nl] : NULL, v.loss, v.hit, m->s), out);
-    if (stat) {                   /* before the optimizer step moves the cursor on */
+    if (stat) {
+        /* filed on the side stream, off the backward's path; s waits for
+         * them before the optimizer step moves the cursor on */
         l8_tensor *k = l8_optim_cursor(m->optim);
-        L8_TRY(st, l8_put_rows_at(m->loss, k, m->lb, v.loss, m->bad, m->s), out);
-        L8_TRY(st, l8_put_rows_at(m->hit, k, m->lb, v.hit, m->bad, m->s), out);
+        L8_TRY(st, fork_side(m), out);
+        L8_TRY(st, l8_put_rows_at(m->loss, k, m->lb, v.loss, m->bad, m->side), out);
+        L8_TRY(st, l8_put_rows_at(m->hit, k, m->lb, v.hit, m->bad, m->side), out);
+        L8_TRY(st, l8_event_record(m->ev_put, m->side), out);
     }
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
@@ -728,6 +736,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_recipe_update(m->recipe, m->side), out);
             L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
         }
+        if (stat) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_put), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         /* every rank whole again before the next step's weight copies read
          * the master weights (all at once: one cast launch for every layer) */
