@@ -37,6 +37,9 @@
 #define MAX_TILE_CTAS 32768u
 #define SU_THREADS 128u    /* l8_fp8_scale_update */
 
+/* the flags the single-tensor cast ops take (ops/cast.h) */
+#define CAST_FLAGS (L8_CAST_ACCUMULATE_AMAX | L8_CAST_FEW_SMS)
+
 /* cast_transpose / transpose kernel flags (see the .ptx headers) */
 #define KF_VEC_ROW 0x1u
 #define KF_VEC_T16 0x2u
@@ -154,7 +157,7 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
     L8_CHECK(need_hp(op, "in", in));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, "out", out, &m));
-    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+    if (flags & ~CAST_FLAGS)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
     int64_t n = l8_tensor_numel(in);
     if (l8_tensor_numel(out) != n)
@@ -458,7 +461,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     if (!out_t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out_t is NULL", op);
     L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
-    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+    if (flags & ~CAST_FLAGS)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
     l8_ctx *ctx = j.ctx;
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
@@ -471,7 +474,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     float *sinv = l8_fp8_meta_scale_inv(j.m);
 
     L8_CHECK(l8i_ctx_bind(ctx));
-    if (sm_fits(&j, dbias))
+    if (sm_fits(&j, dbias) && !(flags & L8_CAST_FEW_SMS))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
@@ -590,7 +593,7 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
                      : l8_fp8_cast(in, out, flags, s);
     ct_job j;
     L8_CHECK(ct_prepare(op, in, out, out_t, dbias, NULL, &j));
-    if (flags & ~L8_CAST_ACCUMULATE_AMAX)
+    if (flags & ~CAST_FLAGS)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
     l8_ctx *ctx = j.ctx;
     if (a) {
@@ -605,7 +608,7 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
     if (a)
         L8_CHECK(l8_tensor_data(a, &pa));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST || !sm_fits(&j, dbias) ||
-        (a && l8_tensor_dtype(a) != j.idt))
+        (flags & L8_CAST_FEW_SMS) || (a && l8_tensor_dtype(a) != j.idt))
         return act_unfused(op, in, a, out, out_t, dbias, flags, s);
     L8_CHECK(l8i_ctx_bind(ctx));
     return cast_transpose_sm(&j, act, a != NULL, pa, dbias, flags, s);

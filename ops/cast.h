@@ -50,6 +50,15 @@ extern "C" {
 
 /* Flags of the quantizing ops. */
 #define L8_CAST_ACCUMULATE_AMAX 0x1u   /* amax = max(amax, max|x|) instead of max|x| */
+/* L8_CAST_FEW_SMS: run on as few multiprocessors as the op can - the 128 x
+ * 128 tile kernel, a CTA a tile, never the small-tile kernel of few-tile
+ * tensors (whose CTAs cover 32 columns each) - with the same bytes, amax and
+ * dbias. For a cast on a second stream next to GEMMs, where the SMs its CTAs
+ * hold would delay the GEMM more than the cast's own latency matters
+ * (lean8-train's bias gradients, docs/perf.md). Taken by l8_fp8_cast (one
+ * kernel: no change), l8_fp8_cast_transpose, _dbias, _act and _dact; an
+ * activation then runs unfused, through the scratch described there. */
+#define L8_CAST_FEW_SMS 0x2u
 
 /* out = fp8(in * scale), any shape; out has in's numel, an FP8 dtype and a
  * meta. Amax and scale_inv go to out's meta (see above). in and out must not

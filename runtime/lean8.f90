@@ -53,7 +53,7 @@ module lean8
     integer(c_int), parameter, public :: L8_ROLE_INPUT = 0, L8_ROLE_WEIGHT = 1, &
         L8_ROLE_GRAD_OUTPUT = 2
     ! ---- flags of the FP8 casts (ops/cast.h; `unsigned` there) ----
-    integer(c_int), parameter, public :: L8_CAST_ACCUMULATE_AMAX = 1
+    integer(c_int), parameter, public :: L8_CAST_ACCUMULATE_AMAX = 1, L8_CAST_FEW_SMS = 2
     ! ---- communicator transports and reductions (runtime/comm.h) ----
     integer(c_int), parameter, public :: L8_COMM_DEFAULT = 0, L8_COMM_NCCL = 1, L8_COMM_TCP = 2, &
         L8_COMM_THREADS = 3

@@ -497,7 +497,7 @@ contains
         call ok(l8_fp8_meta_get(mine, sa, si, amax), 'fp8: the meta after a plain cast')
         call check(sa == 4 .and. si == 0.25 .and. amax == maxval(abs(xv)) / 2, &
                    'fp8: without the flag amax is overwritten; scale_inv = 1/scale')
-        call check(l8_fp8_cast(xbf, q8, 2_c_int) == L8_ERR_INVALID_ARG, 'fp8: an unknown flag is refused')
+        call check(l8_fp8_cast(xbf, q8, 4_c_int) == L8_ERR_INVALID_ARG, 'fp8: an unknown flag is refused')
         call l8_tensor_destroy(q8)
         call l8_tensor_destroy(q8t)
         call l8_tensor_destroy(dbx)

@@ -771,6 +771,8 @@ START_TEST(test_cast_transpose_many_host)
     L8_CK_ST(l8_fp8_cast_transpose_many(L8_CAST_MANY_MAX + 1, in, NULL, ot, 0, NULL),
              L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, 0x8, NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, L8_CAST_FEW_SMS, NULL),
+             L8_ERR_INVALID_ARG);                   /* the single-tensor ops' flag */
     ot[1] = bad;                                    /* [4, 8], wanted [8, 4] */
     L8_CK_ST(l8_fp8_cast_transpose_many(2, in, NULL, ot, 0, NULL), L8_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "tensor 1"));
@@ -1273,6 +1275,16 @@ START_TEST(test_cast_act_host)
             L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], NULL, 0, NULL));
         get(out[0], y[0][0]);
         ck_assert(memcmp(y[0][0], y[1][0], (size_t)n) == 0);
+        /* L8_CAST_FEW_SMS: the same bytes (the host has one path) */
+        poison(out[0], 0x5a);
+        if (dact)
+            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in[0], ta, out[0], ot[0], db[0],
+                                             L8_CAST_FEW_SMS, NULL));
+        else
+            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], ot[0], L8_CAST_FEW_SMS,
+                                            NULL));
+        get(out[0], y[0][0]);
+        ck_assert(memcmp(y[0][0], y[1][0], (size_t)n) == 0);
         /* L8_ACT_NONE: the plain cast of the input */
         L8_CK(l8_fp8_cast_transpose_act(L8_ACT_NONE, in[1], out[0], ot[0], 0, NULL));
         get(out[0], y[0][0]);
@@ -1292,6 +1304,8 @@ START_TEST(test_cast_act_host)
             L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], NULL, NULL, 0, NULL),
                      L8_ERR_INVALID_ARG);
             L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], ot[0], 0x40, NULL),
+                     L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], out[0], ot[0], 0x4, NULL),
                      L8_ERR_INVALID_ARG);
             L8_CK_ST(l8_fp8_cast_transpose_act(L8_ACT_GELU, in[0], ot[0], NULL, 0, NULL),
                      L8_ERR_INVALID_ARG);                                   /* out's shape */
@@ -1533,7 +1547,9 @@ END_TEST
  * they stand for on the GPU (l8_gelu / l8_gelu_backward into a tensor of the
  * input's dtype, then l8_fp8_cast_transpose(_dbias), or l8_fp8_cast without
  * out_t): every output byte, amax, scale_inv and dbias bit for bit. outs:
- * bit 0 out, bit 1 out_t; adt: a's dtype; dbias_dt < 0: none. */
+ * bit 0 out, bit 1 out_t; adt: a's dtype; dbias_dt < 0: none. The fused op
+ * gets act_flags (L8_CAST_FEW_SMS: the unfused ops on the tile kernel). */
+static unsigned act_flags;
 static void gpu_act_case(l8_ctx *g, l8_rng *r, int dact, int64_t R, int64_t C, l8_dtype dt,
                          l8_dtype adt, l8_dtype f, int outs, int dbias_dt)
 {
@@ -1557,9 +1573,9 @@ static void gpu_act_case(l8_ctx *g, l8_rng *r, int dact, int64_t R, int64_t C, l
         if (ot) poison(ot, 0x5a);
         if (tdb) poison(tdb, 0xee);
         if (side == 0 && dact) {
-            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in, ta, out, ot, tdb, 0, NULL));
+            L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in, ta, out, ot, tdb, act_flags, NULL));
         } else if (side == 0) {
-            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in, out, ot, 0, NULL));
+            L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in, out, ot, act_flags, NULL));
         } else {
             l8_tensor *h = mk2(g, dt, R, C);
             if (dact) L8_CK(l8_gelu_backward(ta, in, h, NULL));
@@ -1616,10 +1632,12 @@ START_TEST(test_gpu_cast_act)
     /* the small-tile kernel with 8 rows a thread, then its entries of 4 rows
      * a thread wherever they apply (quarter without dbias; half with dbias
      * over one tile row: 128 x 256, 100 x 200), then 2 rows a thread without
-     * dbias (eighth) */
-    for (int pass = 0; pass < 3; pass++) {
-        l8i_cast_sm_half_min_rows = pass ? 0 : INT_MAX;
-        l8i_cast_sm_eighth_max_ctas = pass == 2 ? INT_MAX : 0;
+     * dbias (eighth); last, the default knobs with L8_CAST_FEW_SMS (the
+     * tile kernel against the small-tile kernel's bytes) */
+    for (int pass = 0; pass < 4; pass++) {
+        l8i_cast_sm_half_min_rows = pass == 3 ? dhalf : pass ? 0 : INT_MAX;
+        l8i_cast_sm_eighth_max_ctas = pass == 3 ? d8 : pass == 2 ? INT_MAX : 0;
+        act_flags = pass == 3 ? L8_CAST_FEW_SMS : 0u;
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int hi = 0; hi < 3; hi++) {
                 int64_t R = shapes[k][0], C = shapes[k][1];
@@ -1632,6 +1650,7 @@ START_TEST(test_gpu_cast_act)
     }
     l8i_cast_sm_half_min_rows = dhalf;
     l8i_cast_sm_eighth_max_ctas = d8;
+    act_flags = 0;
     gpu_act_case(g, &r, 1, 256, 512, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     gpu_act_case(g, &r, 1, 128, 256, L8_BF16, L8_F32, L8_E5M2, 3, (int)L8_F32);
     done_ctx(g);
