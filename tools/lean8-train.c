@@ -118,13 +118,21 @@ typedef struct model {
                                                  in one process, the recipe update (next to
                                                  the optimizer) */
     l8_event *ev_fork, *ev_join;
-    l8_event *ev_w16, *ev_xt, *ev_put;        /* a step's joins: the bf16 weight copies, the
-                                                 transposed FP8 images, the filed losses */
+    l8_event *ev_w16, *ev_xt, *ev_side;       /* a step's joins: the bf16 weight copies, the
+                                                 transposed FP8 images, the side stream's
+                                                 work the optimizer step reads (the filed
+                                                 losses, the bias gradients of split casts) */
     l8_tensor *labels;                        /* (B) i32 */
     l8_tensor *x[2], *y[2];                   /* the data, [0] train [1] test: (N,784) bf16, (N) i32 */
     l8_tensor *x8;                            /* FP8 training in one TP rank: x[0] cast once,
                                                  (N,784) e4m3 carrying x8meta */
     l8_fp8_meta *x8meta;                      /* its fixed scale: fp8_max / the images' amax */
+    int split;                                /* FP8, one process, no offload: the dGELU
+                                                 casts' bias gradients on the side stream
+                                                 (backward_split) */
+    l8_storage *dg8[2], *sc8[2];              /* with split: dY8, dY8t and the side cast's
+                                                 scratch pair, each B x the widest layer */
+    l8_fp8_meta *scmeta;                      /* the scratch pair's meta (scale 1) */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -317,8 +325,13 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_join);
     l8_event_destroy(m->ev_w16);
     l8_event_destroy(m->ev_xt);
-    l8_event_destroy(m->ev_put);
+    l8_event_destroy(m->ev_side);
     l8_fp8_meta_release(m->x8meta);
+    for (int k = 0; k < 2; k++) {
+        l8_storage_release(m->dg8[k]);
+        l8_storage_release(m->sc8[k]);
+    }
+    l8_fp8_meta_release(m->scmeta);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -425,6 +438,11 @@ static l8_status dp_sum(model *m, double *loss, int64_t *hits)
     return st;
 }
 
+static int fp8_layer(const model *m, int i)
+{
+    return l8_linear_get_mode(m->lin[i]) == L8_LINEAR_FP8;
+}
+
 static l8_status model_build(model *m, const opts *o)
 {
     l8_status st = L8_OK;
@@ -437,7 +455,7 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_join));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_w16));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
-    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_put));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_side));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -516,6 +534,21 @@ static l8_status model_build(model *m, const opts *o)
         m->grad[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i], &st);
         if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i + 1], &st);
     }
+    m->split = o->fp8 && !m->world && !m->off;
+    int64_t widest = 0;
+    for (int i = 0; m->split && i + 1 < m->nl; i++)
+        if (fp8_layer(m, i) && m->ld[i + 1] > widest) widest = m->ld[i + 1];
+    m->split = widest > 0;
+    for (int k = 0; m->split && st == L8_OK && k < 2; k++) {
+        st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
+                                      k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
+        if (st == L8_OK)
+            st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
+                                          k ? "train.dbias_scratch_t" : "train.dbias_scratch",
+                                          &m->sc8[k]);
+    }
+    if (m->split && st == L8_OK) st = l8_fp8_meta_create(m->ctx, &m->scmeta);
+    if (m->split && st == L8_OK) st = l8_fp8_meta_set(m->scmeta, 1.0f, 1.0f, 0.0f);
     return st;
 }
 
@@ -599,16 +632,65 @@ static l8_status fresh_rows(model *m, int64_t rows, int64_t cols, l8_tensor **t)
     return l8_tensor_empty(m->ctx, L8_BF16, 2, sh, t);
 }
 
-static int fp8_layer(const model *m, int i)
-{
-    return l8_linear_get_mode(m->lin[i]) == L8_LINEAR_FP8;
-}
-
 /* The side stream waits for the work on m->s so far. */
 static l8_status fork_side(model *m)
 {
     L8_CHECK(l8_event_record(m->ev_fork, m->s));
     return l8_stream_wait_event(m->side, m->ev_fork);
+}
+
+/* An FP8 tensor (r, c) of storage st from byte 0, carrying meta. */
+static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8_fp8_meta *meta,
+                          l8_tensor **t)
+{
+    int64_t sh[2] = { r, c };
+    L8_CHECK(l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t));
+    return l8_tensor_set_fp8_meta(*t, meta);
+}
+
+/* The backward of FP8 layer i below the head with its casts split (m->split):
+ * dY = bf16(dgelu(grad[i + 1], pre[i])) cast on s without the bias gradient
+ * (the small-tile kernel's dGELU cast without dbias, the quarter or eighth
+ * form), while the side stream runs the layer's own cast, dbias included
+ * (on few SMs: L8_CAST_FEW_SMS), into scratch FP8 bytes and writes the column
+ * sums straight into the bias's main_grad; then l8_linear_backward_fp8 with that main_grad as db (the
+ * step's first backward: nothing more is enqueued for the bias). Bit for
+ * bit l8_linear_backward_act: the same kernel casts dY with the layer's meta,
+ * the amax accumulated, and the same kernel sums the bias gradient
+ * (tests/train.sh: --offload runs, which do not split, give the same
+ * losses). s waits for the side stream before the optimizer step reads the
+ * gradients (ev_side). */
+static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
+                                l8_linear_ctx **saved, l8_tensor *dx)
+{
+    const int64_t n = m->ld[i + 1];
+    l8_fp8_meta *gm = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[i],
+                                                                     L8_ROLE_GRAD_OUTPUT));
+    const l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_GRAD_OUTPUT);
+    l8_tensor *db = l8_params_main_grad(m->params, m->bid[i]);
+    l8_tensor *dy8 = NULL, *dy8t = NULL, *s8 = NULL, *s8t = NULL;
+    l8_status st = L8_OK;
+    L8_TRY(st, fp8_over(m->dg8[0], fmt, rows, n, gm, &dy8), out);
+    L8_TRY(st, fp8_over(m->dg8[1], fmt, n, rows, gm, &dy8t), out);
+    L8_TRY(st, fp8_over(m->sc8[0], fmt, rows, n, m->scmeta, &s8), out);
+    L8_TRY(st, fp8_over(m->sc8[1], fmt, n, rows, m->scmeta, &s8t), out);
+    L8_TRY(st, fork_side(m), out);
+    /* above one 128-row tile row the small-tile kernel would take clusters of
+     * 1024-thread CTAs (784-512-512-10: 32 of them), whose SMs the GEMMs on s
+     * then wait for: the tile kernel takes 8 (docs/perf.md, 2026-12-02) */
+    const unsigned few = rows > 128 ? L8_CAST_FEW_SMS : 0u;
+    L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], s8, s8t, db,
+                                          L8_CAST_ACCUMULATE_AMAX | few, m->side), out);
+    L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
+    L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], dy8, dy8t, NULL,
+                                          L8_CAST_ACCUMULATE_AMAX, m->s), out);
+    L8_TRY(st, l8_linear_backward_fp8(m->lin[i], saved, dy8, dy8t, db, dx, m->s), out);
+out:
+    l8_tensor_destroy(dy8);
+    l8_tensor_destroy(dy8t);
+    l8_tensor_destroy(s8);
+    l8_tensor_destroy(s8t);
+    return st;
 }
 
 /* Forward (and with train, backward and the optimizer step) of the batch at
@@ -713,7 +795,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         L8_TRY(st, fork_side(m), out);
         L8_TRY(st, l8_put_rows_at(m->loss, k, m->lb, v.loss, m->bad, m->side), out);
         L8_TRY(st, l8_put_rows_at(m->hit, k, m->lb, v.hit, m->bad, m->side), out);
-        L8_TRY(st, l8_event_record(m->ev_put, m->side), out);
+        L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
     }
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
@@ -723,8 +805,13 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
-            L8_TRY(st, l8_linear_backward_act(m->lin[i], i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
-                                              &saved[i], v.grad[i + 1], v.pre[i], dx, m->s), out);
+            if (m->split && i + 1 < m->nl && fp8_layer(m, i))
+                L8_TRY(st, backward_split(m, &v, i, rows, &saved[i], dx), out);
+            else
+                L8_TRY(st, l8_linear_backward_act(m->lin[i],
+                                                  i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
+                                                  &saved[i], v.grad[i + 1], v.pre[i], dx, m->s),
+                       out);
         }
         if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
         /* the recipe update (every amax is in: the casts are done) on the
@@ -736,7 +823,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_recipe_update(m->recipe, m->side), out);
             L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
         }
-        if (stat) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_put), out);
+        if (stat || m->split) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_side), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         /* every rank whole again before the next step's weight copies read
          * the master weights (all at once: one cast launch for every layer) */
