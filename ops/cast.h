@@ -22,6 +22,10 @@
  *    runtime/fp8.h (a NaN anywhere makes it NaN). It is overwritten (the word is
  *    zeroed on the stream first) unless L8_CAST_ACCUMULATE_AMAX is given, in
  *    which case it is max-accumulated with what the meta holds.
+ *  - L8_CAST_FEW_SMS (the single-tensor casts, not the group op): the same
+ *    bytes, amax and dbias from the 128 x 128 tile kernel, a CTA a tile,
+ *    instead of the small-tile kernel's many CTAs: for a cast on a second
+ *    stream next to GEMMs (the macro below says more).
  *  - Every quantizing op also writes scale_inv = 1 / scale (IEEE reciprocal)
  *    into the output's meta, so the FP8 data and its scale_inv always match.
  *  - Shapes and alignment: any rows and cols, any byte offset, never an

@@ -652,14 +652,15 @@ static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8
  * dY = bf16(dgelu(grad[i + 1], pre[i])) cast on s without the bias gradient
  * (the small-tile kernel's dGELU cast without dbias, the quarter or eighth
  * form), while the side stream runs the layer's own cast, dbias included
- * (on few SMs: L8_CAST_FEW_SMS), into scratch FP8 bytes and writes the column
- * sums straight into the bias's main_grad; then l8_linear_backward_fp8 with that main_grad as db (the
- * step's first backward: nothing more is enqueued for the bias). Bit for
- * bit l8_linear_backward_act: the same kernel casts dY with the layer's meta,
- * the amax accumulated, and the same kernel sums the bias gradient
- * (tests/train.sh: --offload runs, which do not split, give the same
- * losses). s waits for the side stream before the optimizer step reads the
- * gradients (ev_side). */
+ * (above one tile row on few SMs: L8_CAST_FEW_SMS), into scratch FP8 bytes
+ * and writes the column sums straight into the bias's main_grad; then
+ * l8_linear_backward_fp8 with that main_grad as db (the step's first
+ * backward: nothing more is enqueued for the bias). Bit for bit
+ * l8_linear_backward_act: dY cast with the layer's meta, the amax
+ * accumulated, and the column sums in the one order every cast kernel keeps
+ * (ops/cast.h; tests/train.sh: --offload runs, which do not split, give the
+ * same losses). s waits for the side stream before the optimizer step reads
+ * the gradients (ev_side). */
 static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
                                 l8_linear_ctx **saved, l8_tensor *dx)
 {
@@ -677,7 +678,7 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
     L8_TRY(st, fork_side(m), out);
     /* above one 128-row tile row the small-tile kernel would take clusters of
      * 1024-thread CTAs (784-512-512-10: 32 of them), whose SMs the GEMMs on s
-     * then wait for: the tile kernel takes 8 (docs/perf.md, 2026-12-02) */
+     * then wait for: the tile kernel takes 8 (docs/perf.md, 2026-12-02 late evening) */
     const unsigned few = rows > 128 ? L8_CAST_FEW_SMS : 0u;
     L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], s8, s8t, db,
                                           L8_CAST_ACCUMULATE_AMAX | few, m->side), out);
