@@ -127,10 +127,10 @@ typedef struct model {
     l8_tensor *x8;                            /* FP8 training in one TP rank: x[0] cast once,
                                                  (N,784) e4m3 carrying x8meta */
     l8_fp8_meta *x8meta;                      /* its fixed scale: fp8_max / the images' amax */
-    int split;                                /* FP8, one process, no offload: the dGELU
+    int split_casts;                          /* FP8, one process, no offload: the dGELU
                                                  casts' bias gradients on the side stream
                                                  (backward_split) */
-    l8_storage *dg8[2], *sc8[2];              /* with split: dY8, dY8t and the side cast's
+    l8_storage *dg8[2], *sc8[2];              /* with split_casts: dY8, dY8t and the side cast's
                                                  scratch pair, each B x the widest layer */
     l8_fp8_meta *scmeta;                      /* the scratch pair's meta (scale 1) */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
@@ -534,12 +534,12 @@ static l8_status model_build(model *m, const opts *o)
         m->grad[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i], &st);
         if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i + 1], &st);
     }
-    m->split = o->fp8 && !m->world && !m->off;
+    m->split_casts = o->fp8 && !m->world && !m->off;
     int64_t widest = 0;
-    for (int i = 0; m->split && i + 1 < m->nl; i++)
+    for (int i = 0; m->split_casts && i + 1 < m->nl; i++)
         if (fp8_layer(m, i) && m->ld[i + 1] > widest) widest = m->ld[i + 1];
-    m->split = widest > 0;
-    for (int k = 0; m->split && st == L8_OK && k < 2; k++) {
+    m->split_casts = widest > 0;
+    for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++) {
         st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
         if (st == L8_OK)
@@ -547,8 +547,8 @@ static l8_status model_build(model *m, const opts *o)
                                           k ? "train.dbias_scratch_t" : "train.dbias_scratch",
                                           &m->sc8[k]);
     }
-    if (m->split && st == L8_OK) st = l8_fp8_meta_create(m->ctx, &m->scmeta);
-    if (m->split && st == L8_OK) st = l8_fp8_meta_set(m->scmeta, 1.0f, 1.0f, 0.0f);
+    if (m->split_casts && st == L8_OK) st = l8_fp8_meta_create(m->ctx, &m->scmeta);
+    if (m->split_casts && st == L8_OK) st = l8_fp8_meta_set(m->scmeta, 1.0f, 1.0f, 0.0f);
     return st;
 }
 
@@ -648,7 +648,7 @@ static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8
     return l8_tensor_set_fp8_meta(*t, meta);
 }
 
-/* The backward of FP8 layer i below the head with its casts split (m->split):
+/* The backward of FP8 layer i below the head with its casts split (m->split_casts):
  * dY = bf16(dgelu(grad[i + 1], pre[i])) cast on s without the bias gradient
  * (the small-tile kernel's dGELU cast without dbias, the quarter or eighth
  * form), while the side stream runs the layer's own cast, dbias included
@@ -806,7 +806,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
-            if (m->split && i + 1 < m->nl && fp8_layer(m, i))
+            if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i))
                 L8_TRY(st, backward_split(m, &v, i, rows, &saved[i], dx), out);
             else
                 L8_TRY(st, l8_linear_backward_act(m->lin[i],
@@ -824,7 +824,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_recipe_update(m->recipe, m->side), out);
             L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
         }
-        if (stat || m->split) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_side), out);
+        if (stat || m->split_casts) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_side), out);
         L8_TRY(st, l8_optim_step(m->optim, m->s, NULL), out);
         /* every rank whole again before the next step's weight copies read
          * the master weights (all at once: one cast launch for every layer) */
