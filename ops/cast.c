@@ -356,10 +356,11 @@ static int sm_sized(const ct_job *j)
     return j->ntr * j->ntc <= (uint64_t)(l8i_cast_sm_max_tiles > 0 ? l8i_cast_sm_max_tiles : 0);
 }
 
-/* Whether j (with dbias or not) takes the small-tile kernel. */
-static int sm_fits(const ct_job *j, const l8_tensor *dbias)
+/* Whether j (with dbias or not, under the op's flags) takes the small-tile
+ * kernel: never with L8_CAST_FEW_SMS, which asks for the 128 x 128 tiles. */
+static int sm_fits(const ct_job *j, const l8_tensor *dbias, unsigned flags)
 {
-    if (!sm_sized(j))
+    if ((flags & L8_CAST_FEW_SMS) || !sm_sized(j))
         return 0;
     return !dbias || j->ntr <= 1 || (j->ntr <= SM_MAX_DB_TILE_ROWS && l8i_ctx_clusters(j->ctx));
 }
@@ -474,7 +475,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     float *sinv = l8_fp8_meta_scale_inv(j.m);
 
     L8_CHECK(l8i_ctx_bind(ctx));
-    if (sm_fits(&j, dbias) && !(flags & L8_CAST_FEW_SMS))
+    if (sm_fits(&j, dbias, flags))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
@@ -607,8 +608,8 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
     void *pa = NULL;
     if (a)
         L8_CHECK(l8_tensor_data(a, &pa));
-    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST || !sm_fits(&j, dbias) ||
-        (flags & L8_CAST_FEW_SMS) || (a && l8_tensor_dtype(a) != j.idt))
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST || !sm_fits(&j, dbias, flags) ||
+        (a && l8_tensor_dtype(a) != j.idt))
         return act_unfused(op, in, a, out, out_t, dbias, flags, s);
     L8_CHECK(l8i_ctx_bind(ctx));
     return cast_transpose_sm(&j, act, a != NULL, pa, dbias, flags, s);

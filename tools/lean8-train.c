@@ -534,9 +534,8 @@ static l8_status model_build(model *m, const opts *o)
         m->grad[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i], &st);
         if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i + 1], &st);
     }
-    m->split_casts = o->fp8 && !m->world && !m->off;
-    int64_t widest = 0;
-    for (int i = 0; m->split_casts && i + 1 < m->nl; i++)
+    int64_t widest = 0;    /* the widest FP8 layer below the head: the split's buffers */
+    for (int i = 0; o->fp8 && !m->world && !m->off && i + 1 < m->nl; i++)
         if (fp8_layer(m, i) && m->ld[i + 1] > widest) widest = m->ld[i + 1];
     m->split_casts = widest > 0;
     for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++) {
@@ -582,23 +581,29 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
+/* An FP8 tensor (r, c) of storage st from byte 0, carrying meta. */
+static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8_fp8_meta *meta,
+                          l8_tensor **t)
+{
+    int64_t sh[2] = { r, c };
+    L8_CHECK(l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t));
+    return l8_tensor_set_fp8_meta(*t, meta);
+}
+
 /* FP8 training: the first layer's input X8 (rows, 784) and X8t (784, rows)
  * in its input format with the data set's fixed-scale meta, new storages on
  * m->s - what the layer's own cast would allocate. */
 static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tensor **x8t)
 {
-    l8_fp8_meta *meta = m->x8meta;
     l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
     for (int k = 0; k < 2; k++) {
-        int64_t sh[2] = { k ? m->ld[0] : rows, k ? rows : m->ld[0] };
         l8_storage *st = NULL;
-        l8_tensor **t = k ? x8t : x8;
         L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->s,
                                           k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
-        l8_status ret = l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t);
+        l8_status ret = fp8_over(st, fmt, k ? m->ld[0] : rows, k ? rows : m->ld[0], m->x8meta,
+                                 k ? x8t : x8);
         l8_storage_release(st);
         L8_CHECK(ret);
-        L8_CHECK(l8_tensor_set_fp8_meta(*t, meta));
     }
     return L8_OK;
 }
@@ -637,15 +642,6 @@ static l8_status fork_side(model *m)
 {
     L8_CHECK(l8_event_record(m->ev_fork, m->s));
     return l8_stream_wait_event(m->side, m->ev_fork);
-}
-
-/* An FP8 tensor (r, c) of storage st from byte 0, carrying meta. */
-static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8_fp8_meta *meta,
-                          l8_tensor **t)
-{
-    int64_t sh[2] = { r, c };
-    L8_CHECK(l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t));
-    return l8_tensor_set_fp8_meta(*t, meta);
 }
 
 /* The backward of FP8 layer i below the head with its casts split (m->split_casts):
