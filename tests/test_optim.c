@@ -26,6 +26,7 @@
 
 #define xmalloc l8t_xmalloc
 #include "ops/optim.h"
+#include "ops/optim_internal.h"   /* the step scalars: sumsq */
 #include "runtime/params.h"
 #include "runtime/tensor.h"
 
@@ -70,6 +71,20 @@ static const spec MODEL[] = {
     { "gain", 0, { 0 } },
 };
 #define NMODEL ((int)(sizeof MODEL / sizeof MODEL[0]))
+
+/* The bits of the f64 sum of squares l8_optim_finish (or the host
+ * reference) left in the step scalars. */
+static uint64_t sumsq_bits(l8_optim *o)
+{
+    int64_t two = 2;
+    l8_tensor *t = NULL;
+    uint32_t w[2];
+    L8_CK(l8_tensor_from_storage(o->work, offsetof(l8i_optim_scalars, sumsq), L8_I32, 1, &two,
+                                 NULL, &t));
+    L8_CK(l8_tensor_copy_to_host(t, w, sizeof w, NULL));
+    l8_tensor_destroy(t);
+    return (uint64_t)w[1] << 32 | w[0];
+}
 
 /* A group of MODEL with rows1 rows in fc1 (96 here; 40000 for the big GPU
  * case), weights uniform in [-1, 1] from seed. */
@@ -1229,6 +1244,12 @@ static void gpu_case(l8_ctx *gc, l8_ctx *hc, int kind, l8_dtype gdt, int64_t row
                       (double)res[1].grad_norm);
         ck_assert_msg(res[0].clip_coef == res[1].clip_coef, "%s: clip gpu %.9g host %.9g", what,
                       (double)res[0].clip_coef, (double)res[1].clip_coef);
+        if (!res[0].skipped) {    /* the f64 sum of squares itself: the partials' order */
+            uint64_t sq[2];
+            for (int d = 0; d < 2; d++) sq[d] = sumsq_bits(pr.o[d]);
+            ck_assert_msg(sq[0] == sq[1], "%s: sumsq gpu 0x%016llx host 0x%016llx", what,
+                          (unsigned long long)sq[0], (unsigned long long)sq[1]);
+        }
         ck_assert_int_eq(res[0].skipped, s == 1);
         gpu_compare(&pr, n, what);
     }
@@ -1251,6 +1272,18 @@ START_TEST(test_gpu_matches_host)
             gpu_case(gc, hc, kind, gdt, l8_test_quick() ? 4000 : 40000, 3,
                      0x6b0 + (uint64_t)(kind * 2 + bf));
         }
+    /* l8_optim_finish sums its 256 slots 16 a round and stops after the
+     * last one holding a partial: 1, 16, 17, 256 and 257 partials (about
+     * (c - 1/2) x 4096 elements: 131 a row of fc1, 971 more), the sum of
+     * squares bit for bit */
+    static const int64_t edge[] = { 1, 16, 17, 256, 257 };
+    for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+        int64_t rows = ((2 * edge[e] - 1) * 2048 - 971) / 131;
+        l8_params *g = group_make(hc, L8_F32, rows, 1);
+        ck_assert_int_eq((nflat(g) + 4095) / 4096, edge[e]);
+        l8_params_destroy(g);
+        gpu_case(gc, hc, 0, L8_F32, rows, 2, 0x6c0 + (uint64_t)e);
+    }
     ctx_finish(hc);
     ctx_finish(gc);
 }
