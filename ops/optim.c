@@ -81,10 +81,26 @@ static float grad_at(const void *g, int bf16, uint64_t i)
     return f;
 }
 
+/* The sum of one value per thread in l8_optim_sumsq's and l8_optim_finish's
+ * order: a tree in each warp (shfl.down 16, 8, 4, 2, 1), then warps 0..7 one
+ * after another. acc is overwritten. */
+static double cta_sum(double acc[RED_THREADS])
+{
+    double s = 0.0;
+    for (unsigned w = 0; w < RED_THREADS / 32; w++) {
+        double *v = acc + 32 * w;
+        for (unsigned off = 16; off >= 1; off /= 2)
+            for (unsigned i = 0; i < off; i++)
+                v[i] = v[i] + v[i + off];
+        s = w ? s + v[0] : v[0];
+    }
+    return s;
+}
+
 /* l8_optim_sumsq */
 static void sumsq_ref(const void *g, int bf16, uint64_t n, double *part, uint64_t nchunks)
 {
-    double acc[RED_THREADS], wsum[RED_THREADS / 32];
+    double acc[RED_THREADS];
     for (uint64_t c = 0; c < nchunks; c++) {
         for (unsigned t = 0; t < RED_THREADS; t++) {
             double a = 0.0;
@@ -99,17 +115,7 @@ static void sumsq_ref(const void *g, int bf16, uint64_t n, double *part, uint64_
             }
             acc[t] = a;
         }
-        for (unsigned w = 0; w < RED_THREADS / 32; w++) {
-            double *v = acc + 32 * w;
-            for (unsigned off = 16; off >= 1; off /= 2)
-                for (unsigned i = 0; i < off; i++)
-                    v[i] = v[i] + v[i + off];
-            wsum[w] = v[0];
-        }
-        double s = wsum[0];
-        for (unsigned w = 1; w < RED_THREADS / 32; w++)
-            s = s + wsum[w];
-        part[c] = s;
+        part[c] = cta_sum(acc);
     }
 }
 
@@ -152,9 +158,7 @@ static void finish_ref(const double *part, uint64_t nchunks, scalars *sc, float 
             a = a + part[i];
         acc[t] = a;
     }
-    double s = acc[0];
-    for (unsigned t = 1; t < RED_THREADS; t++)
-        s = s + acc[t];
+    double s = cta_sum(acc);
     if (mode & FIN_PARTIAL_OUT) {
         sc->psum = (float)s;
         return;

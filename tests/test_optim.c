@@ -1272,11 +1272,12 @@ START_TEST(test_gpu_matches_host)
             gpu_case(gc, hc, kind, gdt, l8_test_quick() ? 4000 : 40000, 3,
                      0x6b0 + (uint64_t)(kind * 2 + bf));
         }
-    /* l8_optim_finish sums its 256 slots 16 a round and stops after the
-     * last one holding a partial: 1, 16, 17, 256 and 257 partials (about
-     * (c - 1/2) x 4096 elements: 131 a row of fc1, 971 more), the sum of
-     * squares bit for bit */
-    static const int64_t edge[] = { 1, 16, 17, 256, 257 };
+    /* l8_optim_finish: each of its 256 threads sums partials t, t + 256, ...,
+     * then a tree in each warp and the 8 warps in order: 1, 32, 33, 256 and
+     * 257 partials (one warp, a second, every thread, a second partial for
+     * thread 0; about (c - 1/2) x 4096 elements: 131 a row of fc1, 971
+     * more), the sum of squares bit for bit */
+    static const int64_t edge[] = { 1, 32, 33, 256, 257 };
     for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
         int64_t rows = ((2 * edge[e] - 1) * 2048 - 971) / 131;
         l8_params *g = group_make(hc, L8_F32, rows, 1);
