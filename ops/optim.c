@@ -1,5 +1,5 @@
 /* optim.c - AdamW and SGD over a parameter group's flat buffers: state,
- * launchers for ptx/optim.ptx, and the host reference.
+ * launchers for ptx/optim.ptx.in, and the host reference.
  *
  * A step is three kernels on one stream (see ops/optim.h and the .ptx
  * header): l8_optim_sumsq (f64 partial per 4096-element chunk), then
@@ -58,7 +58,7 @@ _Static_assert(offsetof(scalars, skip) == 8 && offsetof(scalars, norm) == 12 &&
                offsetof(scalars, bc2s) == 24 && offsetof(scalars, sumsq) == 32 &&
                offsetof(scalars, lr) == 40 && offsetof(scalars, decay) == 44 &&
                offsetof(scalars, psum) == 48 && offsetof(scalars, cursor) == 52,
-               "scalar offsets are those of ptx/optim.ptx");
+               "scalar offsets are those of ptx/optim.ptx.in");
 
 #define SGD_F_WD 1u
 #define SGD_F_MOM 2u

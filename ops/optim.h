@@ -8,7 +8,7 @@
  * none of which waits for the host:
  *
  *   1. sum of squares of main_grad in fixed 4096-element chunks, f64, one
- *      partial per chunk (ptx/optim.ptx l8_optim_sumsq)
+ *      partial per chunk (ptx/optim.ptx.in l8_optim_sumsq)
  *   2. one CTA adds the partials in a fixed order and decides (on the
  *      device): norm = sqrt(sum) rounded to f32; if norm is NaN or +Inf the
  *      step is SKIPPED; else step += 1, the clip coefficient and the bias

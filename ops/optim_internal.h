@@ -14,7 +14,7 @@
 #define L8I_OPTIM_CHUNK 4096u          /* elements per norm partial (the kernel's 256 x 4 x 4) */
 #define L8I_OPTIM_SCALARS_BYTES 256u   /* the step scalars, padded so the partials stay aligned */
 
-/* The step scalars; ptx/optim.ptx uses these byte offsets. */
+/* The step scalars; ptx/optim.ptx.in uses these byte offsets. */
 typedef struct l8i_optim_scalars {
     uint64_t step;
     uint32_t skip;
