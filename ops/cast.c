@@ -200,6 +200,9 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
 /* ------------------------------------------------------------------------ */
 /* cast + transpose (+ dbias)                                                */
 
+static l8_status dbias_host(const void *x, l8_dtype idt, int64_t R, int64_t C, void *dbias,
+                            l8_dtype ddt);
+
 /* Host reference. out may be NULL; dbias NULL: not computed. *amax is
  * max-accumulated. The dbias order is the kernel's: per 128-row tile tr,
  * partial_j[c] = sum_{i<8} X[128 tr + 16 i + j][c] (rows past the end add
@@ -224,16 +227,21 @@ static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, floa
     }
     union { uint32_t u; float f; } cv = { am };
     *amax = cv.f;
-    if (!dbias || C == 0)
-        return L8_OK;
+    return dbias ? dbias_host(x, idt, R, C, dbias, ddt) : L8_OK;
+}
 
+/* The host reference of the casts' dbias, in the order described above ct_host. */
+static l8_status dbias_host(const void *x, l8_dtype idt, int64_t R, int64_t C, void *dbias,
+                            l8_dtype ddt)
+{
+    if (C == 0)
+        return L8_OK;
     float *tot = calloc((size_t)C, sizeof *tot);
     float *part = malloc((size_t)C * 16 * sizeof *part);
     if (!tot || !part) {
         free(tot);
         free(part);
-        return L8_FAIL(L8_ERR_OOM, "l8_fp8_cast_transpose_dbias: no host memory for %lld columns",
-                       (long long)C);
+        return L8_FAIL(L8_ERR_OOM, "dbias: no host memory for %lld columns", (long long)C);
     }
     for (int64_t r0 = 0; r0 < R; r0 += 128) {
         for (int64_t k = 0; k < 16 * C; k++)
@@ -545,6 +553,25 @@ l8_status l8_fp8_cast_transpose_dbias(const l8_tensor *in, l8_tensor *out, l8_te
 /* ------------------------------------------------------------------------ */
 /* cast + transpose through an activation                                    */
 
+/* A new tensor of in's dtype and shape, its storage from the context's
+ * allocator on s (tag), for the activation's output on the way to a cast. */
+static l8_status scratch_like(const l8_tensor *in, const char *tag, l8_stream *s, l8_tensor **t)
+{
+    l8_dtype dt = l8_tensor_dtype(in);
+    int nd = l8_tensor_ndim(in);
+    int64_t shape[L8_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        shape[d] = l8_tensor_dim(in, d);
+    l8_storage *st = NULL;
+    l8_status ret = l8_storage_create_tagged(l8_tensor_ctx(in),
+                                             (size_t)l8_tensor_numel(in) * l8_dtype_size(dt), s,
+                                             tag, &st);
+    if (ret == L8_OK)
+        ret = l8_tensor_from_storage(st, 0, dt, nd, shape, NULL, t);
+    l8_storage_release(st);       /* *t holds its own reference */
+    return ret;
+}
+
 /* The activation (a NULL) or its gradient (a: the activation's input)
  * written to a scratch tensor of in's dtype and shape, then the plain cast:
  * l8_gelu / l8_gelu_backward and l8_fp8_cast_transpose(_dbias) or
@@ -554,19 +581,8 @@ static l8_status act_unfused(const char *op, const l8_tensor *in, const l8_tenso
                              l8_tensor *out, l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
                              l8_stream *s)
 {
-    l8_dtype dt = l8_tensor_dtype(in);
-    int nd = l8_tensor_ndim(in);
-    int64_t shape[L8_MAX_DIMS];
-    for (int d = 0; d < nd; d++)
-        shape[d] = l8_tensor_dim(in, d);
-    l8_storage *st = NULL;
     l8_tensor *t = NULL;
-    l8_status ret = l8_storage_create_tagged(l8_tensor_ctx(in),
-                                             (size_t)l8_tensor_numel(in) * l8_dtype_size(dt), s,
-                                             "cast.act", &st);
-    if (ret == L8_OK)
-        ret = l8_tensor_from_storage(st, 0, dt, nd, shape, NULL, &t);
-    l8_storage_release(st);       /* t holds its own reference */
+    l8_status ret = scratch_like(in, "cast.act", s, &t);
     if (ret == L8_OK)
         ret = a ? l8_gelu_backward(a, in, t, s) : l8_gelu(in, t, s);
     if (ret == L8_OK && !out_t)
@@ -629,6 +645,117 @@ l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *dy, const l8_t
     if (!a)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a (the activation's input) is NULL", op);
     return act_impl(op, act, dy, a, out, out_t, dbias, flags, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the bias gradient alone                                                   */
+
+/* l8_dbias_dact's column sums on the device: up to DBIAS_DIRECT_TILE_ROWS
+ * 128-row tile rows one launch of ceil(cols / 32) CTAs of 1024 threads, each
+ * walking its column block's tile rows and writing dbias (two tile rows a
+ * round trip of loads: 256 x 512, a bias gradient of lean8-train, is one
+ * round on 16 CTAs); more rows in CTAs of DBIAS_WS_TILE_ROWS tile rows that
+ * write each tile row's partial sums into a scratch, then l8_dbias_reduce,
+ * as the tile kernel does. The same sums in the same order either way. */
+#define DBIAS_DIRECT_TILE_ROWS 8
+#define DBIAS_WS_TILE_ROWS 8
+#define KF_DBIAS_WS 0x20u     /* l8_dbias_*: partials per tile row into a scratch */
+
+static l8_status dbias_launch(l8_ctx *ctx, l8_dtype idt, const void *x, int64_t R, int64_t C,
+                              void *db, l8_dtype ddt, l8_stream *s)
+{
+    static const char *const entry[3] = { "l8_dbias_f32", "l8_dbias_bf16", "l8_dbias_f16" };
+    if (C == 0)
+        return L8_OK;
+    CUfunction f, fr = NULL;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "cast_transpose_sm", entry[idt], &f));
+    const uint64_t ntr = ((uint64_t)R + 127) / 128;
+    const int ws_mode = ntr > DBIAS_DIRECT_TILE_ROWS;
+    uint64_t per = (ntr + 65534) / 65535;           /* grid y stays within 65535 */
+    uint32_t trpb = !ws_mode ? (uint32_t)(ntr ? ntr : 1)
+                  : (uint32_t)(per > DBIAS_WS_TILE_ROWS ? per : DBIAS_WS_TILE_ROWS);
+    unsigned gx = (unsigned)(((uint64_t)C + 31) / 32);
+    unsigned gy = ws_mode ? (unsigned)((ntr + trpb - 1) / trpb) : 1u;
+    void *ws = NULL;
+    l8_status st = L8_OK;
+    if (ws_mode) {
+        L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+        L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
+    }
+    {
+        uint64_t a_in = dptr(x), a_out = dptr(ws_mode ? ws : db);
+        uint32_t rows = (uint32_t)R, cols = (uint32_t)C;
+        uint32_t kf = ws_mode ? KF_DBIAS_WS : (uint32_t)ddt << 6;
+        void *args[] = { &a_in, &a_out, &rows, &cols, &kf, &trpb };
+        L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 1024, 1, 1, 0, args), out);
+    }
+    if (ws_mode) {
+        uint64_t a_ws = dptr(ws), a_db = dptr(db);
+        uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)ddt;
+        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
+        unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* as cast_transpose_impl's */
+        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
+    }
+out:
+    if (ws) {
+        l8_status fst = l8_ctx_free(ctx, ws);   /* stream-ordered, as above */
+        if (st == L8_OK)
+            st = fst;
+    }
+    return st;
+}
+
+l8_status l8_dbias_dact(l8_act act, const l8_tensor *dy, const l8_tensor *a, l8_tensor *dbias,
+                        l8_stream *s)
+{
+    static const char *op = "l8_dbias_dact";
+    if (act != L8_ACT_NONE && act != L8_ACT_GELU)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown activation %d", op, (int)act);
+    L8_CHECK(l8i_need_tensor(op, "dy", dy, NULL));
+    l8_ctx *ctx = l8_tensor_ctx(dy);
+    L8_CHECK(need_hp(op, "dy", dy));
+    int64_t R, C;
+    rows_cols(dy, &R, &C);
+    L8_CHECK(l8i_need_tensor(op, "dbias", dbias, ctx));
+    L8_CHECK(need_hp(op, "dbias", dbias));
+    if (l8_tensor_numel(dbias) != C)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias has %lld elements, wanted %lld (cols)", op,
+                       (long long)l8_tensor_numel(dbias), (long long)C);
+    const int grad = act == L8_ACT_GELU;
+    if (grad) {
+        if (!a)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a (the activation's input) is NULL", op);
+        L8_CHECK(l8i_need_tensor(op, "a", a, ctx));
+        L8_CHECK(need_hp(op, "a", a));
+        if (l8_tensor_numel(a) != R * C)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a has %lld elements, dy has %lld", op,
+                           (long long)l8_tensor_numel(a), (long long)(R * C));
+    }
+    if (R > INT32_MAX || C > INT32_MAX)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
+                       op, (long long)R, (long long)C);
+    L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    const int host = l8_ctx_backend(ctx) == L8_BACKEND_HOST;
+    if (grad) {
+        /* the gradient through a scratch of dy's dtype, as act_unfused (on
+         * the GPU too: the dGELU arithmetic inside the sums' CTAs measured
+         * slower next to GEMMs, docs/perf.md 2026-12-02 late night) */
+        l8_tensor *t = NULL;
+        l8_status ret = scratch_like(dy, "cast.dbias", s, &t);
+        if (ret == L8_OK)
+            ret = l8_gelu_backward(a, dy, t, s);
+        if (ret == L8_OK)
+            ret = l8_dbias_dact(L8_ACT_NONE, t, NULL, dbias, s);
+        l8_tensor_destroy(t);
+        return ret;
+    }
+    void *x, *db;
+    L8_CHECK(l8_tensor_data(dy, &x));
+    L8_CHECK(l8_tensor_data(dbias, &db));
+    if (host)
+        return dbias_host(x, l8_tensor_dtype(dy), R, C, db, l8_tensor_dtype(dbias));
+    return dbias_launch(ctx, l8_tensor_dtype(dy), x, R, C, db, l8_tensor_dtype(dbias), s);
 }
 
 /* A group launch: up to GROUP_MAX tensors of one input dtype, one CTA per

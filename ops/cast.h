@@ -140,6 +140,26 @@ L8_NODISCARD l8_status l8_fp8_cast_transpose_dact(l8_act act, const l8_tensor *d
                                                   l8_tensor *out_t, l8_tensor *dbias,
                                                   unsigned flags, l8_stream *s);
 
+/* The bias gradient alone: dbias = the column sums of g = dy * act'(a)
+ * (rounded to dy's dtype, as l8_fp8_cast_transpose_dact computes g; with
+ * L8_ACT_NONE g = dy and a is not read, may be NULL), exactly the values
+ * l8_fp8_cast_transpose_dact (L8_ACT_NONE: l8_fp8_cast_transpose_dbias)
+ * writes into its dbias - every sum in the casts' order, bit for bit - with
+ * nothing cast: no FP8 output, no meta, no amax. For a bias gradient on a
+ * second stream while the compute stream casts dy without one (lean8-train's
+ * backward: docs/design.md). dy and a: any high-precision dtypes, a with
+ * dy's numel; dbias: cols elements (rows/cols of dy as above), F32, BF16 or
+ * F16, rounded from the f32 sums. With L8_ACT_GELU, g first goes through
+ * l8_gelu_backward into a scratch of dy's dtype (tag "cast.dbias", from the
+ * context's allocator on s). The column sums on the device: one launch of
+ * ceil(cols / 32) CTAs up to 1024 rows, else those CTAs over groups of 1024
+ * rows and l8_dbias_reduce through a scratch as above. Errors: L8_ERR_INVALID_ARG (an unknown act, NULL dy or
+ * dbias, a NULL with an activation, wrong dtypes or numels, tensors of
+ * different contexts, non-contiguous tensors), L8_ERR_UNSUPPORTED (rows or
+ * cols above 2^31 - 1), L8_ERR_STATE, L8_ERR_CUDA, L8_ERR_OOM. */
+L8_NODISCARD l8_status l8_dbias_dact(l8_act act, const l8_tensor *dy, const l8_tensor *a,
+                                     l8_tensor *dbias, l8_stream *s);
+
 /* l8_fp8_cast_transpose of n tensors in as few launches as their tiles
  * allow (one for up to 16 tensors of one input dtype and 32768 tiles in
  * all): in[i] -> out[i] (out, or out[i], may be NULL) and out_t[i], each

@@ -868,6 +868,11 @@ START_TEST(test_cast_transpose_dbias_host)
                 L8_CK(l8_fp8_cast_transpose_dbias(in, NULL, ot, db, 0, NULL));
                 get(db, again);
                 ck_assert(memcmp(got, again, (size_t)C * hp_size(ddt)) == 0);
+                /* the bias gradient alone (l8_dbias_dact): the same bits */
+                poison(db, 0xee);
+                L8_CK(l8_dbias_dact(L8_ACT_NONE, in, NULL, db, NULL));
+                get(db, again);
+                ck_assert(memcmp(got, again, (size_t)C * hp_size(ddt)) == 0);
                 free(again);
                 free(got);
                 free(x);
@@ -1265,8 +1270,19 @@ START_TEST(test_cast_act_host)
         ck_assert_msg(memcmp(y[0][0], y[1][0], (size_t)n) == 0, "%s: out", dact ? "dact" : "act");
         ck_assert_msg(memcmp(y[0][1], y[1][1], (size_t)n) == 0, "%s: out_t", dact ? "dact" : "act");
         ck_assert(fbits(meta[0][2]) == fbits(meta[1][2]) && fbits(meta[0][1]) == fbits(meta[1][1]));
-        if (dact)
+        if (dact) {
             ck_assert(memcmp(dbv[0], dbv[1], sizeof dbv[0]) == 0);
+            /* the bias gradient alone, through the activation (a of
+             * another dtype) and without (the exact gradient): the same */
+            float dba[24];
+            for (int k = 0; k < 2; k++) {
+                poison(db[0], 0xee);
+                if (k) L8_CK(l8_dbias_dact(L8_ACT_NONE, in[1], NULL, db[0], NULL));
+                else L8_CK(l8_dbias_dact(L8_ACT_GELU, in[0], ta, db[0], NULL));
+                get(db[0], dba);
+                ck_assert_msg(memcmp(dba, dbv[1], sizeof dba) == 0, "l8_dbias_dact %d", k);
+            }
+        }
         /* out_t NULL: the cast alone, the same bytes */
         poison(out[0], 0x5a);
         if (dact)
@@ -1314,6 +1330,24 @@ START_TEST(test_cast_act_host)
             poison(out[0], 0x5a);
             get(out[0], y[0][0]);
             for (int64_t i = 0; i < n; i++) ck_assert_uint_eq(y[0][0][i], 0x5a);
+            /* l8_dbias_dact's errors; dbias not written */
+            l8_tensor *d7 = mk1(ctx, L8_F32, C - 1), *di = mk1(ctx, L8_I32, C);
+            poison(db[0], 0xee);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_GELU, in[0], NULL, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_GELU, in[0], a7, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_GELU, in[0], ai, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact((l8_act)9, in[0], ta, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_GELU, in[0], ta, d7, NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_GELU, in[0], ta, di, NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_NONE, ai, NULL, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_NONE, NULL, NULL, db[0], NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_NONE, in[0], NULL, NULL, NULL), L8_ERR_INVALID_ARG);
+            L8_CK_ST(l8_dbias_dact(L8_ACT_NONE, out[0], NULL, db[0], NULL), L8_ERR_INVALID_ARG);
+            uint32_t dw[24];
+            get(db[0], dw);
+            for (int64_t c = 0; c < C; c++) ck_assert_uint_eq(dw[c], 0xeeeeeeeeu);
+            l8_tensor_destroy(d7);
+            l8_tensor_destroy(di);
             l8_tensor_destroy(a7);
             l8_tensor_destroy(ai);
         }
@@ -1517,6 +1551,59 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
  * 2..4 tile rows takes the half entries in clusters in each of them (129 x
  * 260, 300 x 8, 256 x 512, 512 x 100, 500 x 33; at offsets 300 x 520,
  * 264 x 257, 257 x 1031, 272 x 257); 640 x 64 and up, the tile kernel. */
+/* l8_dbias_dact on the GPU against l8_fp8_cast_transpose_dbias of the
+ * gradient (l8_gelu_backward into a tensor of dy's dtype first), bit for
+ * bit: one launch up to 8 tile rows, partials and l8_dbias_reduce past
+ * them (1025, 2048, 4733 rows: 9, 16 and 37 tile rows, the last CTA row of
+ * the grid partial), empty and one-column tensors; every dtype. */
+START_TEST(test_gpu_dbias_alone)
+{
+    l8_ctx *g = mk_ctx("cuda:0");
+    l8_rng r;
+    l8_rng_init(&r, 0xdba1);
+    const int64_t shapes[][2] = { { 4733, 72 }, { 2048, 512 }, { 1025, 33 }, { 1024, 40 },
+                                  { 129, 1 }, { 1, 4000 }, { 0, 5 }, { 300, 8 }, { 256, 512 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int act = 0; act < 2; act++) {
+                int64_t R = shapes[k][0], C = shapes[k][1];
+                l8_dtype dt = HPS[hi], ddt = HPS[(k + (size_t)hi + (size_t)act) % 3];
+                size_t n = (size_t)(R * C);
+                void *x = xmalloc(n * 4 + 4), *a = xmalloc(n * 4 + 4);
+                fill_hp(&r, x, dt, n, (int)(k % 2), 4.0f);
+                fill_hp(&r, a, dt, n, 0, 4.0f);
+                l8_tensor *in = mk2(g, dt, R, C), *ta = mk2(g, dt, R, C), *hgt = mk2(g, dt, R, C);
+                l8_tensor *ot = mk2(g, L8_E4M3, C, R), *d0 = mk1(g, ddt, C), *d1 = mk1(g, ddt, C);
+                add_meta(ot, 1.0f, 0.0f);
+                if (n) { put(in, x); put(ta, a); }
+                poison(d0, 0xee);
+                poison(d1, 0xdd);
+                if (act) {
+                    L8_CK(l8_dbias_dact(L8_ACT_GELU, in, ta, d0, NULL));
+                    L8_CK(l8_gelu_backward(ta, in, hgt, NULL));
+                    L8_CK(l8_fp8_cast_transpose_dbias(hgt, NULL, ot, d1, 0, NULL));
+                } else {
+                    L8_CK(l8_dbias_dact(L8_ACT_NONE, in, NULL, d0, NULL));
+                    L8_CK(l8_fp8_cast_transpose_dbias(in, NULL, ot, d1, 0, NULL));
+                }
+                float v0[4000], v1[4000];
+                get(d0, v0);
+                get(d1, v1);
+                for (int64_t c = 0; c < C; c++)
+                    ck_assert_msg(same_float(ref_load(v0, ddt, (size_t)c), ref_load(v1, ddt, (size_t)c)),
+                                  "l8_dbias_dact act %d [%lld x %lld] dt %d dbias %d col %lld: "
+                                  "%.9g, the cast's %.9g", act, (long long)R, (long long)C, dt,
+                                  ddt, (long long)c, ref_load(v0, ddt, (size_t)c),
+                                  ref_load(v1, ddt, (size_t)c));
+                l8_tensor *all[] = { in, ta, hgt, ot, d0, d1 };
+                for (size_t i = 0; i < 6; i++) l8_tensor_destroy(all[i]);
+                free(x);
+                free(a);
+            }
+    done_ctx(g);
+}
+END_TEST
+
 static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r);
 
 START_TEST(test_gpu_cast_transpose)
@@ -1590,6 +1677,29 @@ static void gpu_act_case(l8_ctx *g, l8_rng *r, int dact, int64_t R, int64_t C, l
             if (t) get(t, y[side][o]);
         }
         if (tdb) get(tdb, db[side]);
+        if (tdb && dact) {
+            /* the bias gradient alone (l8_dbias_dact), through the
+             * activation on side 0 and of the activation's output h on
+             * side 1: the casts' dbias bit for bit (checked below) */
+            float dba[2048];
+            poison(tdb, 0xee);
+            if (side == 0) {
+                L8_CK(l8_dbias_dact(L8_ACT_GELU, in, ta, tdb, NULL));
+            } else {
+                l8_tensor *h = mk2(g, dt, R, C);
+                L8_CK(l8_gelu_backward(ta, in, h, NULL));
+                L8_CK(l8_dbias_dact(L8_ACT_NONE, h, NULL, tdb, NULL));
+                l8_tensor_destroy(h);
+            }
+            get(tdb, dba);
+            for (int64_t c = 0; c < C; c++)
+                ck_assert_msg(same_float(ref_load(dba, (l8_dtype)dbias_dt, (size_t)c),
+                                         ref_load(db[side], (l8_dtype)dbias_dt, (size_t)c)),
+                              "l8_dbias_dact [%lld x %lld] dt %d a %d side %d col %lld: %.9g, "
+                              "the cast's %.9g", (long long)R, (long long)C, dt, adt, side,
+                              (long long)c, ref_load(dba, (l8_dtype)dbias_dt, (size_t)c),
+                              ref_load(db[side], (l8_dtype)dbias_dt, (size_t)c));
+        }
         L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
         l8_tensor *all[] = { in, ta, out, ot, tdb };
         for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
@@ -2078,6 +2188,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(gpu, test_gpu_cast_transpose);
     tcase_add_test(gpu, test_gpu_cast_transpose_many);
     tcase_add_test(gpu, test_gpu_cast_act);
+    tcase_add_test(gpu, test_gpu_dbias_alone);
     tcase_add_test(gpu, test_gpu_dequantize_transpose);
     tcase_add_test(gpu, test_gpu_scale_update);
     tcase_add_test(gpu, test_gpu_bandwidth);

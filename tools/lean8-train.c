@@ -130,9 +130,8 @@ typedef struct model {
     int split_casts;                          /* FP8, one process, no offload: the dGELU
                                                  casts' bias gradients on the side stream
                                                  (backward_split) */
-    l8_storage *dg8[2], *sc8[2];              /* with split_casts: dY8, dY8t and the side cast's
-                                                 scratch pair, each B x the widest layer */
-    l8_fp8_meta *scmeta;                      /* the scratch pair's meta (scale 1) */
+    l8_storage *dg8[2];                       /* with split_casts: dY8, dY8t, each B x the
+                                                 widest layer */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -327,11 +326,8 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_xt);
     l8_event_destroy(m->ev_side);
     l8_fp8_meta_release(m->x8meta);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++)
         l8_storage_release(m->dg8[k]);
-        l8_storage_release(m->sc8[k]);
-    }
-    l8_fp8_meta_release(m->scmeta);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -538,16 +534,9 @@ static l8_status model_build(model *m, const opts *o)
     for (int i = 0; o->fp8 && !m->world && !m->off && i + 1 < m->nl; i++)
         if (fp8_layer(m, i) && m->ld[i + 1] > widest) widest = m->ld[i + 1];
     m->split_casts = widest > 0;
-    for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++) {
+    for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++)
         st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
-        if (st == L8_OK)
-            st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
-                                          k ? "train.dbias_scratch_t" : "train.dbias_scratch",
-                                          &m->sc8[k]);
-    }
-    if (m->split_casts && st == L8_OK) st = l8_fp8_meta_create(m->ctx, &m->scmeta);
-    if (m->split_casts && st == L8_OK) st = l8_fp8_meta_set(m->scmeta, 1.0f, 1.0f, 0.0f);
     return st;
 }
 
@@ -647,9 +636,9 @@ static l8_status fork_side(model *m)
 /* The backward of FP8 layer i below the head with its casts split (m->split_casts):
  * dY = bf16(dgelu(grad[i + 1], pre[i])) cast on s without the bias gradient
  * (the small-tile kernel's dGELU cast without dbias, the quarter or eighth
- * form), while the side stream runs the layer's own cast, dbias included
- * (above one tile row on few SMs: L8_CAST_FEW_SMS), into scratch FP8 bytes
- * and writes the column sums straight into the bias's main_grad; then
+ * form), while the side stream writes the same dY in bf16 (l8_gelu_backward)
+ * and sums its columns into the bias's main_grad (l8_dbias_dact: ceil(n /
+ * 32) light CTAs, nothing cast); then
  * l8_linear_backward_fp8 with that main_grad as db (the step's first
  * backward: nothing more is enqueued for the bias). Bit for bit
  * l8_linear_backward_act: dY cast with the layer's meta, the amax
@@ -665,19 +654,12 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
                                                                      L8_ROLE_GRAD_OUTPUT));
     const l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_GRAD_OUTPUT);
     l8_tensor *db = l8_params_main_grad(m->params, m->bid[i]);
-    l8_tensor *dy8 = NULL, *dy8t = NULL, *s8 = NULL, *s8t = NULL;
+    l8_tensor *dy8 = NULL, *dy8t = NULL;
     l8_status st = L8_OK;
     L8_TRY(st, fp8_over(m->dg8[0], fmt, rows, n, gm, &dy8), out);
     L8_TRY(st, fp8_over(m->dg8[1], fmt, n, rows, gm, &dy8t), out);
-    L8_TRY(st, fp8_over(m->sc8[0], fmt, rows, n, m->scmeta, &s8), out);
-    L8_TRY(st, fp8_over(m->sc8[1], fmt, n, rows, m->scmeta, &s8t), out);
     L8_TRY(st, fork_side(m), out);
-    /* above one 128-row tile row the small-tile kernel would take clusters of
-     * 1024-thread CTAs (784-512-512-10: 32 of them), whose SMs the GEMMs on s
-     * then wait for: the tile kernel takes 8 (docs/perf.md, 2026-12-02 late evening) */
-    const unsigned few = rows > 128 ? L8_CAST_FEW_SMS : 0u;
-    L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], s8, s8t, db,
-                                          L8_CAST_ACCUMULATE_AMAX | few, m->side), out);
+    L8_TRY(st, l8_dbias_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], db, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
     L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], dy8, dy8t, NULL,
                                           L8_CAST_ACCUMULATE_AMAX, m->s), out);
@@ -685,8 +667,6 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
 out:
     l8_tensor_destroy(dy8);
     l8_tensor_destroy(dy8t);
-    l8_tensor_destroy(s8);
-    l8_tensor_destroy(s8t);
     return st;
 }
 
