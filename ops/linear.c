@@ -67,6 +67,8 @@ struct l8_linear {
     l8_tensor *w16;               /* (N, K) */
     l8_tensor *b16;               /* (N,), both modes when there is a bias */
     l8_event *ev;
+    l8_stream *ws;                /* the wgrad's stream (l8_linear_set_wgrad_stream); NULL: s */
+    l8_event *ev_ws;              /* s -> ws: dY ready for wgrad */
     /* tensor parallel */
     l8_comm *tp;                  /* NULL: none */
     l8_linear_parallel par;
@@ -334,6 +336,7 @@ l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear *
     if (l->b)
         L8_TRY(ret, new_tensor(l, "b_bf16", L8_BF16, l->N, -1, NULL, cs, &l->b16), fail);
     L8_TRY(ret, l8_event_create(ctx, 0, &l->ev), fail);
+    L8_TRY(ret, l8_event_create(ctx, 0, &l->ev_ws), fail);
     for (int i = 0; l->tp && i < 3; i++)
         L8_TRY(ret, l8_event_create(ctx, 0, &l->ev_tp[i]), fail);
     if (is_fp8_mode(l)) {
@@ -364,6 +367,7 @@ void l8_linear_destroy(l8_linear *l)
     l8_fp8_meta_release(l->meta_w);
     l8_fp8_meta_release(l->meta_g);
     l8_event_destroy(l->ev);
+    l8_event_destroy(l->ev_ws);
     for (int i = 0; i < 3; i++)
         l8_event_destroy(l->ev_tp[i]);
     free(l);
@@ -371,6 +375,16 @@ void l8_linear_destroy(l8_linear *l)
 
 /* ------------------------------------------------------------------------ */
 /* small accessors                                                           */
+
+l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws)
+{
+    L8_ARG(l != NULL);
+    if (ws && l8_stream_ctx(ws) != l->ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_set_wgrad_stream: the stream belongs to"
+                       " another context than %s's", l->name);
+    l->ws = ws;
+    return L8_OK;
+}
 
 l8_status l8_linear_begin_step(l8_linear *l)
 {
@@ -991,6 +1005,13 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
             wg.epilogue = L8_GEMM_EPI_DBIAS_A;
         }
     }
+    /* the wgrad's stream: after dY is ready on s (and X restored), beside
+     * the dgrad and what the caller enqueues on s next */
+    l8_stream *ws = l->ws && l->ws != s ? l->ws : s;
+    if (ws != s) {
+        L8_TRY(ret, l8_event_record(l->ev_ws, s), out);
+        L8_TRY(ret, l8_stream_wait_event(ws, l->ev_ws), out);
+    }
     if (dx)
         L8_TRY(ret, l8_gemm(l->gemm, &dg, s), out);
     if (reduce_dx) {              /* the dX reduction on the comm stream, overlapping wgrad */
@@ -1002,18 +1023,20 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, l8_event_record(l->ev_tp[2], cs), out);
     }
     if (colsp)
-        L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[1]), out);
-    L8_TRY(ret, l8_gemm(l->gemm, &wg, s), out);
+        L8_TRY(ret, l8_stream_wait_event(ws, l->ev_tp[1]), out);
+    L8_TRY(ret, l8_gemm(l->gemm, &wg, ws), out);   /* records its operands on ws */
     /* this micro-batch's bias gradient, when not written into main_grad
      * already: added to it after the first micro-batch, else converted */
     const l8_tensor *mb_db = precast ? in->db : dbs;
+    if (mb_db && ws != s)          /* (the elementwise ops do not record their operands) */
+        L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(mb_db), ws), out);
     if (mb_db && !first)
-        L8_TRY(ret, l8_add_into(l->gb, mb_db, s), out);
+        L8_TRY(ret, l8_add_into(l->gb, mb_db, ws), out);
     else if (mb_db && !same_tensor(mb_db, l->gb))
-        L8_TRY(ret, l8_convert(mb_db, l->gb, s), out);
+        L8_TRY(ret, l8_convert(mb_db, l->gb, ws), out);
     if (reduce_dx)
         L8_TRY(ret, l8_stream_wait_event(s, l->ev_tp[2]), out);
-    L8_TRY(ret, l8_event_record(l->ev, s), out);
+    L8_TRY(ret, l8_event_record(l->ev, ws), out);
     l->stats.micro_batch++;
     l->stats.backwards++;
 

@@ -351,6 +351,31 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
                                               const l8_tensor *db, l8_tensor *dx,
                                               l8_stream *s);
 
+/* The weight gradient on a stream of its own. A backward needs dX before
+ * the layer below can start, but main_grad only at the optimizer step; on
+ * one stream the wgrad GEMM sits between the two. With ws set, every later
+ * backward of l enqueues dY's preparation (activation gradient, casts,
+ * gathers) and the dgrad GEMM on its own stream s as before, while ws waits
+ * for s's work up to the dgrad (an event) and takes what only main_grad
+ * needs: the wgrad GEMM (in bf16 mode with the bias gradient in its
+ * epilogue) and the bias gradient's addition or conversion. The wgrad may
+ * then run beside the dgrad and beside whatever the caller enqueues on s
+ * next (the layer below). The results are bit for bit those without ws:
+ * the same kernels on the same bytes.
+ *   ws  a stream of l's context (e.g. L8_STREAM_COMM when nothing else
+ *       uses it); NULL, or the backward's own stream: no split (the default)
+ * The event handed to grad_ready is then recorded on ws. The caller owns
+ * the join: before anything reads main_grad (the optimizer), changes a
+ * scale the GEMMs read (l8_recipe_update), or overwrites what the wgrad
+ * reads (dy for l8_linear_backward / _act in bf16 mode, dy8t and db for
+ * l8_linear_backward_fp8, and x, which a bf16 layer saves as a view), make
+ * that stream wait for ws (l8_event_record on ws after the step's last
+ * backward, then l8_stream_wait_event). Memory the layer allocates or
+ * frees is recorded on ws, so freeing it early is safe. Takes effect at
+ * the next backward; a host context runs both streams' work in order.
+ * Errors: L8_ERR_INVALID_ARG (l NULL, ws of another context). */
+L8_NODISCARD l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws);
+
 /* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
 void l8_linear_ctx_destroy(l8_linear_ctx *c);
 

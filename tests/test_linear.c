@@ -804,6 +804,148 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the weight gradient on a stream of its own                                */
+
+/* Two pairs of layers a -> GELU -> b with the same weights: pair 0 on the
+ * compute stream alone, pair 1 with both wgrads on the comm stream
+ * (l8_linear_set_wgrad_stream). Two micro-batches a step (the second adds
+ * into main_grad there, FP8 through the bias scratch), two steps with a
+ * recipe update between; the caller's join before reading main_grad. Y,
+ * dX, every main_grad and the grad_ready counts: the same bits. After each
+ * of pair 1's backwards, new tensors on the compute stream are filled with
+ * NaNs, so that a block freed there without being recorded on the comm
+ * stream would be overwritten under a wgrad still to run. */
+static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
+{
+    const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
+    const int64_t T = shapes[shape][0], K = shapes[shape][1], N1 = shapes[shape][2];
+    const int64_t N2 = shapes[shape][3];
+    const int fp8 = mode == L8_LINEAR_FP8;
+    l8_rng r, r2;
+    l8_rng_init(&r, 0x3a5 + (uint64_t)shape * 7 + (uint64_t)mode);
+    r2 = r;
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_stream *ws = l8_ctx_stream(ctx, L8_STREAM_COMM);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec[2] = { fp8 ? mk_recipe(ctx) : NULL, fp8 ? mk_recipe(ctx) : NULL };
+    fx a[2], b[2];
+    fx_init_cfg(&a[0], ctx, h, rec[0], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r);
+    fx_init_cfg(&b[0], ctx, h, rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r);
+    fx_init_cfg(&a[1], ctx, h, rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r2);
+    fx_init_cfg(&b[1], ctx, h, rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r2);
+    L8_CK(l8_linear_set_wgrad_stream(a[1].lin, ws));
+    L8_CK(l8_linear_set_wgrad_stream(b[1].lin, ws));
+    /* errors: no layer; a stream of another context */
+    L8_CK_ST(l8_linear_set_wgrad_stream(NULL, ws), L8_ERR_INVALID_ARG);
+    {
+        l8_ctx *other = mk_ctx("host");
+        L8_CK_ST(l8_linear_set_wgrad_stream(a[1].lin, l8_ctx_stream(other, L8_STREAM_COMM)),
+                 L8_ERR_INVALID_ARG);
+        done_ctx(other);
+    }
+    l8_event *join = NULL;
+    L8_CK(l8_event_create(ctx, 0, &join));
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N2);
+    l8_tensor *tz[2], *ty[2], *tdh[2], *tdx[2];
+    for (int p = 0; p < 2; p++) {
+        tz[p] = mk(ctx, L8_BF16, T, N1);
+        ty[p] = mk(ctx, L8_BF16, T, N2);
+        tdh[p] = mk(ctx, L8_BF16, T, N1);
+        tdx[p] = mk(ctx, L8_BF16, T, K);
+    }
+    float *x = fmem(T * K), *dy = fmem(T * N2), *o[2];
+    const int64_t big = T * N1 > N1 * K ? T * N1 : N1 * K;
+    o[0] = fmem(big);
+    o[1] = fmem(big);
+    for (int step = 0; step < 2; step++) {
+        for (int mb = 0; mb < 2; mb++) {
+            fill_bf16(&r, x, T * K);
+            fill_bf16(&r, dy, T * N2);
+            put(tx, x);
+            put(tdy, dy);
+            for (int p = 0; p < 2; p++) {
+                l8_linear_ctx *ca = NULL, *cb = NULL;
+                poison(ty[p]);
+                poison(tdx[p]);
+                L8_CK(l8_linear_forward(a[p].lin, tx, tz[p], &ca, NULL));
+                L8_CK(l8_linear_forward_act(b[p].lin, L8_ACT_GELU, tz[p], ty[p], &cb, NULL));
+                L8_CK(l8_linear_backward(b[p].lin, &cb, tdy, tdh[p], NULL));
+                for (int k = 0; p == 1 && k < 3; k++) {      /* scribble on s */
+                    l8_tensor *sc = mk(ctx, L8_BF16, T, (k == 0 ? N2 : k == 1 ? N1 : 2) / 2);
+                    poison(sc);
+                    l8_tensor_destroy(sc);
+                }
+                L8_CK(l8_linear_backward_act(a[p].lin, L8_ACT_GELU, &ca, tdh[p], tz[p], tdx[p],
+                                             NULL));
+                for (int k = 0; p == 1 && k < 3; k++) {
+                    l8_tensor *sc = mk(ctx, L8_BF16, (k == 0 ? N1 : k == 1 ? K : 2) / 2, T);
+                    poison(sc);
+                    l8_tensor_destroy(sc);
+                }
+                ck_assert_ptr_null(ca);
+                ck_assert_ptr_null(cb);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s %s shape %d step %d mb %d: dx", dev,
+                     fp8 ? "fp8" : "bf16", shape, step, mb);
+            same_bits(tdx[0], tdx[1], o[0], o[1], what);
+            snprintf(what, sizeof what, "%s %s shape %d step %d mb %d: y", dev,
+                     fp8 ? "fp8" : "bf16", shape, step, mb);
+            same_bits(ty[0], ty[1], o[0], o[1], what);
+        }
+        /* the join: the compute stream waits for the comm stream's wgrads */
+        L8_CK(l8_event_record(join, ws));
+        L8_CK(l8_stream_wait_event(l8_ctx_stream(ctx, L8_STREAM_COMPUTE), join));
+        const l8_tensor *cmp[][2] = { { a[0].tgw, a[1].tgw }, { a[0].tgb, a[1].tgb },
+                                      { b[0].tgw, b[1].tgw }, { b[0].tgb, b[1].tgb } };
+        static const char *names[] = { "a.gW", "a.gb", "b.gW", "b.gb" };
+        for (int k = 0; k < 4; k++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s %s shape %d step %d: %s", dev, fp8 ? "fp8" : "bf16",
+                     shape, step, names[k]);
+            int64_t n = same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_msg(!isnan(o[1][i]), "%s: NaN (unwritten) at %lld", what,
+                              (long long)i);
+        }
+        for (int p = 0; p < 2; p++) {
+            ck_assert_int_eq(a[p].ready[0], 2 * (step + 1));
+            ck_assert_int_eq(b[p].ready[1], 2 * (step + 1));
+            ck_assert_int_eq(a[p].ready_bad + b[p].ready_bad, 0);
+        }
+        if (fp8) {
+            L8_CK(l8_recipe_update(rec[0], NULL));
+            L8_CK(l8_recipe_update(rec[1], NULL));
+        }
+        fx_new_weights(&a[0], &r2);
+        fx_new_weights(&b[0], &r2);
+        fx_copy_weights(&a[1], &a[0]);
+        fx_copy_weights(&b[1], &b[0]);
+    }
+    l8_tensor *all[] = { tx, tdy, tz[0], tz[1], ty[0], ty[1], tdh[0], tdh[1], tdx[0], tdx[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++) {
+        fx_free(&a[p]);
+        fx_free(&b[p]);
+        l8_recipe_destroy(rec[p]);
+    }
+    l8_event_destroy(join);
+    free(x); free(dy); free(o[0]); free(o[1]);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_wgrad_stream) { wgrad_stream_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, 0); }
+END_TEST
+
+START_TEST(test_gpu_wgrad_stream)
+{
+    wgrad_stream_run("cuda:0", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, _i >> 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* FP8 operands cast by the caller                                           */
 
 /* An FP8 tensor (rows, cols) of fmt carrying meta. */
@@ -2258,6 +2400,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_grad_ready);
     tcase_add_test(tc, test_refresh_weights);
     tcase_add_loop_test(tc, test_act, 0, 2);
+    tcase_add_loop_test(tc, test_wgrad_stream, 0, 2);
     tcase_add_test(tc, test_precast);
     tcase_add_test(tc, test_precast_bf16);
     tcase_add_test(tc, test_precast_own_meta);
@@ -2276,6 +2419,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tg, test_gpu_linear_vs_host);
     tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
+    tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 4);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
     tcase_add_test(tg, test_gpu_precast_own_meta);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);

@@ -130,8 +130,16 @@ typedef struct model {
     int split_casts;                          /* FP8, one process, no offload: the dGELU
                                                  casts' bias gradients on the side stream
                                                  (backward_split) */
-    l8_storage *dg8[2];                       /* with split_casts: dY8, dY8t, each B x the
-                                                 widest layer */
+    l8_storage *dg8[2];                       /* with split_casts: dY8, B x the widest
+                                                 layer (read by dgrad on m->s), and dY8t,
+                                                 B x each split layer at dgt_off[i] bytes
+                                                 (read by a wgrad on m->wgs) */
+    int64_t dgt_off[MAX_LAYERS];
+    l8_stream *wgs;                           /* one process, no offload: the comm stream,
+                                                 where the layers above the first run their
+                                                 wgrad (l8_linear_set_wgrad_stream) beside
+                                                 the next layer's backward; NULL: none */
+    l8_event *ev_wg;                          /* the join of wgs before the optimizer */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -325,6 +333,7 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_w16);
     l8_event_destroy(m->ev_xt);
     l8_event_destroy(m->ev_side);
+    l8_event_destroy(m->ev_wg);
     l8_fp8_meta_release(m->x8meta);
     for (int k = 0; k < 2; k++)
         l8_storage_release(m->dg8[k]);
@@ -452,6 +461,7 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_w16));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_side));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_wg));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -509,6 +519,14 @@ static l8_status model_build(model *m, const opts *o)
         lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
+    /* one process without offload: the wgrads above the first layer on the
+     * comm stream (nothing else uses it then), beside the next layer's
+     * dGELU and dgrad; the first layer's wgrad is the backward's last work
+     * and stays on s (docs/perf.md, 2026-12-02 (third afternoon)) */
+    if (!m->world && !m->off) {
+        m->wgs = l8_ctx_stream(m->ctx, L8_STREAM_COMM);
+        for (int i = 1; i < m->nl; i++) L8_CHECK(l8_linear_set_wgrad_stream(m->lin[i], m->wgs));
+    }
     if (m->dp > 1) {
         l8_ddp_config dc = L8_DDP_CONFIG_INIT;
         dc.zero1 = o->zero1;
@@ -530,12 +548,19 @@ static l8_status model_build(model *m, const opts *o)
         m->grad[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i], &st);
         if (i < m->nl) m->pre[i] = new2(m->ctx, L8_BF16, m->lb, m->ld[i + 1], &st);
     }
-    int64_t widest = 0;    /* the widest FP8 layer below the head: the split's buffers */
+    /* the split's buffers: dY8 for the widest FP8 layer below the head,
+     * dY8t for each (a wgrad on wgs may still read one layer's while the
+     * next layer's cast writes its own) */
+    int64_t widest = 0, total = 0;
     for (int i = 0; o->fp8 && !m->world && !m->off && i + 1 < m->nl; i++)
-        if (fp8_layer(m, i) && m->ld[i + 1] > widest) widest = m->ld[i + 1];
+        if (fp8_layer(m, i)) {
+            if (m->ld[i + 1] > widest) widest = m->ld[i + 1];
+            m->dgt_off[i] = total;
+            total += m->lb * m->ld[i + 1];
+        }
     m->split_casts = widest > 0;
     for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++)
-        st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * widest), m->s,
+        st = l8_storage_create_tagged(m->ctx, (size_t)(k ? total : m->lb * widest), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
     return st;
 }
@@ -570,12 +595,12 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-/* An FP8 tensor (r, c) of storage st from byte 0, carrying meta. */
-static l8_status fp8_over(l8_storage *st, l8_dtype fmt, int64_t r, int64_t c, l8_fp8_meta *meta,
-                          l8_tensor **t)
+/* An FP8 tensor (r, c) of storage st from byte off, carrying meta. */
+static l8_status fp8_over(l8_storage *st, int64_t off, l8_dtype fmt, int64_t r, int64_t c,
+                          l8_fp8_meta *meta, l8_tensor **t)
 {
     int64_t sh[2] = { r, c };
-    L8_CHECK(l8_tensor_from_storage(st, 0, fmt, 2, sh, NULL, t));
+    L8_CHECK(l8_tensor_from_storage(st, (size_t)off, fmt, 2, sh, NULL, t));
     return l8_tensor_set_fp8_meta(*t, meta);
 }
 
@@ -589,7 +614,7 @@ static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tens
         l8_storage *st = NULL;
         L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->s,
                                           k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
-        l8_status ret = fp8_over(st, fmt, k ? m->ld[0] : rows, k ? rows : m->ld[0], m->x8meta,
+        l8_status ret = fp8_over(st, 0, fmt, k ? m->ld[0] : rows, k ? rows : m->ld[0], m->x8meta,
                                  k ? x8t : x8);
         l8_storage_release(st);
         L8_CHECK(ret);
@@ -656,8 +681,8 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
     l8_tensor *db = l8_params_main_grad(m->params, m->bid[i]);
     l8_tensor *dy8 = NULL, *dy8t = NULL;
     l8_status st = L8_OK;
-    L8_TRY(st, fp8_over(m->dg8[0], fmt, rows, n, gm, &dy8), out);
-    L8_TRY(st, fp8_over(m->dg8[1], fmt, n, rows, gm, &dy8t), out);
+    L8_TRY(st, fp8_over(m->dg8[0], 0, fmt, rows, n, gm, &dy8), out);
+    L8_TRY(st, fp8_over(m->dg8[1], m->dgt_off[i], fmt, n, rows, gm, &dy8t), out);
     L8_TRY(st, fork_side(m), out);
     L8_TRY(st, l8_dbias_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], db, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
@@ -789,6 +814,12 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
                                                   i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
                                                   &saved[i], v.grad[i + 1], v.pre[i], dx, m->s),
                        out);
+        }
+        /* the wgrads on wgs are done before the optimizer reads main_grad
+         * and the recipe update changes the scales they read */
+        if (m->wgs) {
+            L8_TRY(st, l8_event_record(m->ev_wg, m->wgs), out);
+            L8_TRY(st, l8_stream_wait_event(m->s, m->ev_wg), out);
         }
         if (m->ddp) L8_TRY(st, l8_ddp_finish(m->ddp, m->s), out);
         /* the recipe update (every amax is in: the casts are done) on the
