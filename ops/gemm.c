@@ -443,6 +443,13 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
                        (double)dc->alpha, (double)dc->beta);
     if ((unsigned)dc->epilogue > L8_GEMM_EPI_DBIAS_B)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: unknown epilogue %d", (int)dc->epilogue);
+    if (dc->sm_count < 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: sm_count %d (0: all, or > 0)", dc->sm_count);
+    if (h->cuda && dc->sm_count > 0) {
+        unsigned nsm = 0;
+        L8_CHECK(l8i_sm_count(h->ctx, &nsm));
+        p->sm = (unsigned)dc->sm_count < nsm ? dc->sm_count : 0;
+    }
     p->ta = dc->trans_a;
     p->tb = dc->trans_b;
     p->alpha = dc->alpha;
@@ -524,6 +531,7 @@ static void make_key(const problem *p, plan_key *k)
     PUT(p->sa != NULL, 1); PUT(p->sb != NULL, 1); PUT(p->sd != NULL, 1); PUT(p->amax != NULL, 1);
     PUT(align_log2(p->a), 4); PUT(align_log2(p->b), 4); PUT(align_log2(p->d), 4);
     PUT(p->bias ? align_log2(p->bias) : 15, 4);
+    PUT(p->sm, 12);               /* < the device's SM count; 0 in files written before it */
 #undef PUT
     k->bits = b;
 }
@@ -696,6 +704,10 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     else if (p->epi == L8_GEMM_EPI_DBIAS_A) epi = CUBLASLT_EPILOGUE_BGRADB;
     else if (p->epi == L8_GEMM_EPI_DBIAS_B) epi = CUBLASLT_EPILOGUE_BGRADA;
     L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), out);
+    if (p->sm > 0) {              /* before the heuristic: a plan chosen for p->sm SMs */
+        int32_t nsm = p->sm;
+        L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &nsm, sizeof nsm), out);
+    }
     if (p->epi != L8_GEMM_EPI_NONE) {
         int32_t bt = (int32_t)l8i_gemm_cuda_type(p->dt_bias);
         L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), out);
@@ -781,6 +793,7 @@ static l8_status plan_get(l8_gemm_handle *h, const problem *p, l8_stream *s, pla
     if (!pl) return L8_FAIL(L8_ERR_OOM, "l8_gemm: out of host memory for a plan");
     pl->key = key;
     pl->hash = hash;
+    pl->sm = p->sm;
     if (h->cuda) {
         l8_status st = plan_build_cuda(h, pl, p, s);
         if (st != L8_OK) {
@@ -796,6 +809,20 @@ static l8_status plan_get(l8_gemm_handle *h, const problem *p, l8_stream *s, pla
 
 /* ---- the entry point ---- */
 
+/* The caller's desc as this library reads it: the full size, or an older
+ * caller's that ends before sm_count (which then is 0). */
+static l8_status desc_in(const l8_gemm_desc *desc, const char *fn, l8_gemm_desc *out)
+{
+    const size_t v1 = offsetof(l8_gemm_desc, sm_count);
+    if (desc->size != v1 && desc->size < sizeof(l8_gemm_desc))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: desc->size is %zu, expected %zu (use"
+                       " L8_GEMM_DESC_INIT)", fn, desc->size, sizeof(l8_gemm_desc));
+    *out = (l8_gemm_desc)L8_GEMM_DESC_INIT;
+    memcpy(out, desc, desc->size == v1 ? v1 : sizeof *out);
+    out->size = sizeof *out;
+    return L8_OK;
+}
+
 static l8_status record(const l8_tensor *t, l8_stream *s)
 {
     return t ? l8_storage_record_stream(l8_tensor_storage(t), s) : L8_OK;
@@ -804,9 +831,9 @@ static l8_status record(const l8_tensor *t, l8_stream *s)
 l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
 {
     L8_ARG(h != NULL && desc != NULL);
-    if (desc->size < sizeof(l8_gemm_desc))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: desc->size is %zu, expected %zu (use"
-                       " L8_GEMM_DESC_INIT)", desc->size, sizeof(l8_gemm_desc));
+    l8_gemm_desc dd;
+    L8_CHECK(desc_in(desc, "l8_gemm", &dd));
+    desc = &dd;
     L8_CHECK(l8i_resolve_stream("l8_gemm", h->ctx, &s));
     problem p;
     L8_CHECK(analyze(h, desc, &p));
@@ -840,9 +867,9 @@ l8_status l8_gemm_describe(l8_gemm_handle *h, const l8_gemm_desc *desc, char *bu
 {
     L8_ARG(h != NULL && desc != NULL && buf != NULL && size > 0);
     buf[0] = '\0';
-    if (desc->size < sizeof(l8_gemm_desc))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_describe: desc->size is %zu, expected %zu (use"
-                       " L8_GEMM_DESC_INIT)", desc->size, sizeof(l8_gemm_desc));
+    l8_gemm_desc dd;
+    L8_CHECK(desc_in(desc, "l8_gemm_describe", &dd));
+    desc = &dd;
     problem p;
     L8_CHECK(analyze(h, desc, &p));
     plan_key key;

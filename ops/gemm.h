@@ -186,9 +186,19 @@ typedef struct l8_gemm_desc {
     float beta;                   /* 0: D = ..., anything else: D = ... + beta*D */
     l8_gemm_epilogue epilogue;    /* L8_GEMM_EPI_NONE */
     int fast_accum;               /* FP8 only (ignored otherwise): 1 = fast accumulation */
+    int sm_count;                 /* 0: the plan for the whole GPU. N > 0: for a GEMM that
+                                     shares the GPU with another stream's work, the plan
+                                     cuBLASLt chooses for N SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_
+                                     TARGET: fewer, longer-running CTAs that leave the other
+                                     SMs to the other stream). Its own plan (key and plan
+                                     cache), possibly another algorithm: the results may
+                                     differ from 0's in the last bits, as between any two
+                                     algorithms. N >= the device's SM count means 0; ignored
+                                     on a host context. Appended: a desc of an older caller,
+                                     whose size ends before it, runs with 0. */
 } l8_gemm_desc;
 #define L8_GEMM_DESC_INIT \
-    { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0 }
+    { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 }
 
 /* Run one GEMM as described above, enqueued on s (NULL: the context's
  * compute stream); returns without waiting, except that the first call of a
@@ -253,7 +263,8 @@ int l8_gemm_autotune_enabled(const l8_gemm_handle *h);
  * follows a split K). After ";": "heuristic #0, not timed" (autotune off or
  * one candidate), "heuristic #R, fastest of N timed", or "search: variant of
  * heuristic #R / another algorithm id, fastest of N timed", followed by
- * " (plan cache)" when the algorithm came from the plan cache. On a host
+ * " (plan cache)" when the algorithm came from the plan cache and " (for N
+ * SMs)" for a desc's sm_count N. On a host
  * context: "host reference". desc is checked as l8_gemm checks it and its
  * plan looked up by the same key (shapes, strides, dtypes, flags, pointer
  * alignments): pass the desc of a call already made. Builds, enqueues and

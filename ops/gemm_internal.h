@@ -29,6 +29,7 @@ typedef struct problem {
     void *d, *bias;
     const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
     float *amax;                  /* D's amax; NULL = not computed */
+    int sm;                       /* l8_gemm_desc.sm_count, 0 when >= the device's SMs */
 } problem;
 
 /* All uint64 words: no padding, so memcmp and the hash see only the key. */
@@ -58,6 +59,7 @@ typedef struct plan {
     int ptrs_set;
     const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
     /* how algo was chosen, for l8_gemm_describe */
+    int sm;                       /* problem.sm: planned for that many SMs (0: all) */
     uint8_t pick;                 /* L8I_PICK_* */
     int8_t rank;                  /* the heuristic rank of algo (TIMED) or of the result it
                                      varies (SEARCH); -1: another algorithm id's own pick */

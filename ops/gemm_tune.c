@@ -702,4 +702,8 @@ void l8i_gemm_plan_describe(const l8_gemm_handle *h, const plan *pl, char *buf, 
         size_t used = strlen(buf);
         snprintf(buf + used, size - used, " (plan cache)");
     }
+    if (pl->sm > 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, " (for %d SMs)", pl->sm);
+    }
 }

@@ -68,6 +68,7 @@ struct l8_linear {
     l8_tensor *b16;               /* (N,), both modes when there is a bias */
     l8_event *ev;
     l8_stream *ws;                /* the wgrad's stream (l8_linear_set_wgrad_stream); NULL: s */
+    int ws_sms;                   /* the wgrad's sm_count there */
     l8_event *ev_ws;              /* s -> ws: dY ready for wgrad */
     /* tensor parallel */
     l8_comm *tp;                  /* NULL: none */
@@ -376,13 +377,17 @@ void l8_linear_destroy(l8_linear *l)
 /* ------------------------------------------------------------------------ */
 /* small accessors                                                           */
 
-l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws)
+l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws, int sm_count)
 {
     L8_ARG(l != NULL);
     if (ws && l8_stream_ctx(ws) != l->ctx)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_set_wgrad_stream: the stream belongs to"
                        " another context than %s's", l->name);
+    if (sm_count < 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_set_wgrad_stream: sm_count %d (>= 0)",
+                       sm_count);
     l->ws = ws;
+    l->ws_sms = sm_count;
     return L8_OK;
 }
 
@@ -1011,6 +1016,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     if (ws != s) {
         L8_TRY(ret, l8_event_record(l->ev_ws, s), out);
         L8_TRY(ret, l8_stream_wait_event(ws, l->ev_ws), out);
+        wg.sm_count = l->ws_sms;
     }
     if (dx)
         L8_TRY(ret, l8_gemm(l->gemm, &dg, s), out);

@@ -360,10 +360,17 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
  * needs: the wgrad GEMM (in bf16 mode with the bias gradient in its
  * epilogue) and the bias gradient's addition or conversion. The wgrad may
  * then run beside the dgrad and beside whatever the caller enqueues on s
- * next (the layer below). The results are bit for bit those without ws:
- * the same kernels on the same bytes.
- *   ws  a stream of l's context (e.g. L8_STREAM_COMM when nothing else
- *       uses it); NULL, or the backward's own stream: no split (the default)
+ * next (the layer below). With sm_count 0 the results are bit for bit
+ * those without ws: the same kernels on the same bytes.
+ *   ws        a stream of l's context (e.g. L8_STREAM_COMM when nothing
+ *             else uses it); NULL, or the backward's own stream: no split
+ *             (the default)
+ *   sm_count  the wgrad GEMM's l8_gemm_desc.sm_count while it runs on ws:
+ *             0, the plan for the whole GPU (then the results are bit for
+ *             bit those without ws); N > 0, the plan cuBLASLt chooses for
+ *             N SMs, which leaves the others to the dgrad and the layer
+ *             below (its own plan: main_grad may differ from 0's in the
+ *             last bits); >= 0
  * The event handed to grad_ready is then recorded on ws. The caller owns
  * the join: before anything reads main_grad (the optimizer), changes a
  * scale the GEMMs read (l8_recipe_update), or overwrites what the wgrad
@@ -373,8 +380,9 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
  * backward, then l8_stream_wait_event). Memory the layer allocates or
  * frees is recorded on ws, so freeing it early is safe. Takes effect at
  * the next backward; a host context runs both streams' work in order.
- * Errors: L8_ERR_INVALID_ARG (l NULL, ws of another context). */
-L8_NODISCARD l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws);
+ * Errors: L8_ERR_INVALID_ARG (l NULL, ws of another context, sm_count <
+ * 0). */
+L8_NODISCARD l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws, int sm_count);
 
 /* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
 void l8_linear_ctx_destroy(l8_linear_ctx *c);

@@ -584,6 +584,12 @@ START_TEST(test_host_argument_errors)
     ck_assert_int_eq(l8_gemm(NULL, &ok, NULL), L8_ERR_INVALID_ARG);
     ck_assert_int_eq(l8_gemm(f.h, NULL, NULL), L8_ERR_INVALID_ARG);
     g = ok; g.size = sizeof g - 1;       expect(&f, &g, L8_ERR_INVALID_ARG, "desc size");
+    g = ok; g.sm_count = -1;             expect(&f, &g, L8_ERR_INVALID_ARG, "sm_count < 0");
+    /* an older caller's desc ends before sm_count: what follows is not read */
+    g = ok; g.size = offsetof(l8_gemm_desc, sm_count); g.sm_count = -7;
+    L8_CK(l8_gemm(f.h, &g, NULL));
+    g = ok; g.sm_count = 32;             /* ignored on a host context */
+    L8_CK(l8_gemm(f.h, &g, NULL));
     g = ok; g.a = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL a");
     g = ok; g.b = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL b");
     g = ok; g.d = NULL;                  expect(&f, &g, L8_ERR_INVALID_ARG, "NULL d");
@@ -1166,6 +1172,35 @@ START_TEST(test_gpu_plan_cache_hit)
     L8_CK(l8_stream_synchronize(cp));
     ck_assert(memcmp(first.d, third, c.D0.bytes) == 0);
     ck_assert_uint_eq(stats_of(gh).plans_created, 1);
+    /* planned for 32 SMs: a plan of its own, the same product up to the
+     * algorithm's sums (bf16 D: one rounding; fast accumulation: the mode's
+     * 2e-2); the SM count or more: the whole GPU's plan, the same bytes */
+    gd.sm_count = 32;
+    L8_CK(l8_gemm(gh, &gd, cp));
+    L8_CK(l8_tensor_copy_to_host(D.full, third, c.D0.bytes, cp));
+    L8_CK(l8_stream_synchronize(cp));
+    ck_assert_uint_eq(stats_of(gh).plans_created, 2);
+    const uint16_t *w0 = (const uint16_t *)first.d, *w1 = (const uint16_t *)third;
+    double big = 0;
+    for (size_t i = 0; i < c.D0.bytes / 2; i++)
+        if (fabs(l8_bf16_to_f32(w0[i])) > big) big = fabs(l8_bf16_to_f32(w0[i]));   /* NaN: no */
+    for (size_t i = 0; i < c.D0.bytes / 2; i++) {
+        if (w0[i] == w1[i]) continue;             /* (the padding past N: poison in both) */
+        double u = l8_bf16_to_f32(w0[i]), v = l8_bf16_to_f32(w1[i]);
+        ck_assert_msg(fabs(u - v) <= fabs(u) / 128 + 2e-2 * big, "sm_count 32: %g against %g"
+                      " at %zu", v, u, i);
+    }
+    char desc[256];
+    L8_CK(l8_gemm_describe(gh, &gd, desc, sizeof desc));
+    ck_assert_msg(strstr(desc, " (for 32 SMs)") != NULL, "describe: %s", desc);
+    gd.sm_count = 1 << 20;
+    L8_CK(l8_gemm(gh, &gd, cp));
+    L8_CK(l8_tensor_copy_to_host(D.full, third, c.D0.bytes, cp));
+    L8_CK(l8_stream_synchronize(cp));
+    ck_assert_uint_eq(stats_of(gh).plans_created, 2);
+    ck_assert(memcmp(first.d, third, c.D0.bytes) == 0);
+    L8_CK(l8_gemm_describe(gh, &gd, desc, sizeof desc));
+    ck_assert_msg(strstr(desc, "SMs") == NULL, "describe: %s", desc);
     free(third);
     dmat_free(&A); dmat_free(&B); dmat_free(&D);
     result_free(&first);

@@ -815,7 +815,24 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
  * of pair 1's backwards, new tensors on the compute stream are filled with
  * NaNs, so that a block freed there without being recorded on the comm
  * stream would be overwritten under a wgrad still to run. */
-static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
+/* a's and b's values agree within 1e-4 of a's largest magnitude (another
+ * GEMM algorithm: another order of the f32 sums); 1 when bit for bit */
+static int close_bits(const l8_tensor *a, const l8_tensor *b, float *oa, float *ob,
+                      const char *what)
+{
+    int64_t n = l8_tensor_numel(a);
+    get(a, oa);
+    get(b, ob);
+    double amax = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(oa[i]) > amax) amax = fabs(oa[i]);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)oa[i] - ob[i]) <= 1e-4 * amax, "%s: %g against %g at %lld"
+                      " (largest %g)", what, (double)ob[i], (double)oa[i], (long long)i, amax);
+    return memcmp(oa, ob, (size_t)n * sizeof *oa) == 0;
+}
+
+static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape, int sms)
 {
     const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
     const int64_t T = shapes[shape][0], K = shapes[shape][1], N1 = shapes[shape][2];
@@ -833,13 +850,14 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
     fx_init_cfg(&b[0], ctx, h, rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r);
     fx_init_cfg(&a[1], ctx, h, rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r2);
     fx_init_cfg(&b[1], ctx, h, rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r2);
-    L8_CK(l8_linear_set_wgrad_stream(a[1].lin, ws));
-    L8_CK(l8_linear_set_wgrad_stream(b[1].lin, ws));
+    L8_CK(l8_linear_set_wgrad_stream(a[1].lin, ws, sms));
+    L8_CK(l8_linear_set_wgrad_stream(b[1].lin, ws, sms));
     /* errors: no layer; a stream of another context */
-    L8_CK_ST(l8_linear_set_wgrad_stream(NULL, ws), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_set_wgrad_stream(NULL, ws, 0), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_set_wgrad_stream(a[1].lin, ws, -1), L8_ERR_INVALID_ARG);
     {
         l8_ctx *other = mk_ctx("host");
-        L8_CK_ST(l8_linear_set_wgrad_stream(a[1].lin, l8_ctx_stream(other, L8_STREAM_COMM)),
+        L8_CK_ST(l8_linear_set_wgrad_stream(a[1].lin, l8_ctx_stream(other, L8_STREAM_COMM), 0),
                  L8_ERR_INVALID_ARG);
         done_ctx(other);
     }
@@ -857,6 +875,7 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
     const int64_t big = T * N1 > N1 * K ? T * N1 : N1 * K;
     o[0] = fmem(big);
     o[1] = fmem(big);
+    int bitwise = 0;
     for (int step = 0; step < 2; step++) {
         for (int mb = 0; mb < 2; mb++) {
             fill_bf16(&r, x, T * K);
@@ -901,10 +920,14 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
         static const char *names[] = { "a.gW", "a.gb", "b.gW", "b.gb" };
         for (int k = 0; k < 4; k++) {
             char what[96];
-            snprintf(what, sizeof what, "%s %s shape %d step %d: %s", dev, fp8 ? "fp8" : "bf16",
-                     shape, step, names[k]);
-            int64_t n = same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
-            for (int64_t i = 0; i < n; i++)
+            snprintf(what, sizeof what, "%s %s shape %d sms %d step %d: %s", dev,
+                     fp8 ? "fp8" : "bf16", shape, sms, step, names[k]);
+            /* sm_count > 0: the wgrad's own plan, perhaps another algorithm */
+            if (sms)
+                bitwise += close_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
+            else
+                same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
+            for (int64_t i = 0; i < l8_tensor_numel(cmp[k][1]); i++)
                 ck_assert_msg(!isnan(o[1][i]), "%s: NaN (unwritten) at %lld", what,
                               (long long)i);
         }
@@ -930,18 +953,28 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape)
         fx_free(&b[p]);
         l8_recipe_destroy(rec[p]);
     }
+    if (sms && l8_ctx_backend(ctx) == L8_BACKEND_CUDA)
+        printf("wgrad stream %s %s shape %d, planned for %d SMs: %d of 8 main_grads bit for"
+               " bit those of the whole GPU's plan\n", dev, fp8 ? "fp8" : "bf16", shape, sms,
+               bitwise);
     l8_event_destroy(join);
     free(x); free(dy); free(o[0]); free(o[1]);
     l8_gemm_handle_destroy(h);
     done_ctx(ctx);
 }
 
-START_TEST(test_wgrad_stream) { wgrad_stream_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, 0); }
+/* _i: bit 0 mode; host: bit 1 the wgrad's sm_count 32 (ignored there);
+ * GPU: bit 1 the shape, bit 2 the wgrad planned for 32 SMs */
+START_TEST(test_wgrad_stream)
+{
+    wgrad_stream_run("host", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, 0, (_i >> 1) * 32);
+}
 END_TEST
 
 START_TEST(test_gpu_wgrad_stream)
 {
-    wgrad_stream_run("cuda:0", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, _i >> 1);
+    wgrad_stream_run("cuda:0", (_i & 1) ? L8_LINEAR_BF16 : L8_LINEAR_FP8, (_i >> 1) & 1,
+                     (_i >> 2) * 32);
 }
 END_TEST
 
@@ -2400,7 +2433,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_grad_ready);
     tcase_add_test(tc, test_refresh_weights);
     tcase_add_loop_test(tc, test_act, 0, 2);
-    tcase_add_loop_test(tc, test_wgrad_stream, 0, 2);
+    tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
     tcase_add_test(tc, test_precast);
     tcase_add_test(tc, test_precast_bf16);
     tcase_add_test(tc, test_precast_own_meta);
@@ -2419,7 +2452,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tg, test_gpu_linear_vs_host);
     tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
-    tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 4);
+    tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
     tcase_add_test(tg, test_gpu_precast_own_meta);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);

@@ -79,6 +79,9 @@
 #define IN_FEATURES 784
 #define CLASSES 10
 #define HEAD 16                  /* CLASSES padded to a multiple of 16 */
+#define WGRAD_SMS 32             /* the wgrads on the comm stream are planned for 32 SMs, a
+                                    quarter of an H200's: 16 to 32 measured alike, +3% on
+                                    784-512-512-10 over all 132 (docs/perf.md) */
 #define CKPT_KIND "lean8-train-mlp"
 #define CKPT_VERSION 1
 
@@ -135,7 +138,7 @@ typedef struct model {
                                                  B x each split layer at dgt_off[i] bytes
                                                  (read by a wgrad on m->wgs) */
     int64_t dgt_off[MAX_LAYERS];
-    l8_stream *wgs;                           /* one process, no offload: the comm stream,
+    l8_stream *wgs;                           /* one process: the comm stream,
                                                  where the layers above the first run their
                                                  wgrad (l8_linear_set_wgrad_stream) beside
                                                  the next layer's backward; NULL: none */
@@ -519,13 +522,16 @@ static l8_status model_build(model *m, const opts *o)
         lc.save_hooks = m->off ? &hk : NULL;
         L8_CHECK(l8_linear_create(m->ctx, &lc, &m->lin[i]));
     }
-    /* one process without offload: the wgrads above the first layer on the
-     * comm stream (nothing else uses it then), beside the next layer's
-     * dGELU and dgrad; the first layer's wgrad is the backward's last work
-     * and stays on s (docs/perf.md, 2026-12-02 (third afternoon)) */
-    if (!m->world && !m->off) {
+    /* one process: the wgrads above the first layer on the comm stream
+     * (nothing else uses it then; offload copies on the copy stream),
+     * beside the next layer's dGELU and dgrad, planned for WGRAD_SMS; the
+     * first layer's wgrad is the backward's last work and stays on s
+     * (docs/perf.md, 2026-12-02 (third afternoon)). With and without
+     * --offload alike, so that both run the same GEMM plans. */
+    if (!m->world) {
         m->wgs = l8_ctx_stream(m->ctx, L8_STREAM_COMM);
-        for (int i = 1; i < m->nl; i++) L8_CHECK(l8_linear_set_wgrad_stream(m->lin[i], m->wgs));
+        for (int i = 1; i < m->nl; i++)
+            L8_CHECK(l8_linear_set_wgrad_stream(m->lin[i], m->wgs, WGRAD_SMS));
     }
     if (m->dp > 1) {
         l8_ddp_config dc = L8_DDP_CONFIG_INIT;
