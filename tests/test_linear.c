@@ -697,36 +697,83 @@ END_TEST
  * every main_grad bit for bit the same; then the _act errors, which leave
  * the ctx valid. Shape 1 (T 512, N1 2048) takes the fused input cast (64
  * tiles) and the unfused dY path (dbias over 4 tile rows) on a GPU. */
-static void act_run(const char *dev, l8_linear_mode mode, int shape)
+/* Two pairs of layers a (K -> N1) and b (N1 -> N2) with a GELU between,
+ * over T rows (shape 0 or 1), pair p of recipe rec[p] (FP8), both pairs
+ * with the same master weights (one seed), and each pair's activations:
+ * what act_run and wgrad_stream_run compare bit for bit. r draws the data
+ * after the weights; r2 is the weights' stream, left where pair 1's ended. */
+typedef struct pairs {
+    int64_t T, K, N1, N2;
+    int fp8;
+    l8_ctx *ctx;
+    l8_gemm_handle *h;
+    l8_recipe *rec[2];
+    fx a[2], b[2];
+    l8_tensor *tx, *tdy, *tz[2], *ty[2], *tdh[2], *tdx[2];
+    float *x, *dy, *o[2];
+    l8_rng r, r2;
+} pairs;
+
+static void pairs_init(pairs *q, const char *dev, l8_linear_mode mode, int shape, uint64_t seed)
 {
-    const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
+    static const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
     const int64_t T = shapes[shape][0], K = shapes[shape][1], N1 = shapes[shape][2];
     const int64_t N2 = shapes[shape][3];
-    const int fp8 = mode == L8_LINEAR_FP8;
-    l8_rng r, r2;
-    l8_rng_init(&r, 0xac7 + (uint64_t)shape);
-    r2 = r;
-    l8_ctx *ctx = mk_ctx(dev);
-    l8_gemm_handle *h = mk_gemm(ctx);
-    l8_recipe *rec[2] = { fp8 ? mk_recipe(ctx) : NULL, fp8 ? mk_recipe(ctx) : NULL };
-    fx a[2], b[2];
-    fx_init_cfg(&a[0], ctx, h, rec[0], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r);
-    fx_init_cfg(&b[0], ctx, h, rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r);
-    fx_init_cfg(&a[1], ctx, h, rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r2);
-    fx_init_cfg(&b[1], ctx, h, rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r2);
-    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N2);
-    l8_tensor *tz[2], *ty[2], *tdh[2], *tdx[2];
+    q->T = T; q->K = K; q->N1 = N1; q->N2 = N2;
+    q->fp8 = mode == L8_LINEAR_FP8;
+    l8_rng_init(&q->r, seed);
+    q->r2 = q->r;
+    q->ctx = mk_ctx(dev);
+    q->h = mk_gemm(q->ctx);
+    for (int p = 0; p < 2; p++)
+        q->rec[p] = q->fp8 ? mk_recipe(q->ctx) : NULL;
+    fx_init_cfg(&q->a[0], q->ctx, q->h, q->rec[0], mode, K, N1, 1, L8_F32, 0, NULL, "a", &q->r);
+    fx_init_cfg(&q->b[0], q->ctx, q->h, q->rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &q->r);
+    fx_init_cfg(&q->a[1], q->ctx, q->h, q->rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &q->r2);
+    fx_init_cfg(&q->b[1], q->ctx, q->h, q->rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &q->r2);
+    q->tx = mk(q->ctx, L8_BF16, T, K);
+    q->tdy = mk(q->ctx, L8_BF16, T, N2);
     for (int p = 0; p < 2; p++) {
-        tz[p] = mk(ctx, L8_BF16, T, N1);
-        ty[p] = mk(ctx, L8_BF16, T, N2);
-        tdh[p] = mk(ctx, L8_BF16, T, N1);
-        tdx[p] = mk(ctx, L8_BF16, T, K);
+        q->tz[p] = mk(q->ctx, L8_BF16, T, N1);
+        q->ty[p] = mk(q->ctx, L8_BF16, T, N2);
+        q->tdh[p] = mk(q->ctx, L8_BF16, T, N1);
+        q->tdx[p] = mk(q->ctx, L8_BF16, T, K);
     }
-    l8_tensor *th = mk(ctx, L8_BF16, T, N1);
-    float *x = fmem(T * K), *dy = fmem(T * N2), *o[2];
+    q->x = fmem(T * K);
+    q->dy = fmem(T * N2);
     const int64_t big = T * N1 > N1 * K ? T * N1 : N1 * K;
-    o[0] = fmem(big);
-    o[1] = fmem(big);
+    q->o[0] = fmem(big);
+    q->o[1] = fmem(big);
+}
+
+static void pairs_free(pairs *q)
+{
+    l8_tensor *all[] = { q->tx, q->tdy, q->tz[0], q->tz[1], q->ty[0], q->ty[1], q->tdh[0],
+                         q->tdh[1], q->tdx[0], q->tdx[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++) {
+        fx_free(&q->a[p]);
+        fx_free(&q->b[p]);
+        l8_recipe_destroy(q->rec[p]);
+    }
+    free(q->x); free(q->dy); free(q->o[0]); free(q->o[1]);
+    l8_gemm_handle_destroy(q->h);
+    done_ctx(q->ctx);
+}
+
+static void act_run(const char *dev, l8_linear_mode mode, int shape)
+{
+    pairs q;
+    pairs_init(&q, dev, mode, shape, 0xac7 + (uint64_t)shape);
+    const int64_t T = q.T, K = q.K, N1 = q.N1, N2 = q.N2;
+    const int fp8 = q.fp8;
+    l8_recipe **rec = q.rec;
+    fx *a = q.a, *b = q.b;
+    l8_tensor *tx = q.tx, *tdy = q.tdy, **tz = q.tz, **ty = q.ty, **tdh = q.tdh, **tdx = q.tdx;
+    float *x = q.x, *dy = q.dy, **o = q.o;
+    l8_rng r = q.r;
+    l8_tensor *th = mk(q.ctx, L8_BF16, T, N1);
     for (int step = 0; step < 2; step++) {
         fill_bf16(&r, x, T * K);
         fill_bf16(&r, dy, T * N2);
@@ -790,31 +837,13 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
             L8_CK(l8_linear_begin_step(b[p].lin));
         }
     }
-    l8_tensor *all[] = { tx, tdy, th, tz[0], tz[1], ty[0], ty[1], tdh[0], tdh[1], tdx[0], tdx[1] };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++) {
-        fx_free(&a[p]);
-        fx_free(&b[p]);
-        l8_recipe_destroy(rec[p]);
-    }
-    free(x); free(dy); free(o[0]); free(o[1]);
-    l8_gemm_handle_destroy(h);
-    done_ctx(ctx);
+    l8_tensor_destroy(th);
+    pairs_free(&q);
 }
 
 /* ------------------------------------------------------------------------ */
 /* the weight gradient on a stream of its own                                */
 
-/* Two pairs of layers a -> GELU -> b with the same weights: pair 0 on the
- * compute stream alone, pair 1 with both wgrads on the comm stream
- * (l8_linear_set_wgrad_stream). Two micro-batches a step (the second adds
- * into main_grad there, FP8 through the bias scratch), two steps with a
- * recipe update between; the caller's join before reading main_grad. Y,
- * dX, every main_grad and the grad_ready counts: the same bits. After each
- * of pair 1's backwards, new tensors on the compute stream are filled with
- * NaNs, so that a block freed there without being recorded on the comm
- * stream would be overwritten under a wgrad still to run. */
 /* a's and b's values agree within 1e-4 of a's largest magnitude (another
  * GEMM algorithm: another order of the f32 sums); 1 when bit for bit */
 static int close_bits(const l8_tensor *a, const l8_tensor *b, float *oa, float *ob,
@@ -832,24 +861,30 @@ static int close_bits(const l8_tensor *a, const l8_tensor *b, float *oa, float *
     return memcmp(oa, ob, (size_t)n * sizeof *oa) == 0;
 }
 
+/* Two pairs of layers a -> GELU -> b with the same weights: pair 0 on the
+ * compute stream alone, pair 1 with both wgrads on the comm stream
+ * (l8_linear_set_wgrad_stream, planned for sms SMs). Two micro-batches a
+ * step (the second adds into main_grad there, FP8 through the bias
+ * scratch), two steps with a recipe update between; the caller's join
+ * before reading main_grad. Y, dX, every main_grad and the grad_ready
+ * counts: the same bits (sms > 0: main_grad close, and how often bit for
+ * bit is printed). After each of pair 1's backwards, new tensors on the
+ * compute stream are filled with NaNs, so that a block freed there without
+ * being recorded on the comm stream would be overwritten under a wgrad
+ * still to run. */
 static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape, int sms)
 {
-    const int64_t shapes[2][4] = { { 64, 48, 64, 32 }, { 512, 64, 2048, 16 } };
-    const int64_t T = shapes[shape][0], K = shapes[shape][1], N1 = shapes[shape][2];
-    const int64_t N2 = shapes[shape][3];
-    const int fp8 = mode == L8_LINEAR_FP8;
-    l8_rng r, r2;
-    l8_rng_init(&r, 0x3a5 + (uint64_t)shape * 7 + (uint64_t)mode);
-    r2 = r;
-    l8_ctx *ctx = mk_ctx(dev);
+    pairs q;
+    pairs_init(&q, dev, mode, shape, 0x3a5 + (uint64_t)shape * 7 + (uint64_t)mode);
+    const int64_t T = q.T, K = q.K, N1 = q.N1, N2 = q.N2;
+    const int fp8 = q.fp8;
+    l8_ctx *ctx = q.ctx;
+    l8_recipe **rec = q.rec;
+    fx *a = q.a, *b = q.b;
+    l8_tensor *tx = q.tx, *tdy = q.tdy, **tz = q.tz, **ty = q.ty, **tdh = q.tdh, **tdx = q.tdx;
+    float *x = q.x, *dy = q.dy, **o = q.o;
+    l8_rng r = q.r, r2 = q.r2;
     l8_stream *ws = l8_ctx_stream(ctx, L8_STREAM_COMM);
-    l8_gemm_handle *h = mk_gemm(ctx);
-    l8_recipe *rec[2] = { fp8 ? mk_recipe(ctx) : NULL, fp8 ? mk_recipe(ctx) : NULL };
-    fx a[2], b[2];
-    fx_init_cfg(&a[0], ctx, h, rec[0], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r);
-    fx_init_cfg(&b[0], ctx, h, rec[0], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r);
-    fx_init_cfg(&a[1], ctx, h, rec[1], mode, K, N1, 1, L8_F32, 0, NULL, "a", &r2);
-    fx_init_cfg(&b[1], ctx, h, rec[1], mode, N1, N2, 1, L8_F32, 0, NULL, "b", &r2);
     L8_CK(l8_linear_set_wgrad_stream(a[1].lin, ws, sms));
     L8_CK(l8_linear_set_wgrad_stream(b[1].lin, ws, sms));
     /* errors: no layer; a stream of another context */
@@ -863,18 +898,6 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape, in
     }
     l8_event *join = NULL;
     L8_CK(l8_event_create(ctx, 0, &join));
-    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N2);
-    l8_tensor *tz[2], *ty[2], *tdh[2], *tdx[2];
-    for (int p = 0; p < 2; p++) {
-        tz[p] = mk(ctx, L8_BF16, T, N1);
-        ty[p] = mk(ctx, L8_BF16, T, N2);
-        tdh[p] = mk(ctx, L8_BF16, T, N1);
-        tdx[p] = mk(ctx, L8_BF16, T, K);
-    }
-    float *x = fmem(T * K), *dy = fmem(T * N2), *o[2];
-    const int64_t big = T * N1 > N1 * K ? T * N1 : N1 * K;
-    o[0] = fmem(big);
-    o[1] = fmem(big);
     int bitwise = 0;
     for (int step = 0; step < 2; step++) {
         for (int mb = 0; mb < 2; mb++) {
@@ -945,22 +968,12 @@ static void wgrad_stream_run(const char *dev, l8_linear_mode mode, int shape, in
         fx_copy_weights(&a[1], &a[0]);
         fx_copy_weights(&b[1], &b[0]);
     }
-    l8_tensor *all[] = { tx, tdy, tz[0], tz[1], ty[0], ty[1], tdh[0], tdh[1], tdx[0], tdx[1] };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++) {
-        fx_free(&a[p]);
-        fx_free(&b[p]);
-        l8_recipe_destroy(rec[p]);
-    }
     if (sms && l8_ctx_backend(ctx) == L8_BACKEND_CUDA)
         printf("wgrad stream %s %s shape %d, planned for %d SMs: %d of 8 main_grads bit for"
                " bit those of the whole GPU's plan\n", dev, fp8 ? "fp8" : "bf16", shape, sms,
                bitwise);
     l8_event_destroy(join);
-    free(x); free(dy); free(o[0]); free(o[1]);
-    l8_gemm_handle_destroy(h);
-    done_ctx(ctx);
+    pairs_free(&q);
 }
 
 /* _i: bit 0 mode; host: bit 1 the wgrad's sm_count 32 (ignored there);
