@@ -215,7 +215,7 @@ static float gelu_z(float x)
     return t * GELU_2K0;
 }
 
-static float gelu_host(float x)
+float l8i_gelu_f32(float x)
 {
     float e = expf(-gelu_z(x));
     return x / (e + 1.0f);
@@ -254,7 +254,7 @@ l8_status l8_gelu(const l8_tensor *x, l8_tensor *y, l8_stream *s)
         return L8_OK;
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         for (uint64_t i = 0; i < n; i++)
-            l8_host_store_f32(py, yt, (size_t)i, gelu_host(l8_host_load_f32(px, xt, (size_t)i)));
+            l8_host_store_f32(py, yt, (size_t)i, l8i_gelu_f32(l8_host_load_f32(px, xt, (size_t)i)));
         return L8_OK;
     }
     uint64_t a_x = dptr(px), a_y = dptr(py);

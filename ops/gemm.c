@@ -76,6 +76,7 @@ static const char *epi_name(int e)
     case L8_GEMM_EPI_BIAS: return "bias";
     case L8_GEMM_EPI_DBIAS_A: return "dbias_a";
     case L8_GEMM_EPI_DBIAS_B: return "dbias_b";
+    case L8_GEMM_EPI_BIAS_GELU_AUX: return "bias_gelu_aux";
     default: return "invalid";
     }
 }
@@ -393,7 +394,7 @@ static l8_status check_bias(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, ope
         if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias given with epilogue none");
         return L8_OK;
     }
-    int grad = p->epi != L8_GEMM_EPI_BIAS;
+    int grad = p->epi == L8_GEMM_EPI_DBIAS_A || p->epi == L8_GEMM_EPI_DBIAS_B;
     if (grad && p->fp8)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: the bias-gradient epilogues are not offered"
                        " for FP8 GEMMs (take dbias from the dY cast)");
@@ -426,6 +427,42 @@ static l8_status check_bias(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, ope
     return L8_OK;
 }
 
+/* desc->aux (the GELU epilogue's output; nothing else takes one) and
+ * desc->skip_amax (an FP8 D's only). */
+static l8_status check_aux(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, operand *oa)
+{
+    const l8_tensor *t = dc->aux;
+    if (dc->skip_amax != 0 && (dc->skip_amax != 1 || !p->d_fp8))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: skip_amax = %d with a %s D (0, or 1 for an"
+                       " FP8 D)", dc->skip_amax, l8_dtype_name(p->dt_d));
+    if (p->epi != L8_GEMM_EPI_BIAS_GELU_AUX) {
+        if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux given with epilogue %s",
+                              epi_name(p->epi));
+        return L8_OK;
+    }
+    if (!t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: epilogue %s needs desc->aux",
+                           epi_name(p->epi));
+    if (p->beta != 0.0f)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: epilogue %s needs beta = 0 (beta = %g)",
+                       epi_name(p->epi), (double)p->beta);
+    L8_CHECK(check_operand("aux", t, ctx, oa));
+    if (oa->rows != p->m || oa->cols != p->n)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux is %" PRId64 " x %" PRId64 ", D is %"
+                       PRId64 " x %" PRId64, oa->rows, oa->cols, p->m, p->n);
+    if (l8_tensor_dtype(t) != p->dt_bias)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux has dtype %s, the bias %s (they must be"
+                       " the same)", l8_dtype_name(l8_tensor_dtype(t)),
+                       l8_dtype_name(p->dt_bias));
+    if (oa->ld != p->ldd || oa->ld % 8)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux has row stride %" PRId64 "; it needs D's"
+                       " (%" PRId64 "), a multiple of 8 elements", oa->ld, p->ldd);
+    if (l8_tensor_offset(t) % 16)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux must be 16-byte aligned (offset %zu in its"
+                       " storage)", l8_tensor_offset(t));
+    p->ld_aux = oa->ld;
+    return L8_OK;
+}
+
 /* Validate desc and fill p (pointers resolved now). Records nothing on
  * success; on failure the last error says what is wrong. */
 static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
@@ -441,7 +478,7 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
     if (!isfinite(dc->alpha) || !isfinite(dc->beta))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: alpha = %g, beta = %g must be finite",
                        (double)dc->alpha, (double)dc->beta);
-    if ((unsigned)dc->epilogue > L8_GEMM_EPI_DBIAS_B)
+    if ((unsigned)dc->epilogue > L8_GEMM_EPI_BIAS_GELU_AUX)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: unknown epilogue %d", (int)dc->epilogue);
     if (dc->sm_count < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: sm_count %d (0: all, or > 0)", dc->sm_count);
@@ -474,22 +511,29 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
     L8_CHECK(check_dtypes(p));
     p->fast = p->fp8 && dc->fast_accum;
     L8_CHECK(check_bias(dc, p, h->ctx, &obias));
+    operand oaux = { 0 };
+    L8_CHECK(check_aux(dc, p, h->ctx, &oaux));
     const int64_t lim = INT32_MAX;
     if (p->m > lim || p->n > lim || p->k > lim || p->lda > lim || p->ldb > lim || p->ldd > lim)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: dimensions or strides above INT32_MAX (M %"
                        PRId64 " N %" PRId64 " K %" PRId64 ")", p->m, p->n, p->k);
     if (overlap(dc->d, &od, dc->a, &oa) || overlap(dc->d, &od, dc->b, &ob))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: D overlaps A or B in one storage");
+    const int bias_read = p->epi == L8_GEMM_EPI_BIAS || p->epi == L8_GEMM_EPI_BIAS_GELU_AUX;
     if (dc->bias && (overlap(dc->bias, &obias, dc->d, &od) ||
-                     (p->epi != L8_GEMM_EPI_BIAS && (overlap(dc->bias, &obias, dc->a, &oa) ||
-                                                     overlap(dc->bias, &obias, dc->b, &ob)))))
+                     (!bias_read && (overlap(dc->bias, &obias, dc->a, &oa) ||
+                                     overlap(dc->bias, &obias, dc->b, &ob)))))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias overlaps %s in one storage",
-                       p->epi == L8_GEMM_EPI_BIAS ? "D" : "D, A or B");
+                       bias_read ? "D" : "D, A or B");
+    if (dc->aux && (overlap(dc->aux, &oaux, dc->a, &oa) || overlap(dc->aux, &oaux, dc->b, &ob) ||
+                    overlap(dc->aux, &oaux, dc->d, &od) || overlap(dc->aux, &oaux, dc->bias, &obias)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux overlaps A, B, D or bias in one storage");
     void *pa = NULL, *pb = NULL;
     L8_CHECK(l8_tensor_data(dc->a, &pa));
     L8_CHECK(l8_tensor_data(dc->b, &pb));
     L8_CHECK(l8_tensor_data(dc->d, &p->d));
     if (dc->bias) L8_CHECK(l8_tensor_data(dc->bias, &p->bias));
+    if (dc->aux) L8_CHECK(l8_tensor_data(dc->aux, &p->aux));
     p->a = pa;
     p->b = pb;
     if (p->fp8) {
@@ -498,10 +542,10 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
                     *md = l8_tensor_fp8_meta(dc->d);
         p->sa = ma ? l8_fp8_meta_scale_inv(ma) : NULL;
         p->sb = mb ? l8_fp8_meta_scale_inv(mb) : NULL;
-        if (p->d_fp8 && md) {
+        if (p->d_fp8 && md)
             p->sd = l8_fp8_meta_scale(md);
+        if (p->d_fp8 && md && !dc->skip_amax)
             p->amax = l8_fp8_meta_amax(md);
-        }
         /* cuBLASLt runs FP8 kernels only with 16-byte aligned scale and amax
          * pointers (CUBLAS_STATUS_NOT_SUPPORTED otherwise, H200, cuBLASLt
          * 13.1); an l8_fp8_meta keeps each of its scalars so (tensor.h). */
@@ -532,6 +576,7 @@ static void make_key(const problem *p, plan_key *k)
     PUT(align_log2(p->a), 4); PUT(align_log2(p->b), 4); PUT(align_log2(p->d), 4);
     PUT(p->bias ? align_log2(p->bias) : 15, 4);
     PUT(p->sm, 12);               /* < the device's SM count; 0 in files written before it */
+    PUT(p->aux ? align_log2(p->aux) : 0, 4);   /* 0 without aux, as in files before it */
 #undef PUT
     k->bits = b;
 }
@@ -595,6 +640,8 @@ static l8_status host_gemm(l8_gemm_handle *h, const problem *p)
     g.b = p->b;
     g.d = p->d;
     g.bias = p->bias;
+    g.aux = p->aux;
+    g.ld_aux = p->ld_aux;
     g.amax = p->amax;
     g.scratch = &h->host_scratch;           /* under h->lock */
     g.scratch_bytes = &h->host_scratch_bytes;
@@ -642,6 +689,8 @@ l8_status l8i_gemm_set_ptrs(plan *pl, const problem *p)
     }
     if (p->epi != L8_GEMM_EPI_NONE)
         L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pl->p_bias, p->bias));
+    if (p->aux)
+        L8_CHECK(set_ptr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pl->p_aux, p->aux));
     pl->ptrs_set = 1;
     return L8_OK;
 }
@@ -703,6 +752,7 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     if (p->epi == L8_GEMM_EPI_BIAS) epi = CUBLASLT_EPILOGUE_BIAS;
     else if (p->epi == L8_GEMM_EPI_DBIAS_A) epi = CUBLASLT_EPILOGUE_BGRADB;
     else if (p->epi == L8_GEMM_EPI_DBIAS_B) epi = CUBLASLT_EPILOGUE_BGRADA;
+    else if (p->epi == L8_GEMM_EPI_BIAS_GELU_AUX) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), out);
     if (p->sm > 0) {              /* before the heuristic: a plan chosen for p->sm SMs */
         int32_t nsm = p->sm;
@@ -711,6 +761,12 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     if (p->epi != L8_GEMM_EPI_NONE) {
         int32_t bt = (int32_t)l8i_gemm_cuda_type(p->dt_bias);
         L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), out);
+    }
+    if (p->aux) {                 /* aux: D's shape and row stride, the bias's type */
+        int64_t ld_aux = p->ld_aux;
+        int32_t at = (int32_t)l8i_gemm_cuda_type(p->dt_bias);
+        L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux), out);
+        L8_TRY(ret, set_attr(pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at), out);
     }
     L8_TRY(ret, layout(&pl->la, p->dt_b, p->tb ? p->k : p->n, p->tb ? p->n : p->k, p->ldb), out);
     L8_TRY(ret, layout(&pl->lb, p->dt_a, p->ta ? p->m : p->k, p->ta ? p->k : p->m, p->lda), out);
@@ -810,15 +866,16 @@ static l8_status plan_get(l8_gemm_handle *h, const problem *p, l8_stream *s, pla
 /* ---- the entry point ---- */
 
 /* The caller's desc as this library reads it: the full size, or an older
- * caller's that ends before sm_count (which then is 0). */
+ * caller's that ends before sm_count or before aux (the fields it lacks keep
+ * L8_GEMM_DESC_INIT's values: 0 and NULL). */
 static l8_status desc_in(const l8_gemm_desc *desc, const char *fn, l8_gemm_desc *out)
 {
-    const size_t v1 = offsetof(l8_gemm_desc, sm_count);
-    if (desc->size != v1 && desc->size < sizeof(l8_gemm_desc))
+    const size_t v1 = offsetof(l8_gemm_desc, sm_count), v2 = offsetof(l8_gemm_desc, aux);
+    if (desc->size != v1 && desc->size != v2 && desc->size < sizeof(l8_gemm_desc))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: desc->size is %zu, expected %zu (use"
                        " L8_GEMM_DESC_INIT)", fn, desc->size, sizeof(l8_gemm_desc));
     *out = (l8_gemm_desc)L8_GEMM_DESC_INIT;
-    memcpy(out, desc, desc->size == v1 ? v1 : sizeof *out);
+    memcpy(out, desc, desc->size < sizeof *out ? desc->size : sizeof *out);
     out->size = sizeof *out;
     return L8_OK;
 }
@@ -841,6 +898,7 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     L8_CHECK(record(desc->b, s));
     L8_CHECK(record(desc->d, s));
     L8_CHECK(record(desc->bias, s));
+    L8_CHECK(record(desc->aux, s));
 
     l8_status ret = L8_OK;
     plan *pl = NULL;

@@ -79,7 +79,11 @@
  * x86-64 CPUs with AVX2 and FMA, else a multiply and an add; L8_HOST_SIMD=0
  * forces the latter), then t = alpha*s_A*s_B*acc + beta*D + bias in f32
  * (amax of t for an FP8 D), and D = round(t * scale_D) to D's dtype (RNE;
- * FP8 saturating, as cvt.rn.satfinite). Bias gradients are summed in f32 in
+ * FP8 saturating, as cvt.rn.satfinite); with the GELU epilogue aux =
+ * round(t) and t = gelu(t) (l8_gelu's host arithmetic in f32) before the
+ * amax and D. cuBLASLt's GELU is the same tanh form with its own exp, so a
+ * GPU D may differ from the host's in the last bit (an FP8 D: one FP8 step
+ * where a value lies near a rounding boundary). Bias gradients are summed in f32 in
  * k order and rounded to the bias dtype. The operands are packed and the
  * work is cache-blocked and split by output tiles over up to 8 threads
  * (L8_HOST_THREADS; calls below 8 MFLOP use one), never along k, so results
@@ -170,8 +174,14 @@ typedef enum l8_gemm_epilogue {
     L8_GEMM_EPI_DBIAS_A = 2,      /* bias[m] = sum_k op(A)[m,k]: (M,) written (=), not
                                      scaled by alpha (alpha must be 1). The wgrad dbias:
                                      a = dY^T. cuBLASLt BGRADB. Not for FP8. */
-    L8_GEMM_EPI_DBIAS_B = 3       /* bias[n] = sum_k op(B)[k,n]: (N,) written (=); alpha
+    L8_GEMM_EPI_DBIAS_B = 3,      /* bias[n] = sum_k op(B)[k,n]: (N,) written (=); alpha
                                      must be 1. cuBLASLt BGRADA. Not for FP8. */
+    L8_GEMM_EPI_BIAS_GELU_AUX = 4 /* u = t + bias[n] (t: the product, scaled, as above);
+                                     aux = u rounded to aux's dtype (the GELU's input, for
+                                     the backward); D = gelu(u) (l8_gelu's tanh GELU, on
+                                     the f32 u, not on aux) - an FP8 D quantized with
+                                     scale_D, its amax that of gelu(u). bias and desc->aux
+                                     required; beta must be 0. cuBLASLt GELU_AUX_BIAS. */
 } l8_gemm_epilogue;
 
 typedef struct l8_gemm_desc {
@@ -196,22 +206,37 @@ typedef struct l8_gemm_desc {
                                      algorithms. N >= the device's SM count means 0; ignored
                                      on a host context. Appended: a desc of an older caller,
                                      whose size ends before it, runs with 0. */
+    l8_tensor *aux;               /* L8_GEMM_EPI_BIAS_GELU_AUX only (NULL otherwise): 2-D
+                                     (M,N), last dim contiguous, bias's dtype, D's row
+                                     stride (a multiple of 8 elements), 16-byte aligned;
+                                     not overlapping A, B, D or bias. Written. Appended. */
+    int skip_amax;                /* FP8 D only (0 otherwise): 1 = compute no amax, D's meta
+                                     amax left alone. cuBLASLt zeroes the amax before an
+                                     FP8 GEMM that writes one (a memset of its own: in a
+                                     CUDA graph an extra node, which delayed a small GEMM by
+                                     ~8 us on an H200); a caller that takes the amax from
+                                     elsewhere skips both. Appended. */
 } l8_gemm_desc;
-#define L8_GEMM_DESC_INIT \
-    { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0 }
+#define L8_GEMM_DESC_INIT                                                                   \
+    { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0, \
+      NULL, 0 }
 
 /* Run one GEMM as described above, enqueued on s (NULL: the context's
  * compute stream); returns without waiting, except that the first call of a
  * new plan blocks while autotuning. Tensor data is resolved when the call is
  * made; storages used on a stream other than their own are recorded on it.
- * D (and a dbias output, and an FP8 D's amax) are written when the stream
- * reaches the GEMM; the scales are read then too.
+ * D (and a dbias output, aux, and an FP8 D's amax) are written when the
+ * stream reaches the GEMM; the scales are read then too.
  * Errors (nothing is enqueued):
  *   L8_ERR_INVALID_ARG  NULL handle/desc/tensor, wrong size field, ndim != 2,
  *                       inner stride != 1, shapes that do not chain, an empty
  *                       dimension, A and B of different non-FP8 dtypes, a bias
  *                       of the wrong length/dtype/layout or with an epilogue
- *                       that does not use one, D overlapping an input, a
+ *                       that does not use one, an aux missing, of the wrong
+ *                       shape/dtype/layout, overlapping, or with another
+ *                       epilogue, skip_amax other than 0 or 1 or with a
+ *                       non-FP8 D, beta != 0 with the GELU epilogue,
+ *                       D overlapping an input, a
  *                       tensor or stream of another context, non-finite
  *                       alpha/beta, an unknown epilogue;
  *   L8_ERR_UNSUPPORTED  E5M2 x E5M2, FP8 mixed with a non-FP8 operand, a D

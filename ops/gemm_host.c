@@ -17,7 +17,8 @@
  *              micro-kernel keeps its 6 x 16 accumulators in registers for the
  *              whole k block. Parallel over output panels (rows when there are
  *              at least as many row panels as column panels, else columns).
- *   3. epilogue t = ab * C + beta * D + bias, D = round(t * sd), amax of t -
+ *   3. epilogue t = ab * C + beta * D + bias (with the GELU epilogue: aux =
+ *              round(t), t = gelu(t)), D = round(t * sd), amax of t -
  *              the same partition as 2, so each thread reads its own C.
  *
  * Summation order. Each output is one chain over k in order, 0 .. K-1:
@@ -303,6 +304,10 @@ static uint32_t epilogue(const job *j, int64_t r0, int64_t r1, int64_t c0, int64
                 t += g->beta * load_d(g, drow + (size_t)n);
             if (j->biasf)
                 t += j->biasf[n];
+            if (g->aux) {         /* the GELU's input kept, then the GELU */
+                l8_host_store_f32(g->aux, g->dt_bias, (size_t)(m * g->ld_aux + n), t);
+                t = l8i_gelu_f32(t);
+            }
             uint32_t b = l8_amax_bits(t);
             am = b > am ? b : am;
             store_d(g, drow + (size_t)n, t);
@@ -406,7 +411,8 @@ l8_status l8i_host_gemm(const l8i_hgemm *g)
     size_t total = 0, o_ap, o_bp, o_c, o_bias = 0;
     int ok = add_floats(j->mp, K, MR, &o_ap, &total) && add_floats(j->np, K, NR, &o_bp, &total) &&
              add_floats(j->mp * MR, j->ldc, 1, &o_c, &total) &&
-             (g->epi != L8_GEMM_EPI_BIAS || add_floats(N, 1, 1, &o_bias, &total));
+             ((g->epi != L8_GEMM_EPI_BIAS && g->epi != L8_GEMM_EPI_BIAS_GELU_AUX) ||
+              add_floats(N, 1, 1, &o_bias, &total));
     if (ok && g->scratch && *g->scratch && *g->scratch_bytes >= total)
         mem = *g->scratch;                          /* reuse: no page faults */
     else if (!ok || posix_memalign(&mem, 64, total) != 0)
@@ -419,7 +425,7 @@ l8_status l8i_host_gemm(const l8i_hgemm *g)
     j->ap = (float *)((char *)mem + o_ap);
     j->bp = (float *)((char *)mem + o_bp);
     j->c = (float *)((char *)mem + o_c);
-    if (g->epi == L8_GEMM_EPI_BIAS)
+    if (g->epi == L8_GEMM_EPI_BIAS || g->epi == L8_GEMM_EPI_BIAS_GELU_AUX)
         j->biasf = (float *)((char *)mem + o_bias);
     src_init(&j->sa, g->a, g->dt_a);
     src_init(&j->sb, g->b, g->dt_b);

@@ -27,6 +27,9 @@ typedef struct problem {
     float alpha, beta;
     const void *a, *b;
     void *d, *bias;
+    void *aux;                    /* L8_GEMM_EPI_BIAS_GELU_AUX: (m, n), row stride ld_aux,
+                                     dt_bias */
+    int64_t ld_aux;
     const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
     float *amax;                  /* D's amax; NULL = not computed */
     int sm;                       /* l8_gemm_desc.sm_count, 0 when >= the device's SMs */
@@ -57,7 +60,7 @@ typedef struct plan {
     cublasLtMatmulAlgo_t algo;
     /* the pointer attributes last written into op (cuBLASLt's naming) */
     int ptrs_set;
-    const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias;
+    const void *p_sa, *p_sb, *p_sd, *p_amax, *p_bias, *p_aux;
     /* how algo was chosen, for l8_gemm_describe */
     int sm;                       /* problem.sm: planned for that many SMs (0: all) */
     uint8_t pick;                 /* L8I_PICK_* */

@@ -18,7 +18,7 @@
  * from every candidate's so far, and, under precise_reduction with a 16-bit
  * D, it reduces split-K partial sums in f32 (COMPUTE_TYPE) if it splits.
  *
- * Timing (both modes): on the call's stream with scratch D, amax and dbias
+ * Timing (both modes): on the call's stream with scratch D, amax, aux and dbias
  * outputs, so the caller's tensors are never touched. Rounds interleave the
  * candidates (clock and thermal drift hit all alike) after a warm-up that
  * brings the clocks up; each candidate keeps its best round (the
@@ -513,7 +513,7 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
                                  const cands *c)
 {
     l8_status ret = L8_OK;
-    void *scratch_d = NULL, *scratch_v = NULL;
+    void *scratch_d = NULL, *scratch_v = NULL, *scratch_aux = NULL;
     ws_slot *w = NULL;
     l8_event *e0 = NULL, *e1 = NULL;
     int best = 0, trials = 0, searched = 0, n = c->n;
@@ -529,6 +529,11 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
         L8_TRY(ret, l8_ctx_malloc(h->ctx, vb, s, &scratch_v), out);
         if (p->amax) q.amax = scratch_v;
         if (p->epi != L8_GEMM_EPI_BIAS) q.bias = scratch_v;
+    }
+    if (p->aux) {                 /* the GELU epilogue's aux: D's shape, the bias's type */
+        size_t ab = (size_t)((p->m - 1) * p->ld_aux + p->n) * l8_dtype_size(p->dt_bias);
+        L8_TRY(ret, l8_ctx_malloc(h->ctx, ab, s, &scratch_aux), out);
+        q.aux = scratch_aux;
     }
     L8_TRY(ret, l8i_gemm_set_ptrs(pl, &q), out);
     L8_TRY(ret, l8_event_create(h->ctx, 1, &e0), out);
@@ -611,7 +616,9 @@ out:
     l8_event_destroy(e0);
     l8_event_destroy(e1);
     /* stream-ordered frees: the trials on s finish before reuse */
-    l8_status fs = scratch_v ? l8_ctx_free(h->ctx, scratch_v) : L8_OK;
+    l8_status fs = scratch_aux ? l8_ctx_free(h->ctx, scratch_aux) : L8_OK;
+    if (fs != L8_OK && ret == L8_OK) ret = fs;
+    fs = scratch_v ? l8_ctx_free(h->ctx, scratch_v) : L8_OK;
     if (fs != L8_OK && ret == L8_OK) ret = fs;
     fs = scratch_d ? l8_ctx_free(h->ctx, scratch_d) : L8_OK;
     if (fs != L8_OK && ret == L8_OK) ret = fs;

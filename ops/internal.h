@@ -32,6 +32,9 @@ typedef struct l8i_hgemm {
     float sd;                     /* scale of an FP8 D, else 1 */
     const void *a, *b;
     void *d, *bias;
+    void *aux;                    /* L8_GEMM_EPI_BIAS_GELU_AUX: (m, n), row stride ld_aux,
+                                     dt_bias */
+    int64_t ld_aux;
     float *amax;                  /* written when not NULL */
     /* Optional cache of the packing memory between calls (the GEMM handle's,
      * used under its mutex): *scratch (64-byte aligned, *scratch_bytes long)
@@ -44,6 +47,9 @@ typedef struct l8i_hgemm {
 /* Run g on the host (blocking; may use worker threads, see gemm_host.c).
  * Errors: L8_ERR_OOM (host memory for the packed operands). */
 l8_status l8i_host_gemm(const l8i_hgemm *g);
+
+/* l8_gelu's host arithmetic on one f32 value (ops/elementwise.c). */
+float l8i_gelu_f32(float x);
 
 /* Worker threads the host GEMM may use for a call of `flops` (2 M N K):
  * 1 below the threshold, else min(online CPUs, 8), or L8_HOST_THREADS. */

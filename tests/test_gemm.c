@@ -518,6 +518,126 @@ START_TEST(test_host_fp8_output_amax)
 }
 END_TEST
 
+/* ---- the GELU epilogue ---- */
+
+/* tanh GELU in double (the form l8_gelu and cuBLASLt compute) */
+static double gelu_d(double x)
+{
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* L8_GEMM_EPI_BIAS_GELU_AUX on dev: D = gelu(u), aux = u for u = s_A s_B
+ * A.B^T + bias, against fp64: FP8 (E4M3 x E4M3 -> E4M3 with scale_D 2,
+ * its amax into D's meta, then skip_amax: the meta's amax stays as set) and
+ * bf16 -> bf16. aux within a bf16 step of u (plus the sum's error: f32, or
+ * FP8's fast accumulation on a GPU, as the modes below allow), D within
+ * one output step of gelu(u) (the host's gelu on f32 u, cuBLASLt's with its
+ * own exp), the amax within 1e-3 of max |gelu(u)| (and the sum's error);
+ * D's padding untouched.
+ * Then the argument errors. */
+static void gelu_aux_run(const char *dev, int fp8, int64_t M, int64_t N, int64_t K)
+{
+    l8_ctx *ctx = make_ctx(dev);
+    l8_gemm_handle *h = make_handle(ctx, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0x6e1a + (uint64_t)(M + fp8));
+    const l8_dtype dt = fp8 ? L8_E4M3 : L8_BF16, dd = fp8 ? L8_E4M3 : L8_BF16;
+    const float sa = fp8 ? 0.25f : 1.0f, sdv = fp8 ? 2.0f : 1.0f;
+    /* the sum's error relative to S: f32, or FP8's fast accumulation on a GPU */
+    const double acc = fp8 && strcmp(dev, "host") ? 2e-2 : 1e-5;
+    mat A = mat_new(dt, M, K, K, &r, 2), B = mat_new(dt, N, K, K, &r, 2);
+    mat bias = mat_new(L8_BF16, 1, N, N, &r, 1);
+    mat D = mat_new(dd, M, N, N + 16, NULL, 0), X = mat_new(L8_BF16, M, N, N + 16, NULL, 0);
+    dmat a = upload(ctx, &A, 1, sa), b = upload(ctx, &B, 1, 1), bv = upload_vec(ctx, &bias);
+    dmat d = upload(ctx, &D, sdv, 1.0f / sdv), x = upload(ctx, &X, 1, 1);
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d.view; g.bias = bv.view; g.aux = x.view;
+    g.epilogue = L8_GEMM_EPI_BIAS_GELU_AUX;
+    g.fast_accum = 1;
+    L8_CK(l8_gemm(h, &g, NULL));
+    L8_CK(l8_gemm(h, &g, NULL));  /* the plan's second call: pointers as set */
+    float am = 0;
+    if (fp8) {                    /* then without an amax: the meta's stays as set */
+        L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(d.view), NULL, NULL, &am));
+        L8_CK(l8_fp8_meta_set(l8_tensor_fp8_meta(d.view), sdv, 1.0f / sdv, -1.0f));
+        g.skip_amax = 1;
+        L8_CK(l8_gemm(h, &g, NULL));
+    }
+    uint8_t *dout = malloc(D.bytes), *xout = malloc(X.bytes);
+    L8_CK(l8_tensor_copy_to_host(d.full, dout, D.bytes, NULL));
+    L8_CK(l8_tensor_copy_to_host(x.full, xout, X.bytes, NULL));
+    double gmax = 0, smax = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double u = 0, S = 0;
+            for (int64_t k = 0; k < K; k++) {
+                u += at(&A, i, k) * at(&B, j, k);
+                S += fabs(at(&A, i, k) * at(&B, j, k));
+            }
+            u = u * sa + at(&bias, 0, j);
+            S = S * sa + fabs(at(&bias, 0, j));
+            double gu = gelu_d(u), want = gu * sdv;
+            if (fp8 && fabs(want) > 448) want = want > 0 ? 448 : -448;
+            gmax = fmax(gmax, fabs(gu));
+            smax = fmax(smax, S);
+            double xa = dec(L8_BF16, xout, (size_t)(i * X.ld + j));
+            double got = dec(dd, dout, (size_t)(i * D.ld + j));
+            ck_assert_msg(fabs(xa - u) <= ulp(L8_BF16, fabs(u)) + acc * S, "%s %s aux[%lld,%lld]"
+                          " %g, u %g", dev, fp8 ? "fp8" : "bf16", (long long)i, (long long)j, xa, u);
+            /* the output step at the larger of the two, and gelu's slope times u's error */
+            double tol = ulp(dd, fmax(fabs(want), fabs(got))) + 1.2 * sdv * acc * S +
+                         1e-6 * fabs(want);
+            ck_assert_msg(fabs(got - want) <= tol, "%s %s D[%lld,%lld] %g, want %g (u %g)", dev,
+                          fp8 ? "fp8" : "bf16", (long long)i, (long long)j, got, want, u);
+        }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = N; j < D.ld; j++)
+            ck_assert_msg(isnan(dec(dd, dout, (size_t)(i * D.ld + j))), "D padding written");
+    if (fp8) {
+        float meta = 0;
+        L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(d.view), NULL, NULL, &meta));
+        ck_assert_msg(fabs(am - gmax) <= 1e-3 * gmax + 1.2 * acc * smax, "%s amax %g, max"
+                      " |gelu(u)| %g", dev, (double)am, gmax);
+        ck_assert_msg(meta == -1.0f, "%s: D's meta amax written (%g) with skip_amax", dev,
+                      (double)meta);
+    }
+    /* errors */
+    l8_gemm_desc e = g;
+    e.aux = NULL;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);        /* aux missing */
+    e = g; e.epilogue = L8_GEMM_EPI_BIAS;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);        /* aux with another epilogue */
+    e = g; e.aux = a.view;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);        /* aux's shape / dtype */
+    e = g; e.aux = x.full;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);        /* aux (M, N + 16) */
+    e = g; e.bias = NULL;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);        /* bias missing */
+    e = g; e.skip_amax = 2;
+    L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);
+    if (!fp8) {
+        e = g; e.skip_amax = 1;
+        L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);    /* skip_amax with a bf16 D */
+        e = g; e.beta = 1.0f;
+        L8_CK_ST(l8_gemm(h, &e, NULL), L8_ERR_INVALID_ARG);    /* beta with the GELU */
+    }
+    free(dout); free(xout);
+    dmat_free(&a); dmat_free(&b); dmat_free(&bv); dmat_free(&d); dmat_free(&x);
+    free(A.img); free(B.img); free(bias.img); free(D.img); free(X.img);
+    l8_gemm_handle_destroy(h);
+    l8t_ctx_finish(ctx);
+}
+
+START_TEST(test_host_gelu_aux) { gelu_aux_run("host", _i, 37, 48, 64); }
+END_TEST
+
+START_TEST(test_gpu_gelu_aux)
+{
+    static const int64_t sh[3][3] = { { 37, 48, 64 }, { 256, 512, 512 }, { 512, 1024, 784 + 16 } };
+    gelu_aux_run("cuda:0", _i & 1, sh[_i >> 1][0], sh[_i >> 1][1], sh[_i >> 1][2]);
+}
+END_TEST
+
 /* ---- argument checks ---- */
 
 typedef struct errfix {
@@ -1468,6 +1588,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_loop_test(tc, test_host_reference_vs_fp64, 0, (int)N_HOST_MODES);
     tcase_add_test(tc, test_host_beta_and_bias_semantics);
     tcase_add_test(tc, test_host_fp8_output_amax);
+    tcase_add_loop_test(tc, test_host_gelu_aux, 0, 2);
     tcase_add_test(tc, test_host_argument_errors);
     tcase_add_test(tc, test_host_failed_call_writes_nothing);
     tcase_add_test(tc, test_host_plan_cache);
@@ -1487,6 +1608,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tg, test_gpu_autotune_search);
     tcase_add_test(tg, test_gpu_default_reduction);
     tcase_add_test(tg, test_gpu_errors);
+    tcase_add_loop_test(tg, test_gpu_gelu_aux, 0, 6);
     tcase_add_test(tg, test_gpu_plan_cache_file);
     suite_add_tcase(s, tg);
     return s;
