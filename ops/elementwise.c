@@ -296,3 +296,20 @@ l8_status l8_gelu_backward(const l8_tensor *x, const l8_tensor *dy, l8_tensor *d
     void *args[] = { &a_x, &a_g, &a_d, &n, &xtype, &gtype, &dtype };
     return launch(ctx, s, "l8_ew_gelu_bwd", n, args);
 }
+
+/* ---- the meta of a GEMM-quantized tensor ---- */
+
+l8_status l8i_meta_scale_inv(l8_ctx *ctx, l8_fp8_meta *m, l8_stream *s)
+{
+    float *scale = l8_fp8_meta_scale(m);
+    if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
+        *l8_fp8_meta_scale_inv(m) = 1.0f / *scale;
+        return L8_OK;
+    }
+    CUfunction f;
+    L8_CHECK(l8i_ctx_bind(ctx));
+    L8_CHECK(l8i_kernel(ctx, "elementwise", "l8_meta_scale_inv", &f));
+    uint64_t a_meta = (uint64_t)(uintptr_t)scale;
+    void *args[] = { &a_meta };
+    return l8i_launch(s, f, 1, 1, 1, 32, 1, 1, 0, args);
+}

@@ -48,6 +48,11 @@ typedef struct l8i_hgemm {
  * Errors: L8_ERR_OOM (host memory for the packed operands). */
 l8_status l8i_host_gemm(const l8i_hgemm *g);
 
+/* scale_inv = 1 / scale in the meta m of an FP8 tensor a GEMM quantized
+ * (which writes none): one tiny launch on s (ptx/elementwise.ptx,
+ * l8_meta_scale_inv); on the host at once. */
+l8_status l8i_meta_scale_inv(l8_ctx *ctx, l8_fp8_meta *m, l8_stream *s);
+
 /* l8_gelu's host arithmetic on one f32 value (ops/elementwise.c). */
 float l8i_gelu_f32(float x);
 

@@ -70,6 +70,7 @@ struct l8_linear {
     l8_stream *ws;                /* the wgrad's stream (l8_linear_set_wgrad_stream); NULL: s */
     int ws_sms;                   /* the wgrad's sm_count there */
     l8_event *ev_ws;              /* s -> ws: dY ready for wgrad */
+    l8_event *ev_side;            /* forward_gelu: s <-> side (created on first use) */
     /* tensor parallel */
     l8_comm *tp;                  /* NULL: none */
     l8_linear_parallel par;
@@ -369,6 +370,7 @@ void l8_linear_destroy(l8_linear *l)
     l8_fp8_meta_release(l->meta_g);
     l8_event_destroy(l->ev);
     l8_event_destroy(l->ev_ws);
+    l8_event_destroy(l->ev_side);
     for (int i = 0; i < 3; i++)
         l8_event_destroy(l->ev_tp[i]);
     free(l);
@@ -593,6 +595,9 @@ static l8_status cast_input_meta(const l8_linear *l, const char *op, const l8_te
 typedef struct fwd_in {
     l8_act act;
     const l8_tensor *x, *x8, *x8t;
+    l8_tensor *h8;                /* l8_linear_forward_gelu: the next layer's input (FP8
+                                     or bf16) */
+    l8_stream *side;              /* and where its meta's bookkeeping runs (NULL: s) */
 } fwd_in;
 
 /* The caller's x8 (Tx, K) and x8t (K, Tx; only when saving) for an FP8 layer. */
@@ -618,8 +623,41 @@ static l8_status check_cast_input(const l8_linear *l, const char *op, const fwd_
     return L8_OK;
 }
 
+/* l8_linear_forward_gelu's h (Ty, N): FP8 with a meta (FP8 layers) or
+ * bf16, and its layer. */
+static l8_status check_gelu_out(const l8_linear *l, const char *op, const fwd_in *in,
+                                const l8_tensor *y, int64_t Ty)
+{
+    if (!l->b)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s has no bias (the fused GELU takes layers"
+                       " with one)", op, l->name);
+    if (l->par == L8_PARALLEL_ROW)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s is row-parallel: its GELU needs the summed"
+                       " output", op, l->name);
+    l8_dtype dt = l8_tensor_dtype(in->h8);
+    L8_CHECK(need(op, "h", in->h8, l->ctx, dt, dt));
+    if (dt != L8_BF16 && !(l8_dtype_is_fp8(dt) && is_fp8_mode(l)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h is %s; %s takes bf16%s", op, l8_dtype_name(dt),
+                       l->name, is_fp8_mode(l) ? " or FP8" : " (a bf16 layer)");
+    if (dt != L8_BF16 && !l8_tensor_fp8_meta(in->h8))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: an FP8 h needs a meta (the next layer's input"
+                       " meta)", op);
+    if (l8_tensor_ndim(in->h8) != 2 || l8_tensor_dim(in->h8, 0) != Ty ||
+        l8_tensor_dim(in->h8, 1) != l->N)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h must be 2-D (%lld, %lld), y's rows and the"
+                       " layer's outputs", op, (long long)Ty, (long long)l->N);
+    if (overlap(in->h8, y) || overlap(in->h8, in->x) || overlap(in->h8, in->x8) ||
+        overlap(in->h8, in->x8t))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h overlaps y or the input", op);
+    if (in->side && l8_stream_ctx(in->side) != l->ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: side belongs to another context than %s's", op,
+                       l->name);
+    return L8_OK;
+}
+
 /* Forward of act(x) (l8_linear_forward: act = L8_ACT_NONE), or of the
- * caller's cast (l8_linear_forward_fp8). */
+ * caller's cast (l8_linear_forward_fp8); with in->h8 also the next layer's
+ * input (l8_linear_forward_gelu). */
 static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8_tensor *y,
                               l8_linear_ctx **saved, l8_stream *s)
 {
@@ -631,7 +669,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
     l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *xl8 = NULL, *xg = NULL,
-              *yp = NULL, *xa = NULL;
+              *yp = NULL, *xa = NULL, *h_amax = NULL;
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     int own_meta = 0;             /* the caller's x8 with a meta of its own */
@@ -657,6 +695,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     if (fp8)
         L8_TRY(ret, fp8_dim(op, "the token count T (rows of x, over all TP ranks with sequence"
                             " parallelism)", T), out);
+    if (in->h8)
+        L8_TRY(ret, check_gelu_out(l, op, in, y, Ty), out);
 
     /* everything allocated before anything is enqueued */
     if (saved) {
@@ -687,6 +727,14 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     }
     if (reduce_y && l->sp)        /* the partial sums of all T rows, scattered into y */
         L8_TRY(ret, new_tensor(l, "y_partial", L8_BF16, T, l->N, NULL, s, &yp), out);
+    l8_stream *side = in->side ? in->side : s;
+    const int h_fp8 = in->h8 && l8_dtype_is_fp8(l8_tensor_dtype(in->h8));
+    if (h_fp8) {                  /* the amax cast's bytes (unused), with h's meta */
+        L8_TRY(ret, new_tensor(l, "h_amax", l8_tensor_dtype(in->h8), Ty, l->N,
+                               l8_tensor_fp8_meta(in->h8), s, &h_amax), out);
+        if (side != s && !l->ev_side)
+            L8_TRY(ret, l8_event_create(l->ctx, 0, &l->ev_side), out);
+    }
 
     L8_TRY(ret, ensure_weights(l, s), out);
     l8_gemm_desc g = L8_GEMM_DESC_INIT;
@@ -695,6 +743,21 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     if (l->b && (!reduce_y || l->tp_rank == 0)) {   /* a row-parallel bias is added once */
         g.bias = l->b16;
         g.epilogue = L8_GEMM_EPI_BIAS;
+    }
+    l8_fp8_meta *hm = h_fp8 ? l8_tensor_fp8_meta(in->h8) : NULL;
+    if (in->h8) {                 /* y the GELU's input (aux), h = gelu(y) the output (FP8:
+                                     its amax from the cast below) */
+        g.d = in->h8;
+        g.aux = y2;
+        g.skip_amax = h_fp8;
+        g.epilogue = L8_GEMM_EPI_BIAS_GELU_AUX;
+        if (h_fp8 && side != s) { /* h's scale_inv on side beside the GEMM (on s alone
+                                     the amax cast below writes it before any later work) */
+            L8_TRY(ret, l8_event_record(l->ev_side, s), out);
+            L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
+            L8_TRY(ret, l8i_meta_scale_inv(l->ctx, hm, side), out);
+            L8_TRY(ret, l8_event_record(l->ev_side, side), out);
+        }
     }
     if (fp8) {
         /* X8 (T, K) e4m3: the caller's bytes, or act(X) cast here with X8t
@@ -727,6 +790,21 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         g.b = l->w16;             /* (N, K) bf16 */
     }
     L8_TRY(ret, l8_gemm(l->gemm, &g, s), out);   /* Y (T, N) bf16 */
+    if (h_fp8) {
+        /* h's amax: that of the input cast the layer after would run (the
+         * GELU of bf16 y, max-accumulated), on side after the GEMM - the
+         * GEMM's own amax costs a memset node before it (gemm.h). The cast
+         * writes scratch bytes and h's scale_inv again (the same value) */
+        if (side != s) {          /* s after h's scale_inv; side after the GEMM */
+            L8_TRY(ret, l8_stream_wait_event(s, l->ev_side), out);
+            L8_TRY(ret, l8_event_record(l->ev_side, s), out);
+            L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
+            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(h_amax), side), out);
+            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(y2), side), out);
+        }
+        L8_TRY(ret, l8_fp8_cast_transpose_act(L8_ACT_GELU, y2, h_amax, NULL,
+                                              L8_CAST_ACCUMULATE_AMAX, side), out);
+    }
     if (reduce_y && yp)
         L8_TRY(ret, l8_comm_reduce_scatter(l->tp, yp, y2, L8_REDUCE_SUM, 0, s), out);
     else if (reduce_y)
@@ -767,13 +845,14 @@ out:
     l8_tensor_destroy(xg);
     l8_tensor_destroy(yp);
     l8_tensor_destroy(xa);
+    l8_tensor_destroy(h_amax);    /* stream-ordered: recorded on side, where it is written */
     return ret;
 }
 
 l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
                             l8_linear_ctx **saved, l8_stream *s)
 {
-    fwd_in in = { L8_ACT_NONE, x, NULL, NULL };
+    fwd_in in = { L8_ACT_NONE, x, NULL, NULL, NULL, NULL };
     if (!x)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward: x is NULL");
     return forward_impl(l, "l8_linear_forward", &in, y, saved, s);
@@ -782,7 +861,7 @@ l8_status l8_linear_forward(l8_linear *l, const l8_tensor *x, l8_tensor *y,
 l8_status l8_linear_forward_act(l8_linear *l, l8_act act, const l8_tensor *x, l8_tensor *y,
                                 l8_linear_ctx **saved, l8_stream *s)
 {
-    fwd_in in = { act, x, NULL, NULL };
+    fwd_in in = { act, x, NULL, NULL, NULL, NULL };
     if (!x)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward_act: x is NULL");
     return forward_impl(l, "l8_linear_forward_act", &in, y, saved, s);
@@ -791,10 +870,28 @@ l8_status l8_linear_forward_act(l8_linear *l, l8_act act, const l8_tensor *x, l8
 l8_status l8_linear_forward_fp8(l8_linear *l, const l8_tensor *x8, const l8_tensor *x8t,
                                 l8_tensor *y, l8_linear_ctx **saved, l8_stream *s)
 {
-    fwd_in in = { L8_ACT_NONE, NULL, x8, x8t };
+    fwd_in in = { L8_ACT_NONE, NULL, x8, x8t, NULL, NULL };
     if (!x8)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_forward_fp8: x8 is NULL");
     return forward_impl(l, "l8_linear_forward_fp8", &in, y, saved, s);
+}
+
+l8_status l8_linear_forward_gelu(l8_linear *l, l8_act act, const l8_tensor *x,
+                                 const l8_tensor *x8, const l8_tensor *x8t, l8_tensor *y,
+                                 l8_tensor *h, l8_linear_ctx **saved, l8_stream *side,
+                                 l8_stream *s)
+{
+    static const char *op = "l8_linear_forward_gelu";
+    fwd_in in = { act, x, x8, x8t, h, side };
+    if (saved)
+        *saved = NULL;
+    if (!x == !x8)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: give x or x8, not %s", op, x ? "both" : "neither");
+    if (x8 && act != L8_ACT_NONE)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: an activation applies to x, not to x8", op);
+    if (!h)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h is NULL", op);
+    return forward_impl(l, op, &in, y, saved, s);
 }
 
 /* ------------------------------------------------------------------------ */

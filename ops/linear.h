@@ -329,6 +329,52 @@ L8_NODISCARD l8_status l8_linear_forward_fp8(l8_linear *l, const l8_tensor *x8,
                                              const l8_tensor *x8t, l8_tensor *y,
                                              l8_linear_ctx **saved, l8_stream *s);
 
+/* The next layer's input from this layer's GEMM, the GELU in its epilogue
+ * (TransformerEngine's fc1 -> GELU -> fc2). For ... -> Linear A -> GELU ->
+ * Linear B:
+ *     A: l8_linear_forward_gelu(a, act, x, x8, x8t, z, h, &ca, side, s)
+ *     B: l8_linear_forward(b, h, y, &cb, s)             (h bf16), or
+ *        l8_linear_forward_fp8(b, h, ht, y, &cb, s)     (h FP8; the caller
+ *        transposes h into ht, l8_fp8_transpose, where B's wgrad reads it)
+ *     B: l8_linear_backward(b, &cb, dy, dh, s)
+ *     A: l8_linear_backward_act(a, L8_ACT_GELU, &ca, dh, z, dx, s)
+ * One cuBLASLt GEMM (L8_GEMM_EPI_BIAS_GELU_AUX) writes
+ *   z  [T, N] bf16: X . W^T + b, what l8_linear_forward writes as y (2-D or
+ *      [.., N]; the backward's GELU input), and
+ *   h  [T, N] (2-D, contiguous, z's rows): gelu(u) for the f32 sum u (z
+ *      before its rounding), either
+ *      - bf16 (any layer): rounded once, for a bf16 B, or
+ *      - FP8, A an FP8 layer: fp8(gelu(u) * scale) with h's meta - B's
+ *        input meta (l8_recipe_meta(recipe, l8_linear_role_index(b,
+ *        L8_ROLE_INPUT)), B's input format, E4M3) - as B's own cast would
+ *        use it: its current scale, its scale_inv written (1 / scale), and
+ *        the amax B's cast would max-accumulate (that of bf16 gelu(z):
+ *        l8_fp8_cast_transpose_act of z into scratch bytes; the GEMM's own
+ *        amax would cost a memset before it, see gemm.h).
+ * The GELU runs on u in f32 with cuBLASLt's arithmetic instead of on bf16
+ * z with l8_gelu's, so h is not bit for bit B's gelu(z) (l8_gelu, or the
+ * cast in l8_linear_forward_act): a bf16 h may differ in the last bit, an
+ * FP8 h by one step where a value lies near a rounding boundary. z, the
+ * saved ctx and A's backward are l8_linear_forward's.
+ * The input: x with act as in l8_linear_forward_act (x8 and x8t NULL), or
+ * the caller's x8 and x8t as in l8_linear_forward_fp8 (x NULL, act NONE).
+ * Streams: the GEMM on s. An FP8 h's meta work runs on side, off s's path:
+ * its scale_inv beside the GEMM (work enqueued on s after this call waits
+ * for it) and the amax cast after the GEMM, which reads z - the caller
+ * joins side before z is written again and before the recipe update
+ * (lean8-train passes its wgrad stream, joined before the optimizer).
+ * side NULL: both run on s. A bf16 h has no meta work; side is not used.
+ * Layers with a bias, not row-parallel. Errors: those of
+ * l8_linear_forward_act / _fp8; L8_ERR_INVALID_ARG for x and x8 both or
+ * neither given, an act with x8, h NULL, FP8 for a bf16 layer, neither FP8
+ * nor bf16, FP8 without a meta, of another shape, overlapping y or the
+ * input, a side stream of another context; L8_ERR_UNSUPPORTED for a layer
+ * without a bias or a row-parallel one. */
+L8_NODISCARD l8_status l8_linear_forward_gelu(l8_linear *l, l8_act act, const l8_tensor *x,
+                                              const l8_tensor *x8, const l8_tensor *x8t,
+                                              l8_tensor *z, l8_tensor *h, l8_linear_ctx **saved,
+                                              l8_stream *side, l8_stream *s);
+
 /* l8_linear_backward_fp8: the backward of the forward that made *saved from
  *   dy8  [T, N] the forward's T rows, 2-D, contiguous; read by dgrad
  *   dy8t [N, T] its transpose; read by wgrad

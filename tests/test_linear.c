@@ -842,6 +842,211 @@ static void act_run(const char *dev, l8_linear_mode mode, int shape)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the next layer's FP8 input from the GEMM's epilogue                       */
+
+static l8_tensor *mk8(l8_ctx *ctx, l8_dtype fmt, int64_t rows, int64_t cols, l8_fp8_meta *meta);
+static void near(const float *a, const float *b, int64_t n, float tol, const char *what);
+static double gelu_ref(double x);
+
+/* Pair 0: a -> GELU -> b unfused (b: l8_linear_forward_act); pair 1: a
+ * writes z and h = gelu(z) in its GEMM (l8_linear_forward_gelu), b takes h.
+ * hk 0: FP8 layers, h FP8 with b's input meta (its meta work on side when
+ * use_side), the test transposes h for b's wgrad, b takes them as
+ * l8_linear_forward_fp8; hk 1: FP8 layers, h bf16, which b casts itself
+ * (l8_linear_forward); hk 2: bf16 layers, h bf16. Two steps of two
+ * micro-batches, a recipe update between steps (a stale scale_inv after it
+ * would scale y by the scales' ratio). z: pair 0's y of a within a bf16
+ * step (the same bits on the host: the same arithmetic); h (FP8:
+ * dequantized) within one step of its format of gelu(z) (saturated where
+ * the delayed scale clips); b's input amax that of pair 0 (hk 0: the same
+ * cast of z, bit for bit on the host; else within 1%), max-accumulated over
+ * the micro-batches; y, dx and the main_grads close to pair 0's. With side,
+ * the test joins it before z is written again and before the update, as
+ * the contract asks. Then the errors. */
+static void gelu_out_run(const char *dev, int hk, int shape, int use_side)
+{
+    pairs q;
+    pairs_init(&q, dev, hk == 2 ? L8_LINEAR_BF16 : L8_LINEAR_FP8, shape,
+               0x6e1 + (uint64_t)(shape + 4 * hk));
+    const int64_t T = q.T, K = q.K, N1 = q.N1, N2 = q.N2;
+    fx *a = q.a, *b = q.b;
+    const int host = !strcmp(dev, "host"), h8k = hk == 0;
+    l8_stream *side = use_side ? l8_ctx_stream(q.ctx, L8_STREAM_COMM) : NULL;
+    l8_stream *cs = l8_ctx_stream(q.ctx, L8_STREAM_COMPUTE);
+    l8_fp8_meta *mh = hk == 2 ? NULL :
+                      l8_recipe_meta(q.rec[1], l8_linear_role_index(b[1].lin, L8_ROLE_INPUT));
+    l8_tensor *h = h8k ? mk8(q.ctx, L8_E4M3, T, N1, mh) : mk(q.ctx, L8_BF16, T, N1);
+    l8_tensor *ht = h8k ? mk8(q.ctx, L8_E4M3, N1, T, mh) : NULL;
+    l8_tensor *hd = h8k ? mk(q.ctx, L8_F32, T, N1) : NULL;
+    float *z = fmem(T * N1), *hv = fmem(T * N1);
+    l8_event *ev = NULL;
+    L8_CK(l8_event_create(q.ctx, 0, &ev));
+    for (int step = 0; step < 2; step++) {
+        for (int mb = 0; mb < 2; mb++) {
+            if (side) {           /* the caller's join before z is written again */
+                L8_CK(l8_event_record(ev, side));
+                L8_CK(l8_stream_wait_event(cs, ev));
+            }
+            fill_bf16(&q.r, q.x, T * K);
+            fill_bf16(&q.r, q.dy, T * N2);
+            put(q.tx, q.x);
+            put(q.tdy, q.dy);
+            for (int p = 0; p < 2; p++) {
+                poison(q.tz[p]);
+                poison(q.ty[p]);
+                poison(q.tdx[p]);
+            }
+            poison(h);
+            l8_linear_ctx *ca = NULL, *cb = NULL;
+            L8_CK(l8_linear_forward(a[0].lin, q.tx, q.tz[0], &ca, NULL));
+            L8_CK(l8_linear_forward_act(b[0].lin, L8_ACT_GELU, q.tz[0], q.ty[0], &cb, NULL));
+            L8_CK(l8_linear_backward(b[0].lin, &cb, q.tdy, q.tdh[0], NULL));
+            L8_CK(l8_linear_backward_act(a[0].lin, L8_ACT_GELU, &ca, q.tdh[0], q.tz[0], q.tdx[0],
+                                         NULL));
+            L8_CK(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], h, &ca,
+                                         side, NULL));
+            if (h8k) {
+                L8_CK(l8_fp8_transpose(h, ht, NULL));
+                L8_CK(l8_linear_forward_fp8(b[1].lin, h, ht, q.ty[1], &cb, NULL));
+            } else {
+                L8_CK(l8_linear_forward(b[1].lin, h, q.ty[1], &cb, NULL));
+            }
+            L8_CK(l8_linear_backward(b[1].lin, &cb, q.tdy, q.tdh[1], NULL));
+            L8_CK(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, q.tdh[1], q.tz[1], q.tdx[1],
+                                         NULL));
+            char what[96];
+            snprintf(what, sizeof what, "%s hk %d shape %d side %d step %d mb %d", dev, hk, shape,
+                     use_side, step, mb);
+            /* z: a's y */
+            get(q.tz[0], q.o[0]);
+            get(q.tz[1], z);
+            for (int64_t i = 0; i < T * N1; i++) {
+                double d = fabs((double)z[i] - q.o[0][i]);
+                ck_assert_msg(host ? d == 0 : d <= ulp_of(L8_BF16, fabs(q.o[0][i])),
+                              "%s: z %g against a's y %g at %lld", what, (double)z[i],
+                              (double)q.o[0][i], (long long)i);
+            }
+            /* h: gelu(u) of u ~ z (FP8: dequantized with the scale_inv written) */
+            if (h8k) {
+                L8_CK(l8_fp8_dequantize(h, hd, NULL));
+                get(hd, hv);
+            } else {
+                get(h, hv);
+            }
+            double gmax = 0, cap = 0;   /* cap: 448 * scale_inv where the scale saturates */
+            for (int64_t i = 0; i < T * N1; i++) {
+                gmax = fmax(gmax, fabs(gelu_ref(z[i])));
+                cap = fmax(cap, fabs(hv[i]));
+            }
+            for (int64_t i = 0; i < T * N1; i++) {
+                double g = h8k ? fmax(-cap, fmin(cap, gelu_ref(z[i]))) : gelu_ref(z[i]);
+                /* FP8: half a step of 2^-3 and z's rounding; bf16: a step of each */
+                double tol = h8k ? 0.07 * fabs(g) + 1e-3 * gmax :
+                             ulp_of(L8_BF16, fabs(g)) + 1.2 * ulp_of(L8_BF16, fabs(z[i])) +
+                             1e-6 * gmax;
+                ck_assert_msg(fabs(hv[i] - g) <= tol, "%s: h %g, gelu(z) %g at %lld", what,
+                              (double)hv[i], g, (long long)i);
+            }
+            const l8_tensor *cmp[][2] = { { q.ty[0], q.ty[1] }, { q.tdx[0], q.tdx[1] } };
+            for (int k = 0; k < 2; k++) {
+                get(cmp[k][1], q.o[1]);
+                get(cmp[k][0], q.o[0]);
+                char w2[128];
+                snprintf(w2, sizeof w2, "%s: %s", what, k ? "dx" : "y");
+                near(q.o[1], q.o[0], l8_tensor_numel(cmp[k][0]), 0.05f, w2);
+            }
+        }
+        if (side) {               /* the caller's join before the update reads the amax */
+            L8_CK(l8_event_record(ev, side));
+            L8_CK(l8_stream_wait_event(cs, ev));
+        }
+        /* b's input amax: the cast of gelu(z) or of h against pair 0's */
+        for (int p = 0; hk != 2 && p < 2; p++)
+            L8_CK(l8_recipe_update(q.rec[p], NULL));
+        if (hk != 2) {
+            float am[2];
+            for (int p = 0; p < 2; p++) {
+                l8_tensor *hist = NULL;
+                L8_CK(l8_recipe_state(q.rec[p], &hist, NULL, NULL, NULL));
+                int64_t n = l8_tensor_numel(hist), H = n / l8_recipe_count(q.rec[p]);
+                float *hs = fmem(n);
+                get(hist, hs);
+                am[p] = hs[l8_linear_role_index(b[p].lin, L8_ROLE_INPUT) * H];   /* newest */
+                free(hs);
+                l8_tensor_destroy(hist);
+            }
+            int exact = host && h8k;
+            ck_assert_msg(am[0] > 0 && (exact ? am[1] == am[0] : fabsf(am[1] - am[0]) <=
+                                        0.01f * am[0]), "%s hk %d step %d: b's input amax %g"
+                          " against %g", dev, hk, step, (double)am[1], (double)am[0]);
+        }
+        const l8_tensor *g[][2] = { { a[0].tgw, a[1].tgw }, { a[0].tgb, a[1].tgb },
+                                    { b[0].tgw, b[1].tgw }, { b[0].tgb, b[1].tgb } };
+        for (int k = 0; k < 4; k++) {
+            get(g[k][0], q.o[0]);
+            get(g[k][1], q.o[1]);
+            char what[64];
+            snprintf(what, sizeof what, "%s hk %d step %d: main_grad %d", dev, hk, step, k);
+            near(q.o[1], q.o[0], l8_tensor_numel(g[k][0]), 0.05f, what);
+        }
+        for (int p = 0; p < 2; p++) {
+            L8_CK(l8_linear_begin_step(a[p].lin));
+            L8_CK(l8_linear_begin_step(b[p].lin));
+        }
+    }
+    /* errors: nothing enqueued, *saved NULL */
+    l8_linear_ctx *c = (l8_linear_ctx *)1;
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], NULL, &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(c);
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, NULL, NULL, NULL, q.tz[1], h, &c, side,
+                                    NULL), L8_ERR_INVALID_ARG);          /* no input */
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, q.tx, NULL, q.tz[1], h, &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);    /* both inputs */
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], q.tz[1], &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);    /* h over z */
+    l8_tensor *narrow = mk(q.ctx, L8_BF16, T, N1 - 16);
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], narrow, &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);    /* shape */
+    l8_tensor_destroy(narrow);
+    l8_tensor *hf = mk(q.ctx, L8_F32, T, N1);
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], hf, &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);    /* f32 h */
+    l8_tensor_destroy(hf);
+    l8_tensor *bare = mk(q.ctx, L8_E4M3, T, N1);
+    L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], bare, &c,
+                                    side, NULL), L8_ERR_INVALID_ARG);    /* no meta / bf16 */
+    l8_tensor_destroy(bare);
+    if (h8k)
+        L8_CK_ST(l8_linear_forward_gelu(a[1].lin, L8_ACT_GELU, NULL, h, ht, q.tz[1], h, &c, side,
+                                        NULL), L8_ERR_INVALID_ARG);      /* act on x8 */
+    fx nb;
+    l8_rng r3;
+    l8_rng_init(&r3, 9);
+    fx_init_cfg(&nb, q.ctx, q.h, q.rec[1], hk == 2 ? L8_LINEAR_BF16 : L8_LINEAR_FP8, K, N1, 0,
+                L8_F32, 0, NULL, "nb", &r3);
+    L8_CK_ST(l8_linear_forward_gelu(nb.lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], h, &c, side,
+                                    NULL), L8_ERR_UNSUPPORTED);          /* no bias */
+    fx_free(&nb);
+    ck_assert_ptr_null(c);
+    L8_CK(l8_stream_synchronize(cs));
+    if (side) L8_CK(l8_stream_synchronize(side));
+    l8_event_destroy(ev);
+    l8_tensor_destroy(h);
+    l8_tensor_destroy(ht);
+    l8_tensor_destroy(hd);
+    free(z);
+    free(hv);
+    pairs_free(&q);
+}
+
+START_TEST(test_gelu_out) { gelu_out_run("host", _i >> 1, 0, _i & 1); }
+END_TEST
+
+START_TEST(test_gpu_gelu_out) { gelu_out_run("cuda:0", _i >> 2, (_i >> 1) & 1, _i & 1); }
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* the weight gradient on a stream of its own                                */
 
 /* a's and b's values agree within 1e-4 of a's largest magnitude (another
@@ -2448,6 +2653,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tc, test_act, 0, 2);
     tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
     tcase_add_test(tc, test_precast);
+    tcase_add_loop_test(tc, test_gelu_out, 0, 6);
     tcase_add_test(tc, test_precast_bf16);
     tcase_add_test(tc, test_precast_own_meta);
     tcase_add_test(tc, test_save_hooks);
@@ -2467,6 +2673,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
     tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
+    tcase_add_loop_test(tg, test_gpu_gelu_out, 0, 12);
     tcase_add_test(tg, test_gpu_precast_own_meta);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);
