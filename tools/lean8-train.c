@@ -143,6 +143,12 @@ typedef struct model {
                                                  wgrad (l8_linear_set_wgrad_stream) beside
                                                  the next layer's backward; NULL: none */
     l8_event *ev_wg;                          /* the join of wgs before the optimizer */
+    int gelu_out;                             /* one TP rank: a layer below the head writes
+                                                 the next one's input gelu(pre[i]) in its
+                                                 GEMM (l8_linear_forward_gelu): FP8 for an
+                                                 FP8 layer after an FP8 one, else bf16 */
+    l8_event *ev_h;                           /* s -> wgs: an FP8 h written, to transpose
+                                                 there */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -465,6 +471,7 @@ static l8_status model_build(model *m, const opts *o)
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_xt));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_side));
     L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_wg));
+    L8_CHECK(l8_event_create(m->ctx, 0, &m->ev_h));
     L8_CHECK(join(m, o));
     m->nl = o->nhidden + 1;
     m->dims[0] = IN_FEATURES;
@@ -565,6 +572,7 @@ static l8_status model_build(model *m, const opts *o)
             total += m->lb * m->ld[i + 1];
         }
     m->split_casts = widest > 0;
+    m->gelu_out = m->tp == 1;
     for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++)
         st = l8_storage_create_tagged(m->ctx, (size_t)(k ? total : m->lb * widest), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
@@ -583,6 +591,9 @@ typedef struct batch_views {
     l8_tensor *order, *labels, *loss, *hit, *in, *pre[MAX_LAYERS], *grad[MAX_LAYERS + 1];
     l8_tensor *x8, *x8t;                      /* FP8 training: the first layer's input, cast
                                                  outside the layer (see run_batch) */
+    l8_tensor *h[MAX_LAYERS], *ht[MAX_LAYERS];     /* gelu_out: layer i + 1's input from
+                                                      layer i's GEMM, and (FP8) its
+                                                      transpose */
 } batch_views;
 
 static void views_free(batch_views *v)
@@ -598,6 +609,10 @@ static void views_free(batch_views *v)
     }
     l8_tensor_destroy(v->x8);     /* stream-ordered */
     l8_tensor_destroy(v->x8t);
+    for (int i = 0; i < MAX_LAYERS; i++) {
+        l8_tensor_destroy(v->h[i]);
+        l8_tensor_destroy(v->ht[i]);
+    }
     memset(v, 0, sizeof *v);
 }
 
@@ -622,6 +637,31 @@ static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tens
                                           k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
         l8_status ret = fp8_over(st, 0, fmt, k ? m->ld[0] : rows, k ? rows : m->ld[0], m->x8meta,
                                  k ? x8t : x8);
+        l8_storage_release(st);
+        L8_CHECK(ret);
+    }
+    return L8_OK;
+}
+
+/* gelu_out: layer i + 1's input h (rows, n) - for an FP8 layer in its
+ * input format with its input meta, and, training, ht (n, rows) - new
+ * storages on m->s. */
+static l8_status gelu_out_new(model *m, int i, int64_t rows, int train, batch_views *v)
+{
+    const int64_t n = m->ld[i + 1];
+    if (!fp8_layer(m, i + 1)) {
+        int64_t sh[2] = { rows, n };
+        return l8_tensor_empty(m->ctx, L8_BF16, 2, sh, &v->h[i]);
+    }
+    const l8_linear *nx = m->lin[i + 1];
+    l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(nx, L8_ROLE_INPUT));
+    l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
+    for (int k = 0; k < 1 + train; k++) {
+        l8_storage *st = NULL;
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * n), m->s,
+                                          k ? "train.h_fp8_t" : "train.h_fp8", &st));
+        l8_status ret = fp8_over(st, 0, fmt, k ? n : rows, k ? rows : n, meta,
+                                 k ? &v->ht[i] : &v->h[i]);
         l8_storage_release(st);
         L8_CHECK(ret);
     }
@@ -776,19 +816,52 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             L8_TRY(st, l8_stream_wait_event(m->s, m->ev_w16), out);
             wait16 = 0;
         }
-        /* layer i > 0 takes gelu(pre[i-1]): the GELU runs inside its input
-         * cast (FP8) or into a tensor of the layer's own (bf16) */
-        if (pre8 && i == 0)
-            L8_TRY(st, l8_linear_forward_fp8(m->lin[0], v.x8, v.x8t, v.pre[0], &saved[0], m->s),
-                   out);
-        else
-            L8_TRY(st, l8_linear_forward_act(m->lin[i], i ? L8_ACT_GELU : L8_ACT_NONE,
-                                             i ? v.pre[i - 1] : v.in, v.pre[i],
+        /* layer i > 0 takes gelu(pre[i-1]): the GELU runs in layer i - 1's
+         * GEMM (gelu_out: h[i-1]), else inside its input cast (FP8) or into
+         * a tensor of the layer's own (bf16) */
+        const int gout = m->gelu_out && i + 1 < m->nl && (fp8_layer(m, i) || !fp8_layer(m, i + 1));
+        l8_tensor *hin = i > 0 ? v.h[i - 1] : NULL;
+        const int gin8 = hin && fp8_layer(m, i);
+        const l8_tensor *x8 = pre8 && i == 0 ? v.x8 : gin8 ? hin : NULL;
+        const l8_tensor *x8t = !train ? NULL : pre8 && i == 0 ? v.x8t : gin8 ? v.ht[i - 1] : NULL;
+        const l8_tensor *x = x8 ? NULL : hin ? hin : i ? v.pre[i - 1] : v.in;
+        const l8_act act = x8 || hin || !i ? L8_ACT_NONE : L8_ACT_GELU;
+        if (gin8 && m->off && m->wgs)  /* offload copies the saved ht out during the forward */
+            L8_TRY(st, l8_stream_wait_event(m->s, m->ev_h), out);
+        if (gout) {
+            L8_TRY(st, gelu_out_new(m, i, rows, train, &v), out);
+            L8_TRY(st, l8_linear_forward_gelu(m->lin[i], act, x, x8, x8t, v.pre[i], v.h[i],
+                                              train ? &saved[i] : NULL, train ? m->wgs : NULL,
+                                              m->s), out);
+            if (train && v.ht[i]) {   /* ht for layer i + 1's wgrad, off the critical path */
+                l8_stream *ts = m->wgs ? m->wgs : m->s;
+                if (ts != m->s) {
+                    L8_TRY(st, l8_event_record(m->ev_h, m->s), out);
+                    L8_TRY(st, l8_stream_wait_event(ts, m->ev_h), out);
+                    L8_TRY(st, l8_storage_record_stream(l8_tensor_storage(v.h[i]), ts), out);
+                    L8_TRY(st, l8_storage_record_stream(l8_tensor_storage(v.ht[i]), ts), out);
+                }
+                L8_TRY(st, l8_fp8_transpose(v.h[i], v.ht[i], ts), out);
+                if (ts != m->s) L8_TRY(st, l8_event_record(m->ev_h, ts), out);
+            }
+        } else if (x8) {
+            L8_TRY(st, l8_linear_forward_fp8(m->lin[i], x8, x8t, v.pre[i],
                                              train ? &saved[i] : NULL, m->s), out);
+        } else {
+            L8_TRY(st, l8_linear_forward_act(m->lin[i], act, x, v.pre[i],
+                                             train ? &saved[i] : NULL, m->s), out);
+        }
+        if (hin) {                /* the ctx keeps its own view (bf16: of h, FP8: of ht):
+                                     offload may give their device memory back */
+            l8_tensor_destroy(v.h[i - 1]);
+            l8_tensor_destroy(v.ht[i - 1]);
+            v.h[i - 1] = v.ht[i - 1] = NULL;
+        }
         if (off && i == 0) {
-            /* bf16 saves a view of the images (the later layers save their
-             * own act(x)): hand the saved view the images alone so that
-             * offload may give their device memory back */
+            /* bf16 saves a view of the images (the later layers save a
+             * view of h or their own act(x)): hand the saved view the
+             * images alone so that offload may give their device memory
+             * back */
             l8_tensor_destroy(v.in);
             v.in = NULL;
         }
