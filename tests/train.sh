@@ -24,6 +24,8 @@
 #      offload an FP8 run splits its dGELU casts (the bias gradient on the
 #      side stream, on few SMs above one 128-row tile row: --batch 256), with
 #      it each layer casts its own: so these also check the split bitwise.
+#   8. (host, where valgrind is installed) a short FP8 run and a short bf16 run
+#      under valgrind: no invalid access, nothing definitely lost at exit.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -204,6 +206,17 @@ for a in --help --version; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     [ $rc = 0 ] && [ -s "$tmp/o.txt" ] && ok "$a exits 0" || { bad "$a exit $rc"; cat "$tmp/o.txt"; }
 done
+# under valgrind: no memory errors, nothing the tool leaks at exit (a host
+# run; on a GPU compute-sanitizer checks the suites, tools/device-run.sh)
+if [ "$dev" = host ] && command -v valgrind > /dev/null; then
+    for mode in fp8 bf16; do
+        valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=9 \
+            "$bin" --device host --data "$data" --limit 512 --epochs 1 --quiet --hidden 32,16 \
+            --batch 64 --$mode > "$tmp/vg.txt" 2>&1; rc=$?
+        if [ $rc = 0 ]; then ok "$mode under valgrind: no memory errors, nothing definitely lost"
+        else bad "$mode under valgrind: rc $rc"; grep -A12 "==[0-9]*==" "$tmp/vg.txt" | head -40; fi
+    done
+fi
 # docs/train.md's flag table and --help name the same flags
 if flagdiff=$("$(dirname "$0")/doc_flags.sh" --both "$bin" "$(dirname "$0")/../docs/train.md") && [ -z "$flagdiff" ]
 then ok "docs/train.md and --help name the same flags"

@@ -343,6 +343,7 @@ static void model_free(model *m)
     l8_event_destroy(m->ev_xt);
     l8_event_destroy(m->ev_side);
     l8_event_destroy(m->ev_wg);
+    l8_event_destroy(m->ev_h);
     l8_fp8_meta_release(m->x8meta);
     for (int k = 0; k < 2; k++)
         l8_storage_release(m->dg8[k]);
