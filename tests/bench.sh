@@ -8,7 +8,9 @@
 #      object naming the benchmark (or nothing, when it was skipped);
 #   3. bad input: an unknown benchmark, an unknown flag and an unwritable
 #      --json path exit non-zero with a message;
-#   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel.
+#   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel;
+#   5. tools/bench_ratio.py's ratios, from one report a side and from the
+#      medians of several (runs alternated on the GPU, tools/device-run.sh).
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -76,6 +78,22 @@ if [ $rc = 0 ] && grep -Eq '^l8_cast_transpose_bf16 +2 +12\.2 +6\.10 +6\.1$' "$t
    grep -Eq '^all +3 +17\.2 +8\.6$' "$tmp/k.txt"; then
     ok "ncu_kernels.py: launches, total, mean and per-step us by kernel"
 else bad "ncu_kernels.py: rc $rc"; cat "$tmp/k.txt"; fi
+
+# ---- 5. bench_ratio.py: one report a side, and medians of several ----
+for k in 1 2 3; do
+    echo "{\"device\": \"D\", \"fp8_8x8x16_tflops\": $k.0, \"fp8_8x8x16_tuned_tflops\": 2.0}" > "$tmp/l$k.json"
+done
+echo '{"fp8_8x8x16_tflops": 2.0, "bf16_8x8x16_tflops": 1.0}' > "$tmp/t1.json"
+echo '{"fp8_8x8x16_tflops": 4.0}' > "$tmp/t2.json"
+python3 tools/bench_ratio.py "$tmp/l3.json" "$tmp/t1.json" > "$tmp/r1.txt" 2>&1; rc1=$?
+python3 tools/bench_ratio.py "$tmp/l1.json,$tmp/l3.json,$tmp/l2.json" "$tmp/t1.json,$tmp/t2.json" \
+    > "$tmp/r2.txt" 2>&1; rc2=$?
+if [ $rc1 = 0 ] && grep -Eq '^  8x8x16 +fp8 +2\.0 +3\.0 +2\.0 +1\.500 +1\.000$' "$tmp/r1.txt" &&
+   [ $rc2 = 0 ] && grep -q 'medians of 3 and 2 runs' "$tmp/r2.txt" &&
+   grep -Eq '^  8x8x16 +fp8 +3\.0 +2\.0 +2\.0 +0\.667 +0\.667$' "$tmp/r2.txt" &&
+   grep -Eq 'fp8 +geomean lean8/torch 0\.667 \(min 0\.667\)' "$tmp/r2.txt"; then
+    ok "bench_ratio.py: ratios from one report a side and from the medians of several"
+else bad "bench_ratio.py: rc $rc1 / $rc2"; cat "$tmp/r1.txt" "$tmp/r2.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

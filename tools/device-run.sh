@@ -34,11 +34,12 @@
 #             batch 256: lean8-train fp8 and bf16 with CUDA graphs and with
 #             --no-graph, PyTorch with the whole step in one CUDA graph
 #             (bench_torch_mlp.py --graph), 3 epochs each
-#   gemmcache (not in the default set) lean8-bench gemm twice with one plan
-#             cache file: the first run's tuned handle fills it, the second
-#             run's default handle (autotune 0) reads it - the "heuristic"
-#             column of the second run is the default handle with a warm
-#             cache; ratios against tools/bench_torch_gemm.py
+#   gemmcache (not in the default set) lean8-bench gemm with one plan cache
+#             file: the first run's tuned handle fills it, the later runs'
+#             default handle (autotune 0) reads it - their "heuristic" column
+#             is the default handle with a warm cache; GEMM_ROUNDS (default 3)
+#             warm runs alternated with tools/bench_torch_gemm.py, ratios of
+#             each key's medians (tools/bench_ratio.py)
 # GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
 # beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
@@ -171,11 +172,21 @@ if want gemmcache; then
     rm -f "$OUT/gemm-plans.l8c"
     step "bench gemm (fill cache)" gemm-cache1.log env L8_GEMM_DEBUG=1 L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} \
         build/bin/lean8-bench gemm --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-fill.json"
-    step "bench gemm (warm cache)" gemm-cache2.log env L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} \
-        build/bin/lean8-bench gemm --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-warm.json"
-    step "torch gemm (cache)" torch-gemm-c.log python3 tools/bench_torch_gemm.py --json "$OUT/bench-gemm-torch-c.json"
+    # GEMM_ROUNDS rounds (default 3) of a warm lean8 run then a torch run,
+    # alternated so that clock and temperature drift hit both alike; the
+    # ratios are of each key's medians (tools/bench_ratio.py)
+    warm="" torch=""
+    for r in $(seq 1 "${GEMM_ROUNDS:-3}"); do
+        step "bench gemm (warm cache, round $r)" gemm-cache2-$r.log env \
+            L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} build/bin/lean8-bench gemm \
+            --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-warm-$r.json"
+        step "torch gemm (cache, round $r)" torch-gemm-c-$r.log python3 tools/bench_torch_gemm.py \
+            --json "$OUT/bench-gemm-torch-c-$r.json"
+        warm="$warm${warm:+,}$OUT/bench-gemm-warm-$r.json"
+        torch="$torch${torch:+,}$OUT/bench-gemm-torch-c-$r.json"
+    done
     step "gemm ratios (warm cache)" gemm-cache-ratio.log python3 tools/bench_ratio.py \
-        "$OUT/bench-gemm-warm.json" "$OUT/bench-gemm-torch-c.json"
+        "$warm" "$torch"
 fi
 # last: the slowest step, and the one the deadline may cut
 want memcheck && step "gpu suites (memcheck)" memcheck.log env L8_TEST_QUICK=1 \
