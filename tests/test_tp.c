@@ -19,7 +19,8 @@
  * comparison checks the reduction made them the reference's. FP8 with
  * sequence parallelism runs once more with X cast by the test with a meta of
  * its own (scale 4 at both steps, l8_linear_forward_fp8): the gathered rows
- * must keep that meta's scale_inv.
+ * must keep that meta's scale_inv. A column-parallel layer with the GELU in
+ * its GEMM (l8_linear_forward_gelu) is compared the same way, its h too.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "runtime/comm.h"
 #include "runtime/fp8.h"
 #include "ops/cast.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 
 enum { T = 64, K = 64, N = 64 };
@@ -39,10 +41,12 @@ typedef struct tp_case {
     uint64_t salt;
     int own;                      /* FP8: X cast by the test with a fixed-scale meta of its
                                      own (l8_linear_forward_fp8), not by the layer */
+    int gelu;                     /* column-parallel: l8_linear_forward_gelu, h bf16 (1) or
+                                     E4M3 with a meta of the test's (2, FP8) */
 } tp_case;
 
 /* The outputs of one layer (per rank: its shard), f32. */
-typedef struct result { float y[T * N], dx[T * K], gw[N * K], gb[N]; int ny, ndx, ngw; } result;
+typedef struct result { float y[T * N], dx[T * K], gw[N * K], gb[N], h[T * N]; int ny, ndx, ngw; } result;
 
 static float gen(uint64_t salt, int what, size_t i)
 {
@@ -87,8 +91,8 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     l8_recipe *rec = NULL;
     l8_linear *lin = NULL;
     l8_tensor *w = NULL, *gw = NULL, *b = NULL, *gb = NULL, *x = NULL, *y = NULL, *dy = NULL, *dx = NULL;
-    l8_tensor *x8 = NULL, *x8t = NULL;
-    l8_fp8_meta *own = NULL;
+    l8_tensor *x8 = NULL, *x8t = NULL, *hg = NULL, *hf = NULL;
+    l8_fp8_meta *own = NULL, *hm = NULL;
     float *hw = calloc((size_t)(N * K), sizeof *hw), *hb = calloc(N, sizeof *hb);
     uint16_t *hx = calloc((size_t)(T * K), 2), *hy = calloc((size_t)(T * N), 2);
     l8_stream *st_ = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
@@ -114,6 +118,13 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
         if (st == L8_OK) st = mk(ctx, L8_E4M3, kk, tx, &x8t, &unused);
         if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8, own);
         if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8t, own);
+    }
+    if (st == L8_OK && k->gelu) {  /* h: this rank's columns of gelu(y), all ty rows */
+        st = mk(ctx, k->gelu == 2 ? L8_E4M3 : L8_BF16, ty, nn, &hg, &unused);
+        if (st == L8_OK) st = mk(ctx, L8_F32, ty, nn, &hf, &unused);
+        if (st == L8_OK && k->gelu == 2) st = l8_fp8_meta_create(ctx, &hm);
+        if (st == L8_OK && k->gelu == 2) st = l8_fp8_meta_set(hm, 2.0f, 0.5f, 0.0f);
+        if (st == L8_OK && k->gelu == 2) st = l8_tensor_set_fp8_meta(hg, hm);
     }
     if (st != L8_OK) goto out;
     for (int64_t n = 0; n < nn; n++) {
@@ -148,6 +159,8 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
         if (st == L8_OK && k->own) {
             st = l8_fp8_cast_transpose(x, x8, x8t, 0, NULL);
             if (st == L8_OK) st = l8_linear_forward_fp8(lin, x8, x8t, y, &sv, NULL);
+        } else if (st == L8_OK && k->gelu) {
+            st = l8_linear_forward_gelu(lin, L8_ACT_NONE, x, NULL, NULL, y, hg, &sv, NULL, NULL);
         } else if (st == L8_OK)
             st = l8_linear_forward(lin, x, y, &sv, NULL);
         if (st == L8_OK) st = l8_linear_backward(lin, &sv, dy, dx, NULL);
@@ -159,6 +172,10 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
     if (st == L8_OK) st = l8_tensor_copy_to_host(dx, hx, 2 * (size_t)(tx * kk), st_);
     if (st == L8_OK) st = l8_tensor_copy_to_host(gw, out->gw, sizeof(float) * (size_t)(nn * kk), st_);
     if (st == L8_OK) st = l8_tensor_copy_to_host(gb, out->gb, sizeof(float) * (size_t)nn, st_);
+    if (st == L8_OK && k->gelu == 2) st = l8_fp8_dequantize(hg, hf, st_);
+    else if (st == L8_OK && k->gelu) st = l8_convert(hg, hf, st_);
+    if (st == L8_OK && k->gelu)
+        st = l8_tensor_copy_to_host(hf, out->h, sizeof(float) * (size_t)(ty * nn), st_);
     if (st == L8_OK) st = l8_stream_synchronize(st_);
     if (st == L8_OK) {
         for (int64_t i = 0; i < ty * nn; i++) out->y[i] = l8_bf16_to_f32(hy[i]);
@@ -169,8 +186,9 @@ out:
     l8_linear_destroy(lin);
     l8_tensor_destroy(w), l8_tensor_destroy(gw), l8_tensor_destroy(b), l8_tensor_destroy(gb);
     l8_tensor_destroy(x), l8_tensor_destroy(y), l8_tensor_destroy(dy), l8_tensor_destroy(dx);
-    l8_tensor_destroy(x8), l8_tensor_destroy(x8t);
+    l8_tensor_destroy(x8), l8_tensor_destroy(x8t), l8_tensor_destroy(hg), l8_tensor_destroy(hf);
     l8_fp8_meta_release(own);
+    l8_fp8_meta_release(hm);
     l8_recipe_destroy(rec);
     l8_gemm_handle_destroy(h);
     free(hw), free(hb), free(hx), free(hy);
@@ -218,6 +236,9 @@ static void check_tp(const tp_case *k, int tp)
     l8t_world_run(tp, L8_COMM_THREADS, tp_rank, k, jobs, 0);
     l8t_world_ok(jobs, tp);
     int col = k->par == L8_PARALLEL_COLUMN;
+    double hmax = 0;              /* h was written (not two zero buffers compared) */
+    for (int i = 0; k->gelu && i < T * N; i++) hmax = fmax(hmax, fabs(ref->h[i]));
+    ck_assert(!k->gelu || hmax > 0.1);
     for (int r = 0; r < tp; r++) {
         const result *g = (const result *)jobs[r].out;
         shard s = shard_of(k, r, tp);
@@ -225,6 +246,8 @@ static void check_tp(const tp_case *k, int tp)
         compare("dx", k, tp, r, g->dx, ref->dx, K, s.tx0, s.tx1, s.k0, s.k1, !col);
         compare("weight grad", k, tp, r, g->gw, ref->gw, K, s.n0, s.n1, s.k0, s.k1, 1);
         compare("bias grad", k, tp, r, g->gb, ref->gb, 1, s.n0, s.n1, 0, 1, 1);
+        if (k->gelu)              /* the rank's columns of the GELU epilogue's output */
+            compare("h", k, tp, r, g->h, ref->h, N, s.ty0, s.ty1, s.n0, s.n1, 1);
     }
     l8t_world_free(jobs, tp);
     free(ref);
@@ -240,9 +263,29 @@ START_TEST(test_tp_linear)
                     for (int tp = 1; tp <= 4; tp *= 2) {
                         if (l8_test_quick() && tp == 1) continue;
                         tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own };
+                                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own,
+                                      0 };
                         check_tp(&k, tp);
                     }
+}
+END_TEST
+
+/* A column-parallel layer that writes the next layer's input in its GEMM
+ * (l8_linear_forward_gelu; bf16 h, and in FP8 also E4M3 h with a meta of
+ * the test's): y, dx, the gradients and h equal the single rank's as for
+ * l8_linear_forward (h bitwise: each rank computes its columns from the
+ * same bytes), with and without sequence parallelism. A row-parallel layer
+ * is refused (its GELU needs the summed output). */
+START_TEST(test_tp_gelu)
+{
+    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
+        for (int gelu = 1; gelu <= (mode == L8_LINEAR_FP8 ? 2 : 1); gelu++)
+            for (int sp = 0; sp <= 1; sp++)
+                for (int tp = 2; tp <= 4; tp *= 2) {
+                    tp_case k = { (l8_linear_mode)mode, L8_PARALLEL_COLUMN, sp,
+                                  l8_test_seed() + (uint64_t)(mode * 8 + gelu * 2 + sp), 0, gelu };
+                    check_tp(&k, tp);
+                }
 }
 END_TEST
 
@@ -315,6 +358,20 @@ START_TEST(test_tp_errors)
     cfg.tp_comm = c, cfg.parallel = (l8_linear_parallel)5;
     L8_CK_ST(l8_linear_create(ctx, &cfg, &lin), L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(lin);
+    /* the GELU in a row-parallel layer's GEMM: refused (it needs the summed output) */
+    l8_tensor *b, *gb, *x, *y, *hh;
+    L8_CK(mk(ctx, L8_F32, 16, -1, &b, &p));
+    L8_CK(mk(ctx, L8_F32, 16, -1, &gb, &p));
+    L8_CK(mk(ctx, L8_BF16, 16, 16, &x, &p));
+    L8_CK(mk(ctx, L8_BF16, 16, 16, &y, &p));
+    L8_CK(mk(ctx, L8_BF16, 16, 16, &hh, &p));
+    cfg.parallel = L8_PARALLEL_ROW, cfg.sequence_parallel = 0, cfg.bias = b, cfg.bias_grad = gb;
+    L8_CK(l8_linear_create(ctx, &cfg, &lin));
+    L8_CK_ST(l8_linear_forward_gelu(lin, L8_ACT_NONE, x, NULL, NULL, y, hh, NULL, NULL, NULL),
+             L8_ERR_UNSUPPORTED);
+    l8_linear_destroy(lin);
+    l8_tensor_destroy(b), l8_tensor_destroy(gb), l8_tensor_destroy(x), l8_tensor_destroy(y);
+    l8_tensor_destroy(hh);
     l8_tensor_destroy(w), l8_tensor_destroy(gw);
     l8_gemm_handle_destroy(h);
     l8_comm_destroy(c);
@@ -337,7 +394,7 @@ START_TEST(test_gpu_tp_world1)
         for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
             for (int sp = 0; sp <= 1; sp++) {
                 tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), 0 };
+                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), 0, 0 };
                 L8_CK(run_layer(&k, ctx, NULL, ref));
                 L8_CK(run_layer(&k, ctx, c, got));
                 compare("y", &k, 1, 0, got->y, ref->y, N, 0, T, 0, N, 1);
@@ -360,6 +417,7 @@ Suite *l8_tp_suite(void)
     tcase_set_tags(tc, "host");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_tp_linear);
+    tcase_add_test(tc, test_tp_gelu);
     tcase_add_test(tc, test_tp_errors);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("gpu");
