@@ -71,6 +71,7 @@ struct l8_linear {
     int ws_sms;                   /* the wgrad's sm_count there */
     l8_event *ev_ws;              /* s -> ws: dY ready for wgrad */
     l8_event *ev_side;            /* forward_gelu: s <-> side (created on first use) */
+    int gelu_amax_by_caller;      /* l8_linear_set_gelu_amax_by_caller */
     /* tensor parallel */
     l8_comm *tp;                  /* NULL: none */
     l8_linear_parallel par;
@@ -393,6 +394,16 @@ l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws, int sm_count)
     return L8_OK;
 }
 
+l8_status l8_linear_set_gelu_amax_by_caller(l8_linear *l, int on)
+{
+    L8_ARG(l != NULL);
+    if (on != 0 && on != 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_set_gelu_amax_by_caller: on = %d (0 or 1)",
+                       on);
+    l->gelu_amax_by_caller = on;
+    return L8_OK;
+}
+
 l8_status l8_linear_begin_step(l8_linear *l)
 {
     L8_ARG(l != NULL);
@@ -669,7 +680,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
     l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *xl8 = NULL, *xg = NULL,
-              *yp = NULL, *xa = NULL, *h_amax = NULL;
+              *yp = NULL, *xa = NULL, *h_scr = NULL;
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     int own_meta = 0;             /* the caller's x8 with a meta of its own */
@@ -729,12 +740,13 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         L8_TRY(ret, new_tensor(l, "y_partial", L8_BF16, T, l->N, NULL, s, &yp), out);
     l8_stream *side = in->side ? in->side : s;
     const int h_fp8 = in->h8 && l8_dtype_is_fp8(l8_tensor_dtype(in->h8));
-    if (h_fp8) {                  /* the amax cast's bytes (unused), with h's meta */
+    const int h_amax = h_fp8 && !l->gelu_amax_by_caller;   /* the amax cast here */
+    if (h_amax) {                 /* the amax cast's bytes (unused), with h's meta */
         L8_TRY(ret, new_tensor(l, "h_amax", l8_tensor_dtype(in->h8), Ty, l->N,
-                               l8_tensor_fp8_meta(in->h8), s, &h_amax), out);
-        if (side != s && !l->ev_side)
-            L8_TRY(ret, l8_event_create(l->ctx, 0, &l->ev_side), out);
+                               l8_tensor_fp8_meta(in->h8), s, &h_scr), out);
     }
+    if (h_fp8 && side != s && !l->ev_side)
+        L8_TRY(ret, l8_event_create(l->ctx, 0, &l->ev_side), out);
 
     L8_TRY(ret, ensure_weights(l, s), out);
     l8_gemm_desc g = L8_GEMM_DESC_INIT;
@@ -757,6 +769,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
             L8_TRY(ret, l8i_meta_scale_inv(l->ctx, hm, side), out);
             L8_TRY(ret, l8_event_record(l->ev_side, side), out);
+        } else if (h_fp8 && !h_amax) {
+            L8_TRY(ret, l8i_meta_scale_inv(l->ctx, hm, s), out);
         }
     }
     if (fp8) {
@@ -790,7 +804,9 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         g.b = l->w16;             /* (N, K) bf16 */
     }
     L8_TRY(ret, l8_gemm(l->gemm, &g, s), out);   /* Y (T, N) bf16 */
-    if (h_fp8) {
+    if (h_fp8 && side != s && !h_amax) {   /* s after h's scale_inv */
+        L8_TRY(ret, l8_stream_wait_event(s, l->ev_side), out);
+    } else if (h_amax) {
         /* h's amax: that of the input cast the layer after would run (the
          * GELU of bf16 y, max-accumulated), on side after the GEMM - the
          * GEMM's own amax costs a memset node before it (gemm.h). The cast
@@ -799,10 +815,10 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             L8_TRY(ret, l8_stream_wait_event(s, l->ev_side), out);
             L8_TRY(ret, l8_event_record(l->ev_side, s), out);
             L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
-            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(h_amax), side), out);
+            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(h_scr), side), out);
             L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(y2), side), out);
         }
-        L8_TRY(ret, l8_fp8_cast_transpose_act(L8_ACT_GELU, y2, h_amax, NULL,
+        L8_TRY(ret, l8_fp8_cast_transpose_act(L8_ACT_GELU, y2, h_scr, NULL,
                                               L8_CAST_ACCUMULATE_AMAX, side), out);
     }
     if (reduce_y && yp)
@@ -845,7 +861,7 @@ out:
     l8_tensor_destroy(xg);
     l8_tensor_destroy(yp);
     l8_tensor_destroy(xa);
-    l8_tensor_destroy(h_amax);    /* stream-ordered: recorded on side, where it is written */
+    l8_tensor_destroy(h_scr);     /* stream-ordered: recorded on side, where it is written */
     return ret;
 }
 

@@ -350,7 +350,8 @@ L8_NODISCARD l8_status l8_linear_forward_fp8(l8_linear *l, const l8_tensor *x8,
  *        use it: its current scale, its scale_inv written (1 / scale), and
  *        the amax B's cast would max-accumulate (that of bf16 gelu(z):
  *        l8_fp8_cast_transpose_act of z into scratch bytes; the GEMM's own
- *        amax would cost a memset before it, see gemm.h).
+ *        amax would cost a memset before it, see gemm.h) - or, after
+ *        l8_linear_set_gelu_amax_by_caller(a, 1), no amax: the caller's.
  * The GELU runs on u in f32 with cuBLASLt's arithmetic instead of on bf16
  * z with l8_gelu's, so h is not bit for bit B's gelu(z) (l8_gelu, or the
  * cast in l8_linear_forward_act): a bf16 h may differ in the last bit, an
@@ -396,6 +397,17 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
                                               const l8_tensor *dy8, const l8_tensor *dy8t,
                                               const l8_tensor *db, l8_tensor *dx,
                                               l8_stream *s);
+
+/* An FP8 h's amax by the caller (on: 1; off: 0, the default). With it on,
+ * l8_linear_forward_gelu writes h and h's scale_inv as before but runs no
+ * amax cast: the caller accumulates the amax the next layer's cast would
+ * have before the recipe update reads it, by casting z through the GELU
+ * into any bytes that carry h's meta - l8_fp8_cast_transpose_act(
+ * L8_ACT_GELU, z, scratch, NULL, L8_CAST_ACCUMULATE_AMAX, s) - for example
+ * on another stream next to the optimizer step, where it delays no GEMM
+ * (lean8-train does). z must then stay unchanged until that cast has run.
+ * Errors: L8_ERR_INVALID_ARG (NULL l, on other than 0 or 1). */
+L8_NODISCARD l8_status l8_linear_set_gelu_amax_by_caller(l8_linear *l, int on);
 
 /* The weight gradient on a stream of its own. A backward needs dX before
  * the layer below can start, but main_grad only at the optimizer step; on

@@ -862,8 +862,9 @@ static double gelu_ref(double x);
  * cast of z, bit for bit on the host; else within 1%), max-accumulated over
  * the micro-batches; y, dx and the main_grads close to pair 0's. With side,
  * the test joins it before z is written again and before the update, as
- * the contract asks. Then the errors. */
-static void gelu_out_run(const char *dev, int hk, int shape, int use_side)
+ * the contract asks. by_caller (hk 0): the layer runs no amax cast, the
+ * test casts z after each micro-batch as a caller would. Then the errors. */
+static void gelu_out_run(const char *dev, int hk, int shape, int use_side, int by_caller)
 {
     pairs q;
     pairs_init(&q, dev, hk == 2 ? L8_LINEAR_BF16 : L8_LINEAR_FP8, shape,
@@ -878,6 +879,9 @@ static void gelu_out_run(const char *dev, int hk, int shape, int use_side)
     l8_tensor *h = h8k ? mk8(q.ctx, L8_E4M3, T, N1, mh) : mk(q.ctx, L8_BF16, T, N1);
     l8_tensor *ht = h8k ? mk8(q.ctx, L8_E4M3, N1, T, mh) : NULL;
     l8_tensor *hd = h8k ? mk(q.ctx, L8_F32, T, N1) : NULL;
+    l8_tensor *hc = by_caller ? mk8(q.ctx, L8_E4M3, T, N1, mh) : NULL;   /* the caller's cast */
+    if (by_caller)
+        L8_CK(l8_linear_set_gelu_amax_by_caller(a[1].lin, 1));
     float *z = fmem(T * N1), *hv = fmem(T * N1);
     l8_event *ev = NULL;
     L8_CK(l8_event_create(q.ctx, 0, &ev));
@@ -914,6 +918,9 @@ static void gelu_out_run(const char *dev, int hk, int shape, int use_side)
             L8_CK(l8_linear_backward(b[1].lin, &cb, q.tdy, q.tdh[1], NULL));
             L8_CK(l8_linear_backward_act(a[1].lin, L8_ACT_GELU, &ca, q.tdh[1], q.tz[1], q.tdx[1],
                                          NULL));
+            if (by_caller)        /* h's amax: the cast of z the next layer would have run */
+                L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, q.tz[1], hc, NULL,
+                                                L8_CAST_ACCUMULATE_AMAX, NULL));
             char what[96];
             snprintf(what, sizeof what, "%s hk %d shape %d side %d step %d mb %d", dev, hk, shape,
                      use_side, step, mb);
@@ -1035,15 +1042,24 @@ static void gelu_out_run(const char *dev, int hk, int shape, int use_side)
     l8_tensor_destroy(h);
     l8_tensor_destroy(ht);
     l8_tensor_destroy(hd);
+    l8_tensor_destroy(hc);
     free(z);
     free(hv);
     pairs_free(&q);
 }
 
-START_TEST(test_gelu_out) { gelu_out_run("host", _i >> 1, 0, _i & 1); }
+START_TEST(test_gelu_out) { gelu_out_run("host", _i >> 1, 0, _i & 1, 0); }
 END_TEST
 
-START_TEST(test_gpu_gelu_out) { gelu_out_run("cuda:0", _i >> 2, (_i >> 1) & 1, _i & 1); }
+START_TEST(test_gpu_gelu_out) { gelu_out_run("cuda:0", _i >> 2, (_i >> 1) & 1, _i & 1, 0); }
+END_TEST
+
+/* the FP8 h's amax by the caller (l8_linear_set_gelu_amax_by_caller), with
+ * and without a side stream: the same amax, the same everything else */
+START_TEST(test_gelu_out_by_caller) { gelu_out_run("host", 0, 0, _i, 1); }
+END_TEST
+
+START_TEST(test_gpu_gelu_out_by_caller) { gelu_out_run("cuda:0", 0, _i >> 1, _i & 1, 1); }
 END_TEST
 
 /* ------------------------------------------------------------------------ */
@@ -2654,6 +2670,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
     tcase_add_test(tc, test_precast);
     tcase_add_loop_test(tc, test_gelu_out, 0, 6);
+    tcase_add_loop_test(tc, test_gelu_out_by_caller, 0, 2);
     tcase_add_test(tc, test_precast_bf16);
     tcase_add_test(tc, test_precast_own_meta);
     tcase_add_test(tc, test_save_hooks);
@@ -2674,6 +2691,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
     tcase_add_loop_test(tg, test_gpu_gelu_out, 0, 12);
+    tcase_add_loop_test(tg, test_gpu_gelu_out_by_caller, 0, 4);
     tcase_add_test(tg, test_gpu_precast_own_meta);
     tcase_add_loop_test(tg, test_gpu_fwd_bwd_vs_fp64, 0, N_VARIANTS);
     tcase_add_loop_test(tg, test_gpu_micro_batches, 0, 4);

@@ -149,6 +149,9 @@ typedef struct model {
                                                  FP8 layer after an FP8 one, else bf16 */
     l8_event *ev_h;                           /* s -> wgs: an FP8 h written, to transpose
                                                  there */
+    l8_storage *hscr;                         /* gelu_out between FP8 layers: the bytes of
+                                                 the casts that give each FP8 h its amax,
+                                                 next to the optimizer (B x the widest) */
     l8_tensor *order;                         /* (R) i32: rows of x in the order of a pass */
     l8_tensor *loss, *hit;                    /* (R) f32, (R) i32: per image of a pass */
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
@@ -347,6 +350,7 @@ static void model_free(model *m)
     l8_fp8_meta_release(m->x8meta);
     for (int k = 0; k < 2; k++)
         l8_storage_release(m->dg8[k]);
+    l8_storage_release(m->hscr);
     l8_ctx_destroy(m->ctx);
     memset(m, 0, sizeof *m);
 }
@@ -574,6 +578,16 @@ static l8_status model_build(model *m, const opts *o)
         }
     m->split_casts = widest > 0;
     m->gelu_out = m->tp == 1;
+    /* an FP8 h's amax, deferred to the end of the step (gelu_amax) */
+    int64_t hw = 0;
+    for (int i = 0; m->gelu_out && i + 1 < m->nl; i++)
+        if (fp8_layer(m, i) && fp8_layer(m, i + 1)) {
+            if (st == L8_OK) st = l8_linear_set_gelu_amax_by_caller(m->lin[i], 1);
+            if (m->ld[i + 1] > hw) hw = m->ld[i + 1];
+        }
+    if (hw && st == L8_OK)
+        st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * hw), m->s, "train.h_amax",
+                                      &m->hscr);
     for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++)
         st = l8_storage_create_tagged(m->ctx, (size_t)(k ? total : m->lb * widest), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
@@ -664,6 +678,28 @@ static l8_status gelu_out_new(model *m, int i, int64_t rows, int train, batch_vi
         l8_status ret = fp8_over(st, 0, fmt, k ? n : rows, k ? rows : n, meta,
                                  k ? &v->ht[i] : &v->h[i]);
         l8_storage_release(st);
+        L8_CHECK(ret);
+    }
+    return L8_OK;
+}
+
+/* gelu_out between FP8 layers: each FP8 h's amax, as the next layer's cast
+ * of gelu(pre[i]) would have accumulated it (l8_linear_set_gelu_amax_by_caller),
+ * on st before the recipe update - next to the optimizer step, where it
+ * delays no GEMM. pre[i] is unchanged until the next step's forward. */
+static l8_status gelu_amax(model *m, const batch_views *v, int64_t rows, l8_stream *st)
+{
+    for (int i = 0; m->hscr && i + 1 < m->nl; i++) {
+        if (!fp8_layer(m, i) || !fp8_layer(m, i + 1))
+            continue;
+        l8_fp8_meta *meta = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[i + 1],
+                                                                           L8_ROLE_INPUT));
+        l8_tensor *t = NULL;
+        L8_CHECK(fp8_over(m->hscr, 0, l8_recipe_dtype(m->recipe, L8_ROLE_INPUT), rows,
+                          m->ld[i + 1], meta, &t));
+        l8_status ret = l8_fp8_cast_transpose_act(L8_ACT_GELU, v->pre[i], t, NULL,
+                                                  L8_CAST_ACCUMULATE_AMAX, st);
+        l8_tensor_destroy(t);
         L8_CHECK(ret);
     }
     return L8_OK;
@@ -908,6 +944,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
         const int side_recipe = m->recipe && !m->world;
         if (side_recipe) {
             L8_TRY(st, fork_side(m), out);
+            L8_TRY(st, gelu_amax(m, &v, rows, m->side), out);
             L8_TRY(st, l8_recipe_update(m->recipe, m->side), out);
             L8_TRY(st, l8_event_record(m->ev_join, m->side), out);
         }
@@ -917,7 +954,10 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
          * the master weights (all at once: one cast launch for every layer) */
         if (m->zero1) L8_TRY(st, l8_ddp_gather_params(m->ddp, m->s, 1), out);
         if (side_recipe) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_join), out);
-        else if (m->recipe) L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
+        else if (m->recipe) {
+            L8_TRY(st, gelu_amax(m, &v, rows, m->s), out);
+            L8_TRY(st, l8_recipe_update(m->recipe, m->s), out);
+        }
     }
 out:
     for (int i = 0; i < m->nl; i++) l8_linear_ctx_destroy(saved[i]);
