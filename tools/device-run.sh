@@ -63,7 +63,7 @@ t0 = time.time()
 for l in sys.stdin: print("%7.1f %s" % (time.time() - t0, l), end="", flush=True)'; }
 step() {  # step NAME LOGFILE COMMAND...
     local name=$1 log=$2; shift 2
-    local t0=$(date +%s) lim=$LIMIT
+    local t0=$(date +%s) lim=$LIMIT r
     (( DEADLINE - t0 < lim )) && lim=$(( DEADLINE - t0 ))
     if (( lim < 10 )); then
         summary+=("$(printf '%-24s %-11s' "$name" "SKIPPED(deadline)")"); return
@@ -176,14 +176,14 @@ if want gemmcache; then
     # alternated so that clock and temperature drift hit both alike; the
     # ratios are of each key's medians (tools/bench_ratio.py)
     warm="" torch=""
-    for r in $(seq 1 "${GEMM_ROUNDS:-3}"); do
-        step "bench gemm (warm cache, round $r)" gemm-cache2-$r.log env \
+    for round in $(seq 1 "${GEMM_ROUNDS:-3}"); do
+        step "bench gemm (warm cache, round $round)" gemm-cache2-$round.log env \
             L8_GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-1} build/bin/lean8-bench gemm \
-            --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-warm-$r.json"
-        step "torch gemm (cache, round $r)" torch-gemm-c-$r.log python3 tools/bench_torch_gemm.py \
-            --json "$OUT/bench-gemm-torch-c-$r.json"
-        warm="$warm${warm:+,}$OUT/bench-gemm-warm-$r.json"
-        torch="$torch${torch:+,}$OUT/bench-gemm-torch-c-$r.json"
+            --cache "$OUT/gemm-plans.l8c" --json "$OUT/bench-gemm-warm-$round.json"
+        step "torch gemm (cache, round $round)" torch-gemm-c-$round.log python3 tools/bench_torch_gemm.py \
+            --json "$OUT/bench-gemm-torch-c-$round.json"
+        warm="$warm${warm:+,}$OUT/bench-gemm-warm-$round.json"
+        torch="$torch${torch:+,}$OUT/bench-gemm-torch-c-$round.json"
     done
     step "gemm ratios (warm cache)" gemm-cache-ratio.log python3 tools/bench_ratio.py \
         "$warm" "$torch"
