@@ -152,6 +152,7 @@ module lean8
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
     public :: l8_linear_forward_act, l8_linear_backward_act
     public :: l8_linear_forward_fp8, l8_linear_backward_fp8, l8_linear_role_index
+    public :: l8_linear_forward_gelu
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_optim_lr, l8_optim_set_lr_external, l8_optim_push_lr
     public :: l8_optim_set_lr_table, l8_optim_cursor
@@ -601,6 +602,13 @@ module lean8
             import :: c_ptr, c_int
             type(c_ptr), value :: l, x8, x8t, y, saved, s
             integer(c_int) :: c_linear_forward_fp8
+        end function
+        function c_linear_forward_gelu(l, act, x, x8, x8t, z, h, saved, side, s) &
+                bind(c, name='l8_linear_forward_gelu')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, x, x8, x8t, z, h, saved, side, s
+            integer(c_int), value :: act
+            integer(c_int) :: c_linear_forward_gelu
         end function
         function c_linear_backward_fp8(l, saved, dy8, dy8t, db, dx, s) &
                 bind(c, name='l8_linear_backward_fp8')
@@ -1386,6 +1394,33 @@ contains
             st = c_linear_forward_fp8(lin%p, x8%p, ptr_of(x8t), y%p, c_loc(saved%p), c_null_ptr)
         else
             st = c_linear_forward_fp8(lin%p, x8%p, ptr_of(x8t), y%p, c_null_ptr, c_null_ptr)
+        end if
+    end function
+
+    ! The next layer's input from this layer's GEMM, the GELU in its epilogue:
+    ! z ([N, T] bf16) gets what l8_linear_forward writes as y (the backward's
+    ! GELU input: l8_linear_backward_act(lin, L8_ACT_GELU, saved, dh, z, ...))
+    ! and h ([N, T]) gelu(z) - bf16, or from an FP8 layer E4M3 with the next
+    ! layer's input meta (l8_recipe_meta of its L8_ROLE_INPUT row), the next
+    ! layer then l8_linear_forward_fp8(next, h, ht, ...) with ht its transpose
+    ! (l8_fp8_transpose). One launch instead of a forward and the next layer's
+    ! GELU; h is not bit for bit l8_gelu(z) (the GELU on the f32 sum, in
+    ! cuBLASLt: ops/linear.h). The input: x (with act, as in
+    ! l8_linear_forward_act) or x8 with x8t (as in l8_linear_forward_fp8, act
+    ! L8_ACT_NONE), passed by keyword. Everything runs on the compute stream.
+    ! Layers with a bias, not row-parallel (L8_ERR_UNSUPPORTED).
+    integer(c_int) function l8_linear_forward_gelu(lin, act, z, h, x, x8, x8t, saved) result(st)
+        type(l8_linear), intent(in) :: lin
+        integer(c_int), intent(in) :: act
+        type(l8_tensor), intent(in) :: z, h
+        type(l8_tensor), intent(in), optional :: x, x8, x8t
+        type(l8_linear_ctx), intent(inout), target, optional :: saved
+        if (present(saved)) then
+            st = c_linear_forward_gelu(lin%p, act, ptr_of(x), ptr_of(x8), ptr_of(x8t), z%p, h%p, &
+                                       c_loc(saved%p), c_null_ptr, c_null_ptr)
+        else
+            st = c_linear_forward_gelu(lin%p, act, ptr_of(x), ptr_of(x8), ptr_of(x8t), z%p, h%p, &
+                                       c_null_ptr, c_null_ptr, c_null_ptr)
         end if
     end function
 

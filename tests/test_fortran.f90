@@ -8,6 +8,7 @@
 !      load restore them exactly, a checkpoint of another kind is refused;
 !   5. trace tags nest; the GELU inside the layer (forward_act, backward_act)
 !      gives the results of l8_gelu / l8_gelu_backward around it bit for bit;
+!      the GELU in the GEMM (forward_gelu): z exactly, h within a bf16 step;
 !   6. a communicator of one rank joins from an id and reduces in place;
 !   7. FP8 operands cast by the caller (l8_fp8_cast_transpose(_dbias) with the
 !      layer's recipe metas, l8_linear_forward_fp8 / _backward_fp8) give a
@@ -41,12 +42,12 @@ program test_fortran
         integer(c_int) :: wid(2), bid(2)
     end type
     type(l8_ctx) :: ctx, bad
-    type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat, hb, z, dg, dx1, dx2
+    type(l8_tensor) :: xt, xb, yb, yf, dy, w, wg, b, bg, flat, hb, z, dg, dx1, dx2, hg
     type(l8_params) :: g
     type(l8_gemm_handle) :: h
     type(l8_linear) :: lin
     type(l8_linear_ctx) :: saved, saved2
-    real(c_float) :: y2(N, T), dxa(K, T), dxb(K, T)
+    real(c_float) :: y2(N, T), dxa(K, T), dxb(K, T), gref(N, T)
     type(l8_optim) :: opt
     type(l8_ckpt_writer) :: cw
     type(l8_ckpt_reader) :: cr
@@ -177,6 +178,23 @@ program test_fortran
     call ok(l8_tensor_to_array(xt, dxb), 'dx2 to an array')
     call check(all(dxa == dxb), 'backward_act(GELU) = gelu_backward then backward, exactly')
     call check(any(dxa /= 0), 'dx is not all zero')
+    ! the GELU in the GEMM's epilogue: z = y exactly, h = gelu(y) within a bf16 step
+    call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], hg), 'l8_tensor_empty h (forward_gelu)')
+    call ok(l8_linear_forward_gelu(lin, L8_ACT_NONE, z, hg, x=xb), 'l8_linear_forward_gelu')
+    call ok(l8_convert(z, yf), 'forward_gelu z to f32')
+    call ok(l8_tensor_to_array(yf, y2), 'forward_gelu z to an array')
+    call check(all(y2 == want), 'forward_gelu: z = W^T x + b exactly')
+    call ok(l8_convert(hg, yf), 'forward_gelu h to f32')
+    call ok(l8_tensor_to_array(yf, y2), 'forward_gelu h to an array')
+    gref = 0.5 * want * (1 + tanh(sqrt(2 / acos(-1.0)) * (want + 0.044715 * want**3)))
+    call check(all(abs(y2 - gref) <= abs(gref) / 128 + 1.0 / 1024), &
+               'forward_gelu: h = gelu(z) within a bf16 step')
+    call check(any(y2 /= want), 'forward_gelu: the GELU changed h')
+    call check(l8_linear_forward_gelu(lin, L8_ACT_NONE, z, hg) == L8_ERR_INVALID_ARG, &
+               'forward_gelu without an input is refused')
+    call check(l8_linear_forward_gelu(lin, L8_ACT_NONE, z, hg, x=xb, x8=xb) == L8_ERR_INVALID_ARG, &
+               'forward_gelu with x and x8 both is refused')
+    call l8_tensor_destroy(hg)
     call ok(l8_tensor_copy_from_array(xt, x), 'x back into xt')
     call ok(l8_optim_create_adamw(g, opt, lr=0.01_c_float), 'l8_optim_create_adamw')
     flat = l8_params_master_flat(g)
