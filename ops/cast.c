@@ -86,6 +86,7 @@ int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
  * 1.37; past one wave the eighth form lost: 256 x 784 (200) 1.43 / 1.55,
  * 512 x 784 (400) 1.84 / 2.13. */
 int l8i_cast_sm_eighth_max_ctas = -1;
+int l8i_cast_split = 1;
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -462,6 +463,24 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
                               0, args);
 }
 
+/* Shapes the tile kernel takes slowly: rows of the row-major output that are
+ * not 8-byte multiples (no 8-byte stores, input rows not 4-byte aligned), and
+ * for 2-byte inputs odd rows together with columns not a multiple of 16 (both
+ * outputs' rows off their lines). There the plain cast (flat, at ~0.92x copy
+ * whatever the shape) and the byte transpose of its output move one byte an
+ * element more but run faster. Measured on an H200 (2026-12-02, lean8-bench
+ * cast, x copy, tile kernel against the split): bf16 8191 x 8200 0.633 /
+ * 0.678, 8191 x 8191 0.534 / 0.660, f32 8191 x 8191 0.648 / 0.738. f32 with
+ * columns % 8 == 0 stays in the tile kernel, which runs 8191 x 8200 at 0.78:
+ * the split's two passes (5 and 2 bytes an element at 0.95 and 0.75 of copy)
+ * would come to ~0.76. */
+static int split_wins(const ct_job *j)
+{
+    if (j->C % 8 != 0)
+        return 1;
+    return j->idt != L8_F32 && j->R % 16 != 0 && j->C % 16 != 0;
+}
+
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
                                      l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
                                      l8_stream *s)
@@ -485,6 +504,10 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     L8_CHECK(l8i_ctx_bind(ctx));
     if (sm_fits(&j, dbias, flags))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
+    if (l8i_cast_split && !dbias && out && !(flags & L8_CAST_FEW_SMS) && split_wins(&j)) {
+        L8_CHECK(l8_fp8_cast(in, out, flags, s));
+        return l8_fp8_transpose(out, out_t, s);
+    }
     static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
                                          "l8_cast_transpose_f16" };
     CUfunction f, fr = NULL;

@@ -78,6 +78,11 @@ L8_NODISCARD l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned
  * out and out_t (when both given) have the same FP8 dtype and the same meta
  * object, whose scale is used and whose amax / scale_inv are written.
  * Meant for cuBLASLt's TN-only FP8 GEMMs (X -> X and X^T, dY -> dY^T).
+ * One launch, except with both outputs, above 64 tiles and without
+ * L8_CAST_FEW_SMS for shapes the tile kernel writes slowly - cols % 8 != 0,
+ * or for bf16 / f16 rows % 16 != 0 with cols % 16 != 0: then two, the cast
+ * into out and l8_fp8_transpose of out into out_t (the same bytes, amax and
+ * scale_inv; faster there, docs/perf.md).
  * Errors: see above; L8_ERR_INVALID_ARG for out and out_t both NULL. */
 L8_NODISCARD l8_status l8_fp8_cast_transpose(const l8_tensor *in, l8_tensor *out,
                                              l8_tensor *out_t, unsigned flags, l8_stream *s);

@@ -117,6 +117,11 @@ extern int l8i_cast_sm_half_min_rows;
  * eighth entries (2 rows a thread), the others the quarter ones (4); tests
  * set 0 (never) or INT_MAX (always), then put the default back. */
 extern int l8i_cast_sm_eighth_max_ctas;
+/* Nonzero (the default): a cast_transpose without dbias of a shape the tile
+ * kernel takes slowly runs as the plain cast and the byte transpose of its
+ * output (ops/cast.c, split_wins); tests set 0 to run the tile kernel on
+ * those shapes too, then put the default back. */
+extern int l8i_cast_split;
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif
