@@ -10,7 +10,10 @@
 #      --json path exit non-zero with a message;
 #   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel;
 #   5. tools/bench_ratio.py's ratios, from one report a side and from the
-#      medians of several (runs alternated on the GPU, tools/device-run.sh).
+#      medians of several (runs alternated on the GPU, tools/device-run.sh);
+#   6. tools/device-run.sh gemmcache's plumbing (its steps fail here, no GPU):
+#      GEMM_ROUNDS rounds, each lean8 and torch run with a file of its own,
+#      all of them handed to the ratio step.
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -94,6 +97,21 @@ if [ $rc1 = 0 ] && grep -Eq '^  8x8x16 +fp8 +2\.0 +3\.0 +2\.0 +1\.500 +1\.000$' 
    grep -Eq 'fp8 +geomean lean8/torch 0\.667 \(min 0\.667\)' "$tmp/r2.txt"; then
     ok "bench_ratio.py: ratios from one report a side and from the medians of several"
 else bad "bench_ratio.py: rc $rc1 / $rc2"; cat "$tmp/r1.txt" "$tmp/r2.txt"; fi
+
+# ---- 6. device-run.sh gemmcache: one file a round and side, all to the ratios ----
+mkdir -p "$tmp/dr"
+(cd "$root" && TMPDIR=$tmp/dr OUT=$tmp/dr/out GEMM_ROUNDS=2 DEADLINE=300 \
+    bash tools/device-run.sh gemmcache) > "$tmp/dr.txt" 2>&1
+drlog=$(ls -d "$tmp"/dr/l8logs.*)
+if grep -q '^torch gemm (cache, round 1)' "$tmp/dr.txt" &&
+   grep -q '^torch gemm (cache, round 2)' "$tmp/dr.txt" &&
+   ! grep -q 'round 3' "$tmp/dr.txt" &&
+   [ -f "$drlog/torch-gemm-c-1.log" ] && [ -f "$drlog/torch-gemm-c-2.log" ] &&
+   [ -f "$drlog/gemm-cache2-1.log" ] && [ -f "$drlog/gemm-cache2-2.log" ] &&
+   grep -q 'bench-gemm-warm-1.json,[^ ]*bench-gemm-warm-2.json' "$drlog/gemm-cache-ratio.log" &&
+   [ -f "$tmp/dr/out/logs.tgz" ]; then
+    ok "device-run.sh gemmcache: two rounds, a log each side, every report to the ratio step"
+else bad "device-run.sh gemmcache's rounds"; tail -20 "$tmp/dr.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

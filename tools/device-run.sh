@@ -49,7 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-$PWD/out}
-OUT=$(mktemp -d /tmp/l8logs.XXXX)    # everything here; FINAL gets a tarball and the key files
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/l8logs.XXXX")   # everything here; FINAL gets a tarball and the key files
 mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
@@ -219,9 +219,9 @@ for f in "$OUT"/modes-*.log; do
     [ -f "$f" ] && printf '%-24s %s\n' "$(basename "$f" .log)" "$(grep -E '^ *[0-9.]+ +epoch' "$f" | tail -n 1)"
 done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
-for f in gemm-cache2 gemm-cache-ratio; do [ -f "$OUT/$f.log" ] && cat "$OUT/$f.log"; done
+[ -f "$OUT/gemm-cache-ratio.log" ] && cat "$OUT/gemm-cache-ratio.log"
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-gemm-warm.json bench-offload.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0
