@@ -862,8 +862,9 @@ static double gelu_ref(double x);
  * cast of z, bit for bit on the host; else within 1%), max-accumulated over
  * the micro-batches; y, dx and the main_grads close to pair 0's. With side,
  * the test joins it before z is written again and before the update, as
- * the contract asks. by_caller (hk 0): the layer runs no amax cast, the
- * test casts z after each micro-batch as a caller would. Then the errors. */
+ * the contract asks. by_caller (hk 0): the layer runs no amax cast (h's
+ * amax still 0 after a step's first forward), the test casts z after each
+ * micro-batch as a caller would. Then the errors. */
 static void gelu_out_run(const char *dev, int hk, int shape, int use_side, int by_caller)
 {
     pairs q;
@@ -909,6 +910,18 @@ static void gelu_out_run(const char *dev, int hk, int shape, int use_side, int b
                                          NULL));
             L8_CK(l8_linear_forward_gelu(a[1].lin, L8_ACT_NONE, q.tx, NULL, NULL, q.tz[1], h, &ca,
                                          side, NULL));
+            if (h8k && mb == 0) { /* h's amax from the layer's cast, or none by_caller (the
+                                     recipe update zeroed it) */
+                if (side) {
+                    L8_CK(l8_event_record(ev, side));
+                    L8_CK(l8_stream_wait_event(cs, ev));
+                }
+                float am = -1.0f;
+                L8_CK(l8_fp8_meta_get(mh, NULL, NULL, &am));
+                ck_assert_msg(by_caller ? am == 0.0f : am > 0.0f, "%s side %d step %d: h's amax "
+                              "%g after the forward (by_caller %d)", dev, use_side, step,
+                              (double)am, by_caller);
+            }
             if (h8k) {
                 L8_CK(l8_fp8_transpose(h, ht, NULL));
                 L8_CK(l8_linear_forward_fp8(b[1].lin, h, ht, q.ty[1], &cb, NULL));
