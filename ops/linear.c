@@ -804,15 +804,14 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         g.b = l->w16;             /* (N, K) bf16 */
     }
     L8_TRY(ret, l8_gemm(l->gemm, &g, s), out);   /* Y (T, N) bf16 */
-    if (h_fp8 && side != s && !h_amax) {   /* s after h's scale_inv */
+    if (h_fp8 && side != s)       /* s after h's scale_inv */
         L8_TRY(ret, l8_stream_wait_event(s, l->ev_side), out);
-    } else if (h_amax) {
+    if (h_amax) {
         /* h's amax: that of the input cast the layer after would run (the
          * GELU of bf16 y, max-accumulated), on side after the GEMM - the
          * GEMM's own amax costs a memset node before it (gemm.h). The cast
          * writes scratch bytes and h's scale_inv again (the same value) */
-        if (side != s) {          /* s after h's scale_inv; side after the GEMM */
-            L8_TRY(ret, l8_stream_wait_event(s, l->ev_side), out);
+        if (side != s) {          /* side after the GEMM */
             L8_TRY(ret, l8_event_record(l->ev_side, s), out);
             L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
             L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(h_scr), side), out);
