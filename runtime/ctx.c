@@ -217,7 +217,7 @@ static l8_status pdl_choose(l8_ctx *ctx)
 int l8i_ctx_pdl(const l8_ctx *ctx) { return ctx->pdl; }
 int l8i_ctx_clusters(const l8_ctx *ctx) { return ctx->clusters; }
 
-static l8_status cuda_open(l8_ctx *ctx)
+static l8_status cuda_open(l8_ctx *ctx, unsigned high_priority)
 {
     L8_CHECK(l8i_cuda_load());
     int n = l8_cuda_device_count();
@@ -229,8 +229,14 @@ static l8_status cuda_open(l8_ctx *ctx)
     L8_CHECK(pdl_choose(ctx));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
     l8_status st = l8i_ctx_bind(ctx);
+    int least = 0, greatest = 0;   /* priorities: lower numbers go first */
+    if (st == L8_OK && high_priority)
+        st = L8_CU(cuCtxGetStreamPriorityRange, &least, &greatest);
     for (int i = 0; i < 3 && st == L8_OK; i++)
-        st = L8_CU(cuStreamCreate, &ctx->streams[i].cu, CU_STREAM_NON_BLOCKING);
+        st = high_priority ? L8_CU(cuStreamCreateWithPriority, &ctx->streams[i].cu,
+                                   CU_STREAM_NON_BLOCKING,
+                                   high_priority >> i & 1u ? greatest : least)
+                           : L8_CU(cuStreamCreate, &ctx->streams[i].cu, CU_STREAM_NON_BLOCKING);
     return st;
 }
 
@@ -288,6 +294,9 @@ l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
     const char *trace_path = c.trace_path;   /* NULL from callers built before it existed */
     l8_backend backend = L8_BACKEND_HOST;
     int ordinal = -1;
+    if (c.high_priority & ~7u)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ctx_create: high_priority is 0x%x: it is a mask of "
+                       "1u << L8_STREAM_COMPUTE / COMM / COPY (0x1, 0x2, 0x4)", c.high_priority);
     L8_CHECK(choose_device(cfg, &backend, &ordinal));
     l8_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return L8_FAIL(L8_ERR_OOM, "out of host memory for a context");
@@ -297,7 +306,7 @@ l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out)
     for (int i = 0; i < 3; i++) { ctx->streams[i].ctx = ctx; ctx->streams[i].kind = (l8_stream_kind)i; }
     l8_status st = L8_OK;
     if (backend == L8_BACKEND_CUDA) {
-        L8_TRY(st, cuda_open(ctx), fail);
+        L8_TRY(st, cuda_open(ctx, c.high_priority), fail);
         cuda_providers(ctx);
     } else {
         snprintf(ctx->name, sizeof ctx->name, "host");
@@ -406,6 +415,15 @@ l8_status l8_stream_synchronize(l8_stream *s)
     if (s->ctx->backend != L8_BACKEND_CUDA) return L8_OK;
     L8_CHECK(l8i_ctx_bind(s->ctx));
     return L8_CU(cuStreamSynchronize, s->cu);
+}
+
+l8_status l8_stream_priority(const l8_stream *s, int *prio)
+{
+    L8_ARG(s != NULL && prio != NULL);
+    *prio = 0;
+    if (s->ctx->backend != L8_BACKEND_CUDA) return L8_OK;
+    L8_CHECK(l8i_ctx_bind(s->ctx));
+    return L8_CU(cuStreamGetPriority, s->cu, prio);
 }
 
 l8_status l8_stream_wait_event(l8_stream *s, l8_event *e)

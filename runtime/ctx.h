@@ -46,18 +46,29 @@ typedef struct l8_ctx_config {
     const l8_segment_provider *provider;  /* NULL: the backend's own (tests inject faults here) */
     const char *trace_path;       /* a trace file of this context's own (%r rank, %p pid; see
                                      alloc/trace.h); NULL: the process-wide L8_TRACE trace */
+    unsigned high_priority;       /* the streams whose kernels go first, a mask of
+                                     1u << l8_stream_kind (e.g. 1u << L8_STREAM_COMPUTE for a
+                                     critical path on compute and helpers on comm and copy):
+                                     they get the device's greatest stream priority, the
+                                     others the default. When an SM frees up, the GPU starts
+                                     waiting blocks of a high-priority stream's kernels
+                                     before the others' (running blocks are never stopped),
+                                     and a CUDA graph keeps each kernel's priority from the
+                                     stream it was captured on (graph.h). 0: every stream the
+                                     default (the host backend only checks the mask) */
 } l8_ctx_config;
-#define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL, NULL }
+#define L8_CTX_CONFIG_INIT { sizeof(l8_ctx_config), NULL, 0, 0, NULL, NULL, 0u }
 /* Fill *cfg with the defaults of L8_CTX_CONFIG_INIT (size included), for callers
  * that cannot use the macro: bindings. NULL: nothing. */
 void l8_ctx_config_init(l8_ctx_config *cfg);
 
 /* Create a context. cfg may be NULL; a config of an older, smaller size
- * (without trace_path) is accepted. The caller owns *out. With trace_path,
+ * (without trace_path or high_priority) is accepted. The caller owns *out. With trace_path,
  * the context writes its own trace (header device = its device), destroyed
  * with the context; its streams are registered with whichever trace it uses
  * so events name them compute/comm/copy.
- * Errors: L8_ERR_INVALID_ARG (malformed device string or trace path),
+ * Errors: L8_ERR_INVALID_ARG (malformed device string or trace path, a
+ * high_priority bit that names no stream),
  * L8_ERR_NO_DEVICE (cuda asked for but no driver/GPU, or N out of range),
  * L8_ERR_CUDA, L8_ERR_OOM, L8_ERR_IO (the trace file: see l8_trace_create). */
 L8_NODISCARD l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out);
@@ -107,6 +118,11 @@ l8_ctx *l8_stream_ctx(const l8_stream *s);
  * a small distinct integer per stream kind on the host. */
 l8_stream_id l8_stream_handle(const l8_stream *s);
 L8_NODISCARD l8_status l8_stream_synchronize(l8_stream *s);
+/* The stream's priority as the driver reports it (cuStreamGetPriority: lower
+ * numbers go first; 0 is the default, the device's greatest is negative,
+ * -5 on an H200) into *prio; 0 on the host backend. Errors:
+ * L8_ERR_INVALID_ARG (NULL), L8_ERR_CUDA. */
+L8_NODISCARD l8_status l8_stream_priority(const l8_stream *s, int *prio);
 /* Enqueue on s a wait for e; does not block the host. Errors: L8_ERR_CUDA,
  * L8_ERR_INVALID_ARG (different contexts). */
 L8_NODISCARD l8_status l8_stream_wait_event(l8_stream *s, l8_event *e);

@@ -144,7 +144,10 @@ static l8_status capture(l8_graph *g, l8_graph_fn fn, void *arg, CUgraph *out)
 static l8_status instantiate(l8_graph *g, CUgraph graph, CUgraphExec *exec)
 {
     *exec = NULL;
-    L8_CHECK(L8_CU(cuGraphInstantiateWithFlags, exec, graph, 0ull));
+    /* each kernel keeps the priority of the stream it was captured on
+     * (l8_ctx_config.high_priority), not the launch stream's */
+    L8_CHECK(L8_CU(cuGraphInstantiateWithFlags, exec, graph,
+                   (unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
     l8_status st = L8_CU(cuGraphUpload, *exec, l8i_stream_cu(g->s));
     if (st != L8_OK) {
         (void)l8i_cu.cuGraphExecDestroy(*exec);

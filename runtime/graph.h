@@ -89,8 +89,10 @@ L8_NODISCARD l8_status l8_graph_warmup(l8_graph *g, l8_graph_fn fn, void *arg);
 /* Capture fn(arg, s) on g's stream into g's pool; nothing executes. The
  * first capture instantiates the executable; later ones update it in place
  * when the work has the same shape (the same calls in the same order;
- * arguments and addresses may differ), else instantiate anew. Launches
- * already enqueued run the work they were launched with. Synchronizes ctx's
+ * arguments and addresses may differ), else instantiate anew. Each kernel
+ * keeps the priority of the stream it was enqueued on (a context's
+ * high_priority streams, ctx.h), whatever stream the graph is launched into.
+ * Launches already enqueued run the work they were launched with. Synchronizes ctx's
  * streams before the first capture only. arg need only live through the
  * call on CUDA; on the host backend it must live until the next capture or
  * destroy (each launch calls fn(arg, s)). On failure the capture is ended,

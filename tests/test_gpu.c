@@ -78,6 +78,22 @@ START_TEST(test_gpu_context_and_events)
     L8_CK(l8_ctx_free(ctx, b));
     l8_event_destroy(e0);
     l8_event_destroy(e1);
+    /* default priorities; then compute and copy above comm (high_priority) */
+    int pc = 1, pm = 1, pk = 1;
+    L8_CK(l8_stream_priority(c, &pc));
+    L8_CK(l8_stream_priority(k, &pk));
+    ck_assert_int_eq(pc, 0);
+    ck_assert_int_eq(pk, 0);
+    done_ctx(ctx);
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    cfg.device = "cuda:0";
+    cfg.high_priority = 1u << L8_STREAM_COMPUTE | 1u << L8_STREAM_COPY;
+    L8_CK(l8_ctx_create(&cfg, &ctx));
+    L8_CK(l8_stream_priority(l8_ctx_stream(ctx, L8_STREAM_COMPUTE), &pc));
+    L8_CK(l8_stream_priority(l8_ctx_stream(ctx, L8_STREAM_COMM), &pm));
+    L8_CK(l8_stream_priority(l8_ctx_stream(ctx, L8_STREAM_COPY), &pk));
+    ck_assert_msg(pc < 0 && pk == pc && pm == 0, "priorities compute %d comm %d copy %d", pc, pm,
+                  pk);
     done_ctx(ctx);
 }
 END_TEST

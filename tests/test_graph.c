@@ -443,7 +443,12 @@ static l8_status fork_fn(void *arg, l8_stream *s)
 
 START_TEST(test_gpu_graph_streams_and_update)
 {
-    l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
+    /* s (compute) above comm: the graph keeps each kernel's priority */
+    l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
+    l8_ctx *ctx = NULL;
+    cfg.device = "cuda:0";
+    cfg.high_priority = 1u << L8_STREAM_COMPUTE;
+    L8_CK(l8_ctx_create(&cfg, &ctx));
     int64_t n = 4096;
     fork_step f;
     L8_CK(l8_tensor_empty(ctx, L8_F32, 1, &n, &f.x));

@@ -121,10 +121,22 @@ START_TEST(test_host_streams_and_events)
     l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
     l8_ctx *ctx = NULL, *ctx2 = NULL;
     cfg.device = "host";
+    /* high_priority: a mask of the three streams, checked on every backend */
+    cfg.high_priority = 1u << 3;
+    ck_assert_int_eq(l8_ctx_create(&cfg, &ctx), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "high_priority is 0x8"));
+    cfg.high_priority = 1u << L8_STREAM_COMPUTE | 1u << L8_STREAM_COPY;
     L8_CK(l8_ctx_create(&cfg, &ctx));
+    cfg.high_priority = 0;
     L8_CK(l8_ctx_create(&cfg, &ctx2));
     l8_stream *c = l8_ctx_stream(ctx, L8_STREAM_COMPUTE), *m = l8_ctx_stream(ctx, L8_STREAM_COMM);
     ck_assert_ptr_nonnull(c);
+    int prio = 7;
+    L8_CK(l8_stream_priority(c, &prio));
+    ck_assert_int_eq(prio, 0);                    /* the host has none */
+    ck_assert_int_eq(l8_stream_priority(NULL, &prio), L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(l8_stream_priority(c, NULL), L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(l8_ctx_stream(ctx, (l8_stream_kind)7));
     ck_assert_uint_ne(l8_stream_handle(c), l8_stream_handle(m));
     l8_event *e = NULL, *e2 = NULL;

@@ -467,6 +467,10 @@ static l8_status model_build(model *m, const opts *o)
     l8_status st = L8_OK;
     l8_ctx_config cc = L8_CTX_CONFIG_INIT;
     cc.device = o->device;
+    /* the step's critical path is on s (compute); the weight copies, wgrads,
+     * transposes, loss filing and recipe update beside it go second when
+     * they compete for SMs (docs/perf.md, 2026-12-03) */
+    cc.high_priority = 1u << L8_STREAM_COMPUTE;
     L8_CHECK(l8_ctx_create(&cc, &m->ctx));
     m->s = l8_ctx_stream(m->ctx, L8_STREAM_COMPUTE);
     m->side = l8_ctx_stream(m->ctx, L8_STREAM_COPY);
