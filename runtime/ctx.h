@@ -119,8 +119,8 @@ l8_ctx *l8_stream_ctx(const l8_stream *s);
 l8_stream_id l8_stream_handle(const l8_stream *s);
 L8_NODISCARD l8_status l8_stream_synchronize(l8_stream *s);
 /* The stream's priority as the driver reports it (cuStreamGetPriority: lower
- * numbers go first; 0 is the default, the device's greatest is negative,
- * -5 on an H200) into *prio; 0 on the host backend. Errors:
+ * numbers go first; 0 is the default, the device's greatest is negative)
+ * into *prio; 0 on the host backend. Errors:
  * L8_ERR_INVALID_ARG (NULL), L8_ERR_CUDA. */
 L8_NODISCARD l8_status l8_stream_priority(const l8_stream *s, int *prio);
 /* Enqueue on s a wait for e; does not block the host. Errors: L8_ERR_CUDA,
