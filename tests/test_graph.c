@@ -443,7 +443,10 @@ static l8_status fork_fn(void *arg, l8_stream *s)
 
 START_TEST(test_gpu_graph_streams_and_update)
 {
-    /* s (compute) above comm: the graph keeps each kernel's priority */
+    /* on a context whose compute stream is above comm: the graph, instantiated
+     * with per-node priorities, runs the fork and join as before. (That each
+     * kernel keeps its stream's priority is not observable here; the GPU
+     * test of the context checks the streams' priorities.) */
     l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
     l8_ctx *ctx = NULL;
     cfg.device = "cuda:0";
