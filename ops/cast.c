@@ -168,6 +168,7 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, out }, 2));
     l8_dtype idt = l8_tensor_dtype(in), fmt = l8_tensor_dtype(out);
     float *scale = l8_fp8_meta_scale(m), *amax = l8_fp8_meta_amax(m);
     float *sinv = l8_fp8_meta_scale_inv(m);
@@ -493,6 +494,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: unknown flags 0x%x", op, flags);
     l8_ctx *ctx = j.ctx;
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, out, out_t, dbias }, 4));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST)
         return ct_job_host(&j, dbias ? l8_tensor_dtype(dbias) : L8_F32, flags);
     const int64_t R = j.R, C = j.C;
@@ -647,6 +649,7 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
     void *pa = NULL;
     if (a)
         L8_CHECK(l8_tensor_data(a, &pa));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, a, out, out_t, dbias }, 5));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST || !sm_fits(&j, dbias, flags) ||
         (a && l8_tensor_dtype(a) != j.idt))
         return act_unfused(op, in, a, out, out_t, dbias, flags, s);
@@ -759,6 +762,7 @@ l8_status l8_dbias_dact(l8_act act, const l8_tensor *dy, const l8_tensor *a, l8_
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ dy, grad ? a : NULL, dbias }, 3));
     const int host = l8_ctx_backend(ctx) == L8_BACKEND_HOST;
     if (grad) {
         /* the gradient through a scratch of dy's dtype, as act_unfused (on
@@ -897,6 +901,9 @@ static l8_status many_impl(int n, const l8_tensor *const *in, l8_tensor *const *
     L8_CHECK(many_prepare(op, n, in, out, out_t, jobs));
     l8_ctx *ctx = jobs[0].ctx;
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
+    L8_CHECK(l8i_tensors_use(s, in, n));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const *)out_t, n));
+    if (out) L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const *)out, n));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         for (int i = 0; i < n; i++)
             L8_CHECK(ct_job_host(&jobs[i], L8_F32, flags));
@@ -980,6 +987,7 @@ l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, out }, 2));
     l8_dtype fmt = l8_tensor_dtype(in), odt = l8_tensor_dtype(out);
     float *sinv = l8_fp8_meta_scale_inv(m);
 
@@ -1024,6 +1032,7 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, out }, 2));
 
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         const uint8_t *a = x;
@@ -1171,6 +1180,8 @@ l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l
     if (scale_inv)
         L8_CHECK(l8_tensor_data(scale_inv, &pi));
     L8_CHECK(l8_tensor_data(fp8_max, &pf));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ amax_history, amax, scale,
+                                                            scale_inv, fp8_max }, 5));
     float mdiv = exp2f(c.margin);
     int recent = c.amax_compute == L8_AMAX_MOST_RECENT;
 

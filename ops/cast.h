@@ -11,6 +11,9 @@
  *
  * Common rules:
  *  - All tensors of a call belong to one context, and a given stream to it.
+ *    Their storages and FP8 metas are recorded on the stream
+ *    (l8_storage_record_stream), so releasing a tensor right after the call
+ *    is safe on any stream.
  *  - Tensors must be contiguous (make a strided view contiguous first);
  *    rows/cols below mean: cols = the last dimension, rows = numel / cols.
  *  - High-precision tensors are L8_F32, L8_BF16 or L8_F16; FP8 tensors are

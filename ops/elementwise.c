@@ -92,6 +92,7 @@ l8_status l8_convert(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     void *x, *y;
     L8_CHECK(l8_tensor_data(in, &x));
     L8_CHECK(l8_tensor_data(out, &y));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ in, out }, 2));
     uint64_t n = (uint64_t)l8_tensor_numel(in);
     l8_dtype it = l8_tensor_dtype(in), ot = l8_tensor_dtype(out);
     if (n == 0 || x == y)
@@ -136,6 +137,8 @@ l8_status l8_convert_many(int n, const l8_tensor *const *in, l8_tensor *const *o
             L8_CHECK(l8_convert(in[i], out[i], s));
         return L8_OK;
     }
+    L8_CHECK(l8i_tensors_use(s, in, n));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const *)out, n));
     CUfunction f;
     L8_CHECK(l8i_ctx_bind(ctx));
     L8_CHECK(l8i_kernel(ctx, "elementwise", "l8_ew_convert_many", &f));
@@ -186,6 +189,7 @@ l8_status l8_add_into(l8_tensor *y, const l8_tensor *x, l8_stream *s)
     void *py, *px;
     L8_CHECK(l8_tensor_data(y, &py));
     L8_CHECK(l8_tensor_data(x, &px));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ y, x }, 2));
     uint64_t n = (uint64_t)l8_tensor_numel(y);
     l8_dtype yt = l8_tensor_dtype(y), xt = l8_tensor_dtype(x);
     if (n == 0)
@@ -248,6 +252,7 @@ l8_status l8_gelu(const l8_tensor *x, l8_tensor *y, l8_stream *s)
     void *px, *py;
     L8_CHECK(l8_tensor_data(x, &px));
     L8_CHECK(l8_tensor_data(y, &py));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ x, y }, 2));
     uint64_t n = (uint64_t)l8_tensor_numel(x);
     l8_dtype xt = l8_tensor_dtype(x), yt = l8_tensor_dtype(y);
     if (n == 0)
@@ -279,6 +284,7 @@ l8_status l8_gelu_backward(const l8_tensor *x, const l8_tensor *dy, l8_tensor *d
     L8_CHECK(l8_tensor_data(x, &px));
     L8_CHECK(l8_tensor_data(dy, &pg));
     L8_CHECK(l8_tensor_data(dx, &pd));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ x, dy, dx }, 3));
     uint64_t n = (uint64_t)l8_tensor_numel(x);
     l8_dtype xt = l8_tensor_dtype(x), gt = l8_tensor_dtype(dy), dt = l8_tensor_dtype(dx);
     if (n == 0)

@@ -10,7 +10,9 @@
  *  - tensors are contiguous, of one context; shapes need not match, the
  *    element counts must (the ops are flat); a given stream belongs to that
  *    context (NULL: the compute stream). Enqueued on the stream; on a host
- *    context they run at once.
+ *    context they run at once. The tensors' storages are recorded on the
+ *    stream (l8_storage_record_stream): releasing one right after the call
+ *    is safe on any stream.
  *  - floating dtypes are L8_F32, L8_BF16, L8_F16; values are widened to f32
  *    exactly, computed in f32 with IEEE round-to-nearest (no contraction into
  *    FMAs), and rounded once to the output dtype (RNE, subnormals kept, NaN

@@ -157,6 +157,9 @@ static l8_status move_rows(const char *op, const l8_tensor *src, const l8_tensor
     if (idx) L8_CHECK(l8_tensor_data(idx, &pi));
     if (mode != AT_NONE) L8_CHECK(l8_tensor_data(cursor, &pc));
     if (bad) L8_CHECK(l8_tensor_data(bad, &pb));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ src, dst, mode != AT_DST ? idx : NULL,
+                                                            mode != AT_NONE ? cursor : NULL,
+                                                            bad }, 5));
     if (mv.rows == 0 || vd.cols == 0)
         return L8_OK;
     vs.base = ps;

@@ -880,11 +880,6 @@ static l8_status desc_in(const l8_gemm_desc *desc, const char *fn, l8_gemm_desc 
     return L8_OK;
 }
 
-static l8_status record(const l8_tensor *t, l8_stream *s)
-{
-    return t ? l8_storage_record_stream(l8_tensor_storage(t), s) : L8_OK;
-}
-
 l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
 {
     L8_ARG(h != NULL && desc != NULL);
@@ -894,11 +889,8 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     L8_CHECK(l8i_resolve_stream("l8_gemm", h->ctx, &s));
     problem p;
     L8_CHECK(analyze(h, desc, &p));
-    L8_CHECK(record(desc->a, s));
-    L8_CHECK(record(desc->b, s));
-    L8_CHECK(record(desc->d, s));
-    L8_CHECK(record(desc->bias, s));
-    L8_CHECK(record(desc->aux, s));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ desc->a, desc->b, desc->d,
+                                                            desc->bias, desc->aux }, 5));
 
     l8_status ret = L8_OK;
     plan *pl = NULL;

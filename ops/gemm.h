@@ -224,7 +224,8 @@ typedef struct l8_gemm_desc {
 /* Run one GEMM as described above, enqueued on s (NULL: the context's
  * compute stream); returns without waiting, except that the first call of a
  * new plan blocks while autotuning. Tensor data is resolved when the call is
- * made; storages used on a stream other than their own are recorded on it.
+ * made; storages (and FP8 metas) used on a stream other than their own are
+ * recorded on it.
  * D (and a dbias output, aux, and an FP8 D's amax) are written when the
  * stream reaches the GEMM; the scales are read then too.
  * Errors (nothing is enqueued):

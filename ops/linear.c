@@ -814,8 +814,6 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         if (side != s) {          /* side after the GEMM */
             L8_TRY(ret, l8_event_record(l->ev_side, s), out);
             L8_TRY(ret, l8_stream_wait_event(side, l->ev_side), out);
-            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(h_scr), side), out);
-            L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(y2), side), out);
         }
         L8_TRY(ret, l8_fp8_cast_transpose_act(L8_ACT_GELU, y2, h_scr, NULL,
                                               L8_CAST_ACCUMULATE_AMAX, side), out);
@@ -1146,8 +1144,6 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     /* this micro-batch's bias gradient, when not written into main_grad
      * already: added to it after the first micro-batch, else converted */
     const l8_tensor *mb_db = precast ? in->db : dbs;
-    if (mb_db && ws != s)          /* (the elementwise ops do not record their operands) */
-        L8_TRY(ret, l8_storage_record_stream(l8_tensor_storage(mb_db), ws), out);
     if (mb_db && !first)
         L8_TRY(ret, l8_add_into(l->gb, mb_db, ws), out);
     else if (mb_db && !same_tensor(mb_db, l->gb))

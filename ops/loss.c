@@ -86,6 +86,8 @@ l8_status l8_softmax_xent(const l8_tensor *logits, const l8_tensor *labels, int 
     L8_CHECK(l8_tensor_data(row_loss, &ploss));
     L8_CHECK(l8_tensor_data(row_hit, &phit));
     if (dlogits) L8_CHECK(l8_tensor_data(dlogits, &pd));
+    L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ logits, labels, row_loss, row_hit,
+                                                            dlogits }, 5));
     if (l8_ctx_backend(ctx) == L8_BACKEND_HOST) {
         for (int64_t t = 0; t < T; t++) {
             int y = ldt == L8_U8 ? ((const uint8_t *)pl)[t] : ((const int32_t *)pl)[t];

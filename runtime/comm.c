@@ -265,14 +265,14 @@ static l8_status check_op(const char *fn, l8_reduce_op op)
     return L8_OK;
 }
 
-static l8_status pointers(const char *fn, const l8_tensor *a, void **pa, const l8_tensor *b,
-                          void **pb)
+static l8_status pointers(const char *fn, l8_stream *s, const l8_tensor *a, void **pa,
+                          const l8_tensor *b, void **pb)
 {
     L8_CHECK(l8_tensor_data(a, pa));
     if (b) L8_CHECK(l8_tensor_data(b, pb));
     if (!*pa || (b && !*pb))
         return L8_FAIL(L8_ERR_STATE, "%s: a tensor has no data on the device", fn);
-    return L8_OK;
+    return l8i_tensors_use(s, (const l8_tensor *const[]){ a, b }, 2);
 }
 
 /* The checks every send/recv collective starts with; *s resolved. */
@@ -297,7 +297,7 @@ l8_status l8_comm_all_reduce(l8_comm *c, const l8_tensor *send, l8_tensor *recv,
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: send has %zu elements, recv %lld", fn, n,
                        (long long)l8_tensor_numel(recv));
     void *sp, *rp;
-    L8_CHECK(pointers(fn, send, &sp, recv, &rp));
+    L8_CHECK(pointers(fn, s, send, &sp, recv, &rp));
     l8_dtype dt = l8_tensor_dtype(send);
     if (c->nccl) return l8i_comm_fail(c, l8i_nccl_all_reduce(c, sp, rp, n, dt, op, s));
     return l8i_comm_fail(c, l8i_host_all_reduce(c, sp, rp, n, dt, op));
@@ -312,7 +312,7 @@ l8_status l8_comm_broadcast(l8_comm *c, l8_tensor *buf, int root, l8_stream *s)
     if (root < 0 || root >= c->size)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: root %d outside [0, %d)", fn, root, c->size);
     void *p;
-    L8_CHECK(pointers(fn, buf, &p, NULL, NULL));
+    L8_CHECK(pointers(fn, s, buf, &p, NULL, NULL));
     if (c->nccl)
         return l8i_comm_fail(c, l8i_nccl_broadcast(c, p, (size_t)l8_tensor_numel(buf),
                                                    l8_tensor_dtype(buf), root, s));
@@ -371,7 +371,7 @@ l8_status l8_comm_all_gather(l8_comm *c, const l8_tensor *send, l8_tensor *recv,
     size_t rows, cols;
     L8_CHECK(split_shape(fn, send, recv, &dim, c->size, &rows, &cols));
     void *sp, *rp;
-    L8_CHECK(pointers(fn, send, &sp, recv, &rp));
+    L8_CHECK(pointers(fn, s, send, &sp, recv, &rp));
     size_t bytes = l8_tensor_nbytes(send), esz = l8_dtype_size(l8_tensor_dtype(send));
     int in_place = dim == 0 && (char *)sp == (char *)rp + (size_t)c->rank * bytes;
     if (bytes && !in_place && (char *)rp < (char *)sp + bytes && (char *)sp < (char *)rp + bytes * c->size)
@@ -401,7 +401,7 @@ l8_status l8_comm_reduce_scatter(l8_comm *c, const l8_tensor *send, l8_tensor *r
     size_t rows, cols;
     L8_CHECK(split_shape(fn, recv, send, &dim, c->size, &rows, &cols));
     void *sp, *rp;
-    L8_CHECK(pointers(fn, send, &sp, recv, &rp));
+    L8_CHECK(pointers(fn, s, send, &sp, recv, &rp));
     size_t bytes = l8_tensor_nbytes(recv), esz = l8_dtype_size(l8_tensor_dtype(recv));
     int in_place = dim == 0 && (char *)rp == (char *)sp + (size_t)c->rank * bytes;
     if (bytes && !in_place && (char *)sp < (char *)rp + bytes && (char *)rp < (char *)sp + bytes * c->size)

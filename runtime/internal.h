@@ -20,6 +20,14 @@
  * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is
  * not contiguous". */
 l8_status l8i_need_tensor(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx);
+/* An op is about to enqueue work on s that reads or writes t[0..n) (NULL
+ * entries are skipped): record each tensor's storage, and its FP8 meta's,
+ * on s (l8_storage_record_stream), so that a caller who releases them before
+ * s has run that work never sees their memory handed out again under it. A
+ * storage allocated on s costs one compare. Call after l8_tensor_data has
+ * accepted the tensors. Errors: those of l8_storage_record_stream (L8_ERR_OOM
+ * for host memory); nothing is enqueued. */
+l8_status l8i_tensors_use(l8_stream *s, const l8_tensor *const *t, int n);
 
 /* ---- tensor.c: storage residency, driven by offload.c ---- */
 struct l8_storage;

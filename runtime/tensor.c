@@ -337,6 +337,16 @@ l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s)
     return l8_alloc_record_stream(l8_ctx_allocator(st->ctx), WHERE_PTR(w), l8_stream_handle(s));
 }
 
+l8_status l8i_tensors_use(l8_stream *s, const l8_tensor *const *t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!t[i]) continue;
+        L8_CHECK(l8_storage_record_stream(t[i]->st, s));
+        if (t[i]->meta) L8_CHECK(l8_storage_record_stream(t[i]->meta->st, s));
+    }
+    return L8_OK;
+}
+
 /* ---- FP8 metadata ---- */
 
 /* Float index of scale, scale_inv and amax in the meta storage: 16 bytes

@@ -98,7 +98,11 @@ int l8_storage_is_resident(const l8_storage *st);
  * its way back: restore it first), L8_ERR_INVALID_ARG. */
 L8_NODISCARD l8_status l8_storage_data(const l8_storage *st, void **ptr);
 /* The storage is (also) used on stream s: its memory is not reused before
- * that work completes. A no-op for its own allocation stream.
+ * that work completes. A no-op for its own allocation stream. Every lean8
+ * op does this for the tensors it is given (their storages and FP8 metas)
+ * on the stream it runs on, so a tensor may be released right after the
+ * call that uses it, whatever the stream; call it yourself for work of your
+ * own on a storage's memory.
  * Errors: L8_ERR_INVALID_ARG (s of another context), L8_ERR_STATE (not on
  * the device). */
 L8_NODISCARD l8_status l8_storage_record_stream(l8_storage *st, l8_stream *s);

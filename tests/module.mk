@@ -37,3 +37,4 @@ TEST_SRCS += tests/test_gemm_cache.c
 TEST_SRCS += tests/test_graph.c
 TEST_SRCS += tests/test_offload.c
 TEST_SRCS += tests/test_zero.c
+TEST_SRCS += tests/test_streams.c
