@@ -229,14 +229,12 @@ static l8_status cuda_open(l8_ctx *ctx, unsigned high_priority)
     L8_CHECK(pdl_choose(ctx));
     L8_CHECK(L8_CU(cuDevicePrimaryCtxRetain, &ctx->cu_ctx, ctx->cu_dev));
     l8_status st = l8i_ctx_bind(ctx);
-    int least = 0, greatest = 0;   /* priorities: lower numbers go first */
-    if (st == L8_OK && high_priority)
+    int least = 0, greatest = 0;   /* priorities: lower numbers go first; 0 is the default */
+    if (st == L8_OK)
         st = L8_CU(cuCtxGetStreamPriorityRange, &least, &greatest);
     for (int i = 0; i < 3 && st == L8_OK; i++)
-        st = high_priority ? L8_CU(cuStreamCreateWithPriority, &ctx->streams[i].cu,
-                                   CU_STREAM_NON_BLOCKING,
-                                   high_priority >> i & 1u ? greatest : least)
-                           : L8_CU(cuStreamCreate, &ctx->streams[i].cu, CU_STREAM_NON_BLOCKING);
+        st = L8_CU(cuStreamCreateWithPriority, &ctx->streams[i].cu, CU_STREAM_NON_BLOCKING,
+                   high_priority >> i & 1u ? greatest : 0);
     return st;
 }
 
