@@ -56,10 +56,12 @@ static const l8i_sym k_graph_entries[] = {
 };
 static int g_has_graphs;
 
-/* Optional one by one: launch attributes (CUDA 12.0 drivers have them). */
+/* Optional one by one: launch attributes (CUDA 12.0 drivers have them), a
+ * graph's kernel nodes read back. */
 static const l8i_sym k_optional_entries[] = {
 #define E(fn) { #fn, offsetof(l8_cuda_api, fn), 1 }
-    E(cuLaunchKernelEx),
+    E(cuLaunchKernelEx), E(cuGraphGetNodes), E(cuGraphNodeGetType),
+    E(cuGraphKernelNodeGetAttribute),
 #undef E
 };
 

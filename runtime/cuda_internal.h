@@ -79,6 +79,12 @@ typedef struct l8_cuda_api {
     /* Launches with attributes (programmatic dependent launch, runtime/ctx.c).
      * Optional: NULL when the driver lacks it; launches then use cuLaunchKernel. */
     CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    /* A captured graph's kernel nodes, read back (l8i_graph_kernel_priorities).
+     * Optional one by one, like cuLaunchKernelEx. */
+    CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+    CUresult (*cuGraphNodeGetType)(CUgraphNode, CUgraphNodeType *);
+    CUresult (*cuGraphKernelNodeGetAttribute)(CUgraphNode, CUkernelNodeAttrID,
+                                              CUkernelNodeAttrValue *);
 } l8_cuda_api;
 
 /* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the

@@ -254,6 +254,36 @@ l8_status l8_graph_launch(l8_graph *g)
     return L8_OK;
 }
 
+l8_status l8i_graph_kernel_priorities(const l8_graph *g, int *prio, size_t cap, size_t *n)
+{
+    L8_ARG(g != NULL && n != NULL && (prio != NULL || cap == 0));
+    *n = 0;
+    if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA || !l8i_cu.cuGraphGetNodes ||
+        !l8i_cu.cuGraphNodeGetType || !l8i_cu.cuGraphKernelNodeGetAttribute)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8i_graph_kernel_priorities: needs a CUDA context and"
+                       " cuGraphGetNodes, cuGraphNodeGetType, cuGraphKernelNodeGetAttribute");
+    if (!g->graph)
+        return L8_FAIL(L8_ERR_STATE, "l8i_graph_kernel_priorities: nothing captured yet");
+    L8_CHECK(l8i_ctx_bind(g->ctx));
+    size_t nodes = 0;
+    L8_CHECK(L8_CU(cuGraphGetNodes, g->graph, NULL, &nodes));
+    CUgraphNode *v = malloc((nodes ? nodes : 1) * sizeof *v);
+    if (!v) return L8_FAIL(L8_ERR_OOM, "l8i_graph_kernel_priorities: out of host memory");
+    l8_status st = L8_CU(cuGraphGetNodes, g->graph, v, &nodes);
+    for (size_t i = 0; i < nodes && st == L8_OK; i++) {
+        CUgraphNodeType type;
+        st = L8_CU(cuGraphNodeGetType, v[i], &type);
+        if (st != L8_OK || type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+        CUkernelNodeAttrValue val;
+        memset(&val, 0, sizeof val);
+        st = L8_CU(cuGraphKernelNodeGetAttribute, v[i], CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &val);
+        if (st == L8_OK && *n < cap) prio[*n] = val.priority;
+        if (st == L8_OK) (*n)++;
+    }
+    free(v);
+    return st;
+}
+
 l8_status l8_graph_get_stats(const l8_graph *g, l8_graph_stats *out)
 {
     L8_ARG(g != NULL && out != NULL);

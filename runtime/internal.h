@@ -40,6 +40,18 @@ void *l8i_storage_block(const struct l8_storage *st);
  * it out. The caller owns the transitions (offload.c, under its lock). */
 void l8i_storage_set(struct l8_storage *st, l8_storage_state state, void *block, int readable);
 
+/* ---- graph.c ---- */
+struct l8_graph;
+/* The priority of each kernel node of g's last captured graph (the
+ * driver's order), in prio[0..cap): the stream priority each kernel was
+ * captured with, which a launch keeps (the graph is instantiated with
+ * CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY). *n is the kernel count,
+ * also when it exceeds cap. For tests. Errors: L8_ERR_STATE (nothing
+ * captured), L8_ERR_UNSUPPORTED (the host backend, or a driver without
+ * cuGraphGetNodes / cuGraphNodeGetType / cuGraphKernelNodeGetAttribute),
+ * L8_ERR_OOM, L8_ERR_CUDA. */
+l8_status l8i_graph_kernel_priorities(const struct l8_graph *g, int *prio, size_t cap, size_t *n);
+
 /* ---- ctx.c: contexts and kernels ---- */
 /* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.
  * L8_ERR_INVALID_ARG ("<fn>: the stream belongs to another context") when *s

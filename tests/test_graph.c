@@ -13,6 +13,7 @@
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "runtime/graph.h"
+#include "runtime/internal.h"   /* l8i_graph_kernel_priorities */
 #include "alloc/alloc.h"
 #include "alloc/pinned.h"
 #include "ops/elementwise.h"
@@ -364,6 +365,10 @@ START_TEST(test_host_graph_eager)
     ck_assert_uint_eq(gs.warmups, 1);
     l8_graph_stats small = { .size = 8 };
     L8_CK_ST(l8_graph_get_stats(g, &small), L8_ERR_INVALID_ARG);
+    int prio[2];
+    size_t nk = 7;                                /* no driver graph to read on the host */
+    L8_CK_ST(l8i_graph_kernel_priorities(g, prio, 2, &nk), L8_ERR_UNSUPPORTED);
+    ck_assert_uint_eq(nk, 0);
     l8_graph_destroy(g);
     l8_graph_destroy(NULL);
     l8_tensor_destroy(a.x); l8_tensor_destroy(a.y);
@@ -443,10 +448,10 @@ static l8_status fork_fn(void *arg, l8_stream *s)
 
 START_TEST(test_gpu_graph_streams_and_update)
 {
-    /* on a context whose compute stream is above comm: the graph, instantiated
-     * with per-node priorities, runs the fork and join as before. (That each
-     * kernel keeps its stream's priority is not observable here; the GPU
-     * test of the context checks the streams' priorities.) */
+    /* on a context whose compute stream is above comm: the graph runs the
+     * fork and join as before, and each captured kernel carries the priority
+     * of the stream it was captured on (the graph is instantiated to use the
+     * nodes' priorities, so a replay keeps them). */
     l8_ctx_config cfg = L8_CTX_CONFIG_INIT;
     l8_ctx *ctx = NULL;
     cfg.device = "cuda:0";
@@ -464,6 +469,16 @@ START_TEST(test_gpu_graph_streams_and_update)
     L8_CK(l8_graph_create(ctx, NULL, &g));
     L8_CK(l8_graph_warmup(g, fork_fn, &f));       /* y = 1, z = 1 */
     L8_CK(l8_graph_capture(g, fork_fn, &f));
+    int hi = 0, lo = 1, prio[4] = { 1, 1, 1, 1 };
+    size_t nk = 0;
+    L8_CK(l8_stream_priority(l8_ctx_stream(ctx, L8_STREAM_COMPUTE), &hi));
+    L8_CK(l8_stream_priority(l8_ctx_stream(ctx, L8_STREAM_COMM), &lo));
+    ck_assert_int_lt(hi, lo);
+    L8_CK(l8i_graph_kernel_priorities(g, prio, 4, &nk));
+    ck_assert_uint_eq(nk, 2);                     /* y += x on compute, z += y on comm */
+    ck_assert_msg((prio[0] == hi && prio[1] == lo) || (prio[0] == lo && prio[1] == hi),
+                  "kernel priorities %d, %d; the streams' %d (compute), %d (comm)", prio[0],
+                  prio[1], hi, lo);
     for (int i = 0; i < 2; i++) L8_CK(l8_graph_launch(g));
     L8_CK(l8_ctx_synchronize(ctx));
     float *z = download(f.z);
