@@ -85,6 +85,11 @@ typedef struct l8_cuda_api {
     CUresult (*cuGraphNodeGetType)(CUgraphNode, CUgraphNodeType *);
     CUresult (*cuGraphKernelNodeGetAttribute)(CUgraphNode, CUkernelNodeAttrID,
                                               CUkernelNodeAttrValue *);
+    /* A chain of copies of a captured graph (l8_graph_launch_repeat).
+     * Optional: without them a repeat launches the graph n times. */
+    CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
+    CUresult (*cuGraphAddChildGraphNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                         CUgraph);
 } l8_cuda_api;
 
 /* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the

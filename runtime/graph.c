@@ -44,6 +44,8 @@ struct l8_graph {
     void *arg;
     CUgraph graph;                /* CUDA: the template of the last capture */
     CUgraphExec exec;
+    CUgraphExec rexec;            /* n chained copies of graph (l8_graph_launch_repeat) */
+    int rn;                       /* their count, 0 while rexec is NULL */
     CUevent fork, join[2];
     uint32_t gid;                 /* the allocator's graph pool */
     l8_graph_stats st;
@@ -138,6 +140,14 @@ static l8_status capture(l8_graph *g, l8_graph_fn fn, void *arg, CUgraph *out)
     }
     *out = graph;
     return L8_OK;
+}
+
+/* Free the repeat executable (l8_graph_launch_repeat builds it again). */
+static void drop_repeat(l8_graph *g)
+{
+    if (g->rexec) (void)l8i_cu.cuGraphExecDestroy(g->rexec);
+    g->rexec = NULL;
+    g->rn = 0;
 }
 
 /* Instantiate graph and prepare it for launch on g's stream. */
@@ -235,6 +245,7 @@ l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
     }
     if (g->graph) (void)l8i_cu.cuGraphDestroy(g->graph);
     g->graph = graph;
+    drop_repeat(g);               /* copies of the old work: built again when asked */
     g->st.captures++;
     return L8_OK;
 }
@@ -251,6 +262,52 @@ l8_status l8_graph_launch(l8_graph *g)
         L8_CHECK(L8_CU(cuGraphLaunch, g->exec, l8i_stream_cu(g->s)));
     }
     g->st.launches++;
+    return L8_OK;
+}
+
+/* An executable of n chained copies of g->graph into g->rexec: child i + 1
+ * depends on child i, so copy i + 1 starts once every node of copy i has
+ * ended - n launches' order in one launch. */
+static l8_status build_repeat(l8_graph *g, int n)
+{
+    CUgraph chain = NULL;
+    CUgraphNode prev = NULL;
+    L8_CHECK(L8_CU(cuGraphCreate, &chain, 0));
+    l8_status st = L8_OK;
+    for (int i = 0; i < n && st == L8_OK; i++) {
+        CUgraphNode node = NULL;
+        st = L8_CU(cuGraphAddChildGraphNode, &node, chain, prev ? &prev : NULL, prev ? 1 : 0,
+                   g->graph);
+        prev = node;
+    }
+    if (st == L8_OK) st = instantiate(g, chain, &g->rexec);
+    (void)l8i_cu.cuGraphDestroy(chain);   /* the executable holds its own copy */
+    if (st == L8_OK) g->rn = n;
+    return st;
+}
+
+l8_status l8_graph_launch_repeat(l8_graph *g, int n)
+{
+    L8_ARG(g != NULL);
+    if (n < 1 || n > L8_GRAPH_MAX_REPEAT)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_graph_launch_repeat: n = %d, not 1..%d", n,
+                       L8_GRAPH_MAX_REPEAT);
+    if (!g->st.captures)
+        return L8_FAIL(L8_ERR_STATE, "l8_graph_launch_repeat: nothing captured yet "
+                       "(l8_graph_capture)");
+    int chain = l8_ctx_backend(g->ctx) == L8_BACKEND_CUDA && n > 1 && l8i_cu.cuGraphCreate &&
+                l8i_cu.cuGraphAddChildGraphNode;
+    if (!chain) {
+        for (int i = 0; i < n; i++) L8_CHECK(l8_graph_launch(g));
+        return L8_OK;
+    }
+    L8_CHECK(l8i_ctx_bind(g->ctx));
+    if (g->rn != n) {
+        drop_repeat(g);
+        L8_CHECK(build_repeat(g, n));
+    }
+    L8_CHECK(L8_CU(cuGraphLaunch, g->rexec, l8i_stream_cu(g->s)));
+    g->st.launches += (uint64_t)n;
     return L8_OK;
 }
 
@@ -297,6 +354,7 @@ void l8_graph_destroy(l8_graph *g)
         /* the last launch must be done before the pool's memory is reused */
         (void)l8i_cu.cuStreamSynchronize(l8i_stream_cu(g->s));
         if (g->exec) (void)l8i_cu.cuGraphExecDestroy(g->exec);
+        drop_repeat(g);
         if (g->graph) (void)l8i_cu.cuGraphDestroy(g->graph);
         if (g->fork) (void)l8i_cu.cuEventDestroy(g->fork);
         for (int i = 0; i < 2; i++)

@@ -18,6 +18,9 @@
  *                      passed by value): capture before each launch and
  *                      every launch runs exactly what eager code would run;
  *   l8_graph_launch    executes the recorded work (each launch is one step);
+ *   l8_graph_launch_repeat  executes it n times in a row in one launch (n
+ *                      steps: a few microseconds of launch gap less per
+ *                      step, which small steps feel);
  *   l8_graph_destroy   waits for the graph's last launch and frees it.
  *
  * Capture rules (CUDA's, and what lean8 does about them):
@@ -109,10 +112,25 @@ L8_NODISCARD l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg);
  * L8_ERR_CUDA. */
 L8_NODISCARD l8_status l8_graph_launch(l8_graph *g);
 
+/* Enqueue n executions of g's captured work in a row on g's stream, as one
+ * launch; returns at once. The same work, in the same order, as n calls of
+ * l8_graph_launch: every execution starts after the previous one has ended
+ * on all of the context's streams, so they share the captured addresses
+ * and need no more memory. CUDA: a graph of n chained copies of the
+ * capture (child graph nodes), built at the first call with this n after
+ * a capture and kept until the next capture or another n; a driver without
+ * child graph nodes gets n launches. Host backend: calls fn(arg, s) n
+ * times, stopping at the first error. Counts n launches in the stats.
+ * Errors: L8_ERR_INVALID_ARG (NULL, n outside 1..L8_GRAPH_MAX_REPEAT),
+ * L8_ERR_STATE (nothing captured), L8_ERR_CUDA; the host backend: fn's own. */
+#define L8_GRAPH_MAX_REPEAT 1024
+L8_NODISCARD l8_status l8_graph_launch_repeat(l8_graph *g, int n);
+
 /* How g's executable was last brought up to date. */
 typedef struct l8_graph_stats {
     size_t size;                  /* sizeof(l8_graph_stats), set by the caller */
-    uint64_t launches;            /* l8_graph_launch calls that enqueued (or ran) */
+    uint64_t launches;            /* executions of the work enqueued (or run): one per
+                                     l8_graph_launch, n per l8_graph_launch_repeat */
     uint64_t captures;            /* successful captures, the first included */
     uint64_t updates_in_place;    /* later captures that kept the executable */
     uint64_t reinstantiations;    /* later captures that needed a new one */

@@ -334,6 +334,7 @@ START_TEST(test_host_graph_eager)
     L8_CK_ST(l8_graph_create(NULL, NULL, &g), L8_ERR_INVALID_ARG);
     L8_CK(l8_graph_create(ctx, NULL, &g));
     L8_CK_ST(l8_graph_launch(g), L8_ERR_STATE);   /* nothing captured */
+    L8_CK_ST(l8_graph_launch_repeat(g, 2), L8_ERR_STATE);
     L8_CK_ST(l8_graph_capture(g, NULL, &a), L8_ERR_INVALID_ARG);
     L8_CK(l8_graph_warmup(g, step_fn, &a));       /* runs: a real step */
     L8_CK(step_fn(&e, NULL));
@@ -358,9 +359,20 @@ START_TEST(test_host_graph_eager)
     L8_CK(l8_graph_capture(g, step_fn, &b));
     L8_CK(l8_graph_launch(g));
     ck_assert_int_eq(b.runs, 1);
+    /* a repeat runs the step n times, counts n launches, and stops at an error */
+    L8_CK(l8_graph_launch_repeat(g, 3));
+    ck_assert_int_eq(b.runs, 4);
+    L8_CK_ST(l8_graph_launch_repeat(NULL, 1), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_graph_launch_repeat(g, 0), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_graph_launch_repeat(g, L8_GRAPH_MAX_REPEAT + 1), L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(b.runs, 4);
+    b.fail_at = 6;
+    L8_CK_ST(l8_graph_launch_repeat(g, 3), L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(b.runs, 6);                  /* run 5, then the failing run 6 */
+    b.fail_at = 0;
     l8_graph_stats gs = { .size = sizeof gs };
     L8_CK(l8_graph_get_stats(g, &gs));
-    ck_assert_uint_eq(gs.launches, 4);
+    ck_assert_uint_eq(gs.launches, 8);            /* 3 + 1 + 3 + 1 that ran */
     ck_assert_uint_eq(gs.captures, 2);
     ck_assert_uint_eq(gs.warmups, 1);
     l8_graph_stats small = { .size = 8 };
@@ -497,10 +509,30 @@ START_TEST(test_gpu_graph_streams_and_update)
     ck_assert_float_eq(z[0], 10.0f);              /* y = 4: z += 4 on the first half */
     ck_assert_float_eq(z[n - 1], 6.0f);
     free(z);
+    /* repeats: each copy of the step starts after the last one ended on both
+     * streams (z += y sees its own copy's y); one launch of 1, then 3 again
+     * (the chain kept); a capture drops the chain and the next repeat runs
+     * the new work */
+    L8_CK(l8_graph_launch_repeat(g, 3));          /* y = 5, 6, 7 */
+    L8_CK(l8_graph_launch_repeat(g, 1));          /* y = 8 */
+    L8_CK(l8_graph_launch_repeat(g, 3));          /* y = 9, 10, 11 */
+    L8_CK(l8_ctx_synchronize(ctx));
+    z = download(f.z);
+    ck_assert_float_eq(z[0], 66.0f);              /* 10 + 18 + 8 + 30 */
+    ck_assert_float_eq(z[n - 1], 6.0f);
+    free(z);
+    L8_CK(l8_graph_capture(g, fork_fn, &f));
+    L8_CK(l8_graph_launch_repeat(g, 2));          /* y = 12, 13 | 4, 5 */
+    L8_CK(l8_ctx_synchronize(ctx));
+    z = download(f.z);
+    ck_assert_float_eq(z[0], 91.0f);              /* 66 + 12 + 13 */
+    ck_assert_float_eq(z[n - 1], 15.0f);          /* 6 + 4 + 5 */
+    free(z);
     l8_graph_stats gs = { .size = sizeof gs };
     L8_CK(l8_graph_get_stats(g, &gs));
-    ck_assert_uint_eq(gs.captures, 2);
-    ck_assert_uint_eq(gs.updates_in_place + gs.reinstantiations, 1);
+    ck_assert_uint_eq(gs.captures, 3);
+    ck_assert_uint_eq(gs.launches, 2 + 1 + 7 + 2);
+    ck_assert_uint_eq(gs.updates_in_place + gs.reinstantiations, 2);
     l8_graph_destroy(g);
     l8_tensor_destroy(h.x); l8_tensor_destroy(h.y); l8_tensor_destroy(h.z);
     l8_event_destroy(f.e1); l8_event_destroy(f.e2);
