@@ -61,6 +61,16 @@ for mode in fp8 fp8-head bf16; do
     if grep -qx 'graphs: 2 captures, 94 launches' "$tmp/g.txt" && ! grep -q '^graphs' "$tmp/ng.txt"; then
         ok "$mode: one capture per batch size over 3 epochs"
     else bad "$mode: graph captures: $(grep '^graphs' "$tmp/g.txt" "$tmp/ng.txt")"; fi
+    # full steps 4 to a launch by default; 1 and 3 (30 = 10 x 3 after each
+    # epoch's first) run the same steps: the same losses and 94 executions
+    for k in 1 3; do
+        "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 --graph-steps $k > "$tmp/k.txt" 2>&1 ||
+            bad "$mode: --graph-steps $k run exited non-zero"
+        if [ "$(core "$tmp/k.txt")" = "$(core "$tmp/ng.txt")" ] &&
+           grep -qx 'graphs: 2 captures, 94 launches' "$tmp/k.txt"; then
+            ok "$mode: --graph-steps $k equals --no-graph bitwise, 94 step executions"
+        else bad "$mode: --graph-steps $k"; diff <(core "$tmp/k.txt") <(core "$tmp/ng.txt"); tail -1 "$tmp/k.txt"; fi
+    done
     cp "$tmp/g.txt" "$tmp/g-$mode.txt"
 done
 # FP8 mode's head is in bf16 unless --fp8-head: the banners say so, and the losses differ
@@ -196,7 +206,8 @@ if "$bin" --data "$tmp/none" --epochs 1 > "$tmp/o.txt" 2>&1; then bad "missing d
 elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: clear error"
 else bad "missing dataset message unclear"; cat "$tmp/o.txt"; fi
 for a in "--batch 100" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate" "--epochs 4294967297" \
-         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch" "--fp8-head --bf16"; do
+         "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch" "--fp8-head --bf16" \
+         "--graph-steps 0" "--graph-steps 65"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     flag=${a%% *}
     if [ $rc = 2 ] && grep -q -- "$flag" "$tmp/o.txt"; then ok "bad flag '$a' -> message naming $flag, exit 2"

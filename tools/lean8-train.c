@@ -89,6 +89,7 @@ typedef struct opts {
     int hidden[MAX_LAYERS], nhidden;
     int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, zero1, no_graph;
     int fp8_head;                 /* --fp8-head: the head in FP8 too */
+    int graph_steps;              /* --graph-steps: full steps a graph launch runs */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -179,8 +180,9 @@ static void usage(FILE *f)
             "                   [--fp8|--bf16] [--fp8-head] [--device host|cuda:N] [--seed N]\n"
             "                   [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]\n"
             "                   [--limit N] [--quiet] [--tp N] [--dp N [--zero1]] [--no-graph]\n"
-            "                   [--help] [--version] [--offload[=K]]\n"
+            "                   [--graph-steps N] [--help] [--version] [--offload[=K]]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
+            "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 4)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n"
             "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
@@ -235,7 +237,7 @@ static int parse_hidden(const char *s, opts *o)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
-                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1, .dp = 1 };
+                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1, .dp = 1, .graph_steps = 4 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -246,6 +248,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--fp8-head")) o->fp8_head = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
+        else if (!strcmp(a, "--graph-steps")) { if (parse_int(a, v, 1, 64, &o->graph_steps)) return -1; i++; }
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
@@ -988,7 +991,10 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
  * slot 1 the partial last batch's (re-captured should yet another size
  * come). Each is captured once, so an epoch's last step and the next
  * epoch's first launch their graphs instead of warming up and capturing
- * again. on: 0 when every step runs eagerly. */
+ * again. Full batches go --graph-steps at a time into one launch
+ * (l8_graph_launch_repeat) while that many are left: the gap between two
+ * launches costs a step of a small model a few percent (docs/perf.md,
+ * 2026-12-03 third session). on: 0 when every step runs eagerly. */
 typedef struct graph_slot {
     l8_graph *g;                              /* NULL until its size first comes */
     int64_t rows;                             /* the batch size captured (0: none yet) */
@@ -1017,12 +1023,15 @@ static void graph_drop(model *m, graph_run *gr, const char *why)
 /* The training step of rows [at, at + rows): eagerly without graphs, with
  * the rate set by l8_optim_set_lr; with them, a launch of the graph of this
  * batch size - or, the first time the size comes, an eager warm-up of the
- * step followed by its capture. Nothing else is enqueued: the step finds
- * its rows, its rate (the epoch's table) and the places of its losses and
- * hits through the optimizer's step cursor, at = cursor * lb. */
-static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows)
+ * step followed by its capture. steps > 1 (graphs on, the full batch's
+ * graph captured: the caller checks): that many full steps in one launch.
+ * Nothing else is enqueued: the step finds its rows, its rate (the epoch's
+ * table) and the places of its losses and hits through the optimizer's
+ * step cursor, at = cursor * lb. */
+static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows, int steps)
 {
     if (!gr->on) return run_batch(m, 0, at, rows, 1, 0);
+    if (steps > 1) return l8_graph_launch_repeat(gr->slot[0].g, steps);
     graph_slot *g = &gr->slot[rows == gr->slot[0].rows || !gr->slot[0].rows ? 0 : 1];
     if (rows == g->rows) {
         L8_CHECK(l8_graph_launch(g->g));
@@ -1489,19 +1498,25 @@ int main(int argc, char **argv)
         int64_t hits = 0, seen = 0;
         CK(upload_order(&m, order, nlocal));
         if (gr.on) CK(push_rates(&m, &o, e, ntrain, nlocal, lh));   /* lh: scratch here */
-        for (int64_t b = 0; b < nlocal; b += lb) {
+        for (int64_t b = 0; b < nlocal;) {
             int64_t rows = nlocal - b < lb ? nlocal - b : lb;
+            /* --graph-steps full steps in one launch while that many are left */
+            int k = gr.on && o.graph_steps > 1 && gr.slot[0].rows == lb &&
+                    b + o.graph_steps * lb <= nlocal ? o.graph_steps : 1;
             /* eager steps take the rate from the host; graphs read the table */
             if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
-            CK(train_batch(&m, &gr, b, rows));
+            CK(train_batch(&m, &gr, b, rows, k));
             /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it): counted on
              * the host - reading the optimizer's device step would wait for the GPU - and
-             * here, not in the step itself, which a CUDA graph replays without host code */
-            if (l8_ctx_trace(m.ctx))
+             * here, not in the step itself, which a CUDA graph replays without host code
+             * (the k steps of one launch get k marks at once) */
+            for (int i = 0; l8_ctx_trace(m.ctx) && i < k; i++)
                 l8_trace_record(l8_ctx_trace(m.ctx), L8_TRACE_STEP, l8_ctx_device(m.ctx), 0, 0, 0,
                                 ++m.steps_done);
-            seen += rows;
-            if (bar && (b / lb) % 16 == 0) progress(e + 1, seen * o.dp, ntrain, t0);
+            for (int i = 0; i < k; i++, b += lb) {
+                seen += rows;
+                if (bar && (b / lb) % 16 == 0) progress(e + 1, seen * o.dp, ntrain, t0);
+            }
         }
         CK(pass_results(&m, seen, lh, hh, &loss, &hits));
         CK(dp_sum(&m, &loss, &hits));
