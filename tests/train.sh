@@ -61,8 +61,9 @@ for mode in fp8 fp8-head bf16; do
     if grep -qx 'graphs: 2 captures, 94 launches' "$tmp/g.txt" && ! grep -q '^graphs' "$tmp/ng.txt"; then
         ok "$mode: one capture per batch size over 3 epochs"
     else bad "$mode: graph captures: $(grep '^graphs' "$tmp/g.txt" "$tmp/ng.txt")"; fi
-    # full steps 4 to a launch by default; 1 and 3 (30 = 10 x 3 after each
-    # epoch's first) run the same steps: the same losses and 94 executions
+    # full steps 4 to a launch by default; 1 and 3 (31 full steps an epoch:
+    # ten launches of 3 and one single step, in the first epoch the warm-up
+    # and capture) run the same steps: the same losses and 94 executions
     for k in 1 3; do
         "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 --graph-steps $k > "$tmp/k.txt" 2>&1 ||
             bad "$mode: --graph-steps $k run exited non-zero"
