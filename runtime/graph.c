@@ -30,6 +30,8 @@
  * fork/join events are used only inside captures (an event recorded during
  * capture cannot be queried afterwards, so they are never queried).
  */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/graph.h"
@@ -46,6 +48,7 @@ struct l8_graph {
     CUgraphExec exec;
     CUgraphExec rexec;            /* n chained copies of graph (l8_graph_launch_repeat) */
     int rn;                       /* their count, 0 while rexec is NULL */
+    int chain_refused;            /* the driver refused a chain since the last capture */
     CUevent fork, join[2];
     uint32_t gid;                 /* the allocator's graph pool */
     l8_graph_stats st;
@@ -148,6 +151,14 @@ static void drop_repeat(l8_graph *g)
     if (g->rexec) (void)l8i_cu.cuGraphExecDestroy(g->rexec);
     g->rexec = NULL;
     g->rn = 0;
+    g->chain_refused = 0;
+}
+
+static atomic_int g_refuse_chain;   /* l8i_graph_refuse_chain: tests only */
+
+void l8i_graph_refuse_chain(int on)
+{
+    atomic_store(&g_refuse_chain, on != 0);
 }
 
 /* Instantiate graph and prepare it for launch on g's stream. */
@@ -270,6 +281,9 @@ l8_status l8_graph_launch(l8_graph *g)
  * ended - n launches' order in one launch. */
 static l8_status build_repeat(l8_graph *g, int n)
 {
+    if (atomic_load(&g_refuse_chain))
+        return L8_FAIL(L8_ERR_CUDA, "a chain of %d copies refused on purpose (a test's"
+                       " l8i_graph_refuse_chain)", n);
     CUgraph chain = NULL;
     CUgraphNode prev = NULL;
     L8_CHECK(L8_CU(cuGraphCreate, &chain, 0));
@@ -296,18 +310,30 @@ l8_status l8_graph_launch_repeat(l8_graph *g, int n)
         return L8_FAIL(L8_ERR_STATE, "l8_graph_launch_repeat: nothing captured yet "
                        "(l8_graph_capture)");
     int chain = l8_ctx_backend(g->ctx) == L8_BACKEND_CUDA && n > 1 && l8i_cu.cuGraphCreate &&
-                l8i_cu.cuGraphAddChildGraphNode;
+                l8i_cu.cuGraphAddChildGraphNode && !g->chain_refused;
+    if (chain) {
+        L8_CHECK(l8i_ctx_bind(g->ctx));
+        if (g->rn != n) {
+            drop_repeat(g);
+            if (build_repeat(g, n) != L8_OK) {
+                /* the same work as n launches: warn, and launch one by one
+                 * until the next capture */
+                fprintf(stderr, "lean8: warning: l8_graph_launch_repeat: the driver refused a"
+                        " chain of %d copies of the step (%s); launching them one by one\n",
+                        n, l8_last_error_string());
+                g->chain_refused = 1;
+                g->st.chain_refusals++;
+                chain = 0;
+            }
+        }
+    }
     if (!chain) {
         for (int i = 0; i < n; i++) L8_CHECK(l8_graph_launch(g));
         return L8_OK;
     }
-    L8_CHECK(l8i_ctx_bind(g->ctx));
-    if (g->rn != n) {
-        drop_repeat(g);
-        L8_CHECK(build_repeat(g, n));
-    }
     L8_CHECK(L8_CU(cuGraphLaunch, g->rexec, l8i_stream_cu(g->s)));
     g->st.launches += (uint64_t)n;
+    g->st.chained += (uint64_t)n;
     return L8_OK;
 }
 

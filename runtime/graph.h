@@ -119,8 +119,11 @@ L8_NODISCARD l8_status l8_graph_launch(l8_graph *g);
  * and need no more memory. CUDA: a graph of n chained copies of the
  * capture (child graph nodes), built at the first call with this n after
  * a capture and kept until the next capture or another n; a driver without
- * child graph nodes gets n launches. Host backend: calls fn(arg, s) n
- * times, stopping at the first error. Counts n launches in the stats.
+ * child graph nodes gets n launches, and so does a driver that refuses the
+ * chain (adding the nodes or instantiating them fails): then a warning goes
+ * to stderr and g launches one by one until its next capture. Host
+ * backend: calls fn(arg, s) n times, stopping at the first error. Counts
+ * n launches in the stats, and in `chained` those that ran in a chain.
  * Errors: L8_ERR_INVALID_ARG (NULL, n outside 1..L8_GRAPH_MAX_REPEAT),
  * L8_ERR_STATE (nothing captured), L8_ERR_CUDA; the host backend: fn's own. */
 #define L8_GRAPH_MAX_REPEAT 1024
@@ -135,6 +138,9 @@ typedef struct l8_graph_stats {
     uint64_t updates_in_place;    /* later captures that kept the executable */
     uint64_t reinstantiations;    /* later captures that needed a new one */
     uint64_t warmups;             /* successful l8_graph_warmup calls */
+    uint64_t chained;             /* of the launches, those run inside a chain of copies
+                                     (l8_graph_launch_repeat with n > 1 on CUDA) */
+    uint64_t chain_refusals;      /* chains the driver refused (then: single launches) */
 } l8_graph_stats;
 /* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering
  * no field). */

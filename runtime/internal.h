@@ -51,6 +51,11 @@ struct l8_graph;
  * cuGraphGetNodes / cuGraphNodeGetType / cuGraphKernelNodeGetAttribute),
  * L8_ERR_OOM, L8_ERR_CUDA. */
 l8_status l8i_graph_kernel_priorities(const struct l8_graph *g, int *prio, size_t cap, size_t *n);
+/* For tests only: with on != 0 every chain l8_graph_launch_repeat builds
+ * from then on fails as a refusing driver's would (L8_ERR_CUDA), so the
+ * fallback to single launches runs; 0 restores the driver's answer. For
+ * all graphs of the process. */
+void l8i_graph_refuse_chain(int on);
 
 /* ---- ctx.c: contexts and kernels ---- */
 /* The stream an op runs on: *s, or ctx's compute stream when *s is NULL.

@@ -13,7 +13,7 @@
 #include "tests/tests.h"
 #include "runtime/lean8.h"
 #include "runtime/graph.h"
-#include "runtime/internal.h"   /* l8i_graph_kernel_priorities */
+#include "runtime/internal.h"   /* l8i_graph_kernel_priorities, l8i_graph_refuse_chain */
 #include "alloc/alloc.h"
 #include "alloc/pinned.h"
 #include "ops/elementwise.h"
@@ -375,6 +375,14 @@ START_TEST(test_host_graph_eager)
     ck_assert_uint_eq(gs.launches, 8);            /* 3 + 1 + 3 + 1 that ran */
     ck_assert_uint_eq(gs.captures, 2);
     ck_assert_uint_eq(gs.warmups, 1);
+    ck_assert_uint_eq(gs.chained, 0);             /* no chains on the host backend */
+    l8i_graph_refuse_chain(1);                    /* and nothing to refuse */
+    L8_CK(l8_graph_launch_repeat(g, 2));
+    l8i_graph_refuse_chain(0);
+    ck_assert_int_eq(b.runs, 8);
+    L8_CK(l8_graph_get_stats(g, &gs));
+    ck_assert_uint_eq(gs.launches, 10);
+    ck_assert_uint_eq(gs.chain_refusals, 0);
     l8_graph_stats small = { .size = 8 };
     L8_CK_ST(l8_graph_get_stats(g, &small), L8_ERR_INVALID_ARG);
     int prio[2];
@@ -532,7 +540,35 @@ START_TEST(test_gpu_graph_streams_and_update)
     L8_CK(l8_graph_get_stats(g, &gs));
     ck_assert_uint_eq(gs.captures, 3);
     ck_assert_uint_eq(gs.launches, 2 + 1 + 7 + 2);
+    ck_assert_uint_eq(gs.chained, 3 + 3 + 2);     /* the repeat of 1 is a plain launch */
+    ck_assert_uint_eq(gs.chain_refusals, 0);
     ck_assert_uint_eq(gs.updates_in_place + gs.reinstantiations, 2);
+    /* a driver that refuses the chain: the same work as single launches,
+     * one refusal, no other try until the next capture */
+    l8i_graph_refuse_chain(1);
+    L8_CK(l8_graph_launch_repeat(g, 3));          /* y = 14, 15, 16 | 6, 7, 8 */
+    L8_CK(l8_graph_launch_repeat(g, 2));          /* y = 17, 18 | 9, 10 */
+    l8i_graph_refuse_chain(0);
+    L8_CK(l8_graph_launch_repeat(g, 2));          /* still one by one: 19, 20 | 11, 12 */
+    L8_CK(l8_ctx_synchronize(ctx));
+    z = download(f.z);
+    ck_assert_float_eq(z[0], 210.0f);             /* 91 + 45 + 35 + 39 */
+    ck_assert_float_eq(z[n - 1], 78.0f);          /* 15 + 21 + 19 + 23 */
+    free(z);
+    L8_CK(l8_graph_get_stats(g, &gs));
+    ck_assert_uint_eq(gs.chained, 8);
+    ck_assert_uint_eq(gs.chain_refusals, 1);
+    L8_CK(l8_graph_capture(g, fork_fn, &f));      /* a capture tries the chain again */
+    L8_CK(l8_graph_launch_repeat(g, 2));          /* y = 21, 22 | 13, 14 */
+    L8_CK(l8_ctx_synchronize(ctx));
+    z = download(f.z);
+    ck_assert_float_eq(z[0], 253.0f);
+    ck_assert_float_eq(z[n - 1], 105.0f);
+    free(z);
+    L8_CK(l8_graph_get_stats(g, &gs));
+    ck_assert_uint_eq(gs.launches, 12 + 3 + 2 + 2 + 2);
+    ck_assert_uint_eq(gs.chained, 10);
+    ck_assert_uint_eq(gs.chain_refusals, 1);
     l8_graph_destroy(g);
     l8_tensor_destroy(h.x); l8_tensor_destroy(h.y); l8_tensor_destroy(h.z);
     l8_event_destroy(f.e1); l8_event_destroy(f.e2);

@@ -1552,16 +1552,18 @@ int main(int argc, char **argv)
     }
     if (gr.on) {
         /* one capture per batch size however many epochs: tests/train.sh checks it */
-        uint64_t caps = 0, launches = 0;
+        uint64_t caps = 0, launches = 0, chained = 0;
         for (int k = 0; k < 2; k++) {
             l8_graph_stats gs = { .size = sizeof gs };
             if (!gr.slot[k].g) continue;
             CK(l8_graph_get_stats(gr.slot[k].g, &gs));
             caps += gs.captures;
             launches += gs.launches;
+            chained += gs.chained;
         }
-        printf("graphs: %llu captures, %llu launches\n", (unsigned long long)caps,
-               (unsigned long long)launches);
+        /* chained: the steps that ran --graph-steps to a launch (CUDA only) */
+        printf("graphs: %llu captures, %llu launches, %llu chained\n", (unsigned long long)caps,
+               (unsigned long long)launches, (unsigned long long)chained);
     }
     rc = 0;
 fail:
