@@ -83,6 +83,9 @@ L8_NODISCARD l8_status l8_ctx_create(const l8_ctx_config *cfg, l8_ctx **out);
  * stderr, and the context stays valid; destroy them, then the context. */
 void l8_ctx_destroy(l8_ctx *ctx);
 
+/* What a live context is and holds; it owns every object returned (the
+ * stream of each kind included). ctx must not be NULL, except for
+ * l8_ctx_stream (NULL for a NULL ctx or an unknown kind). */
 l8_backend l8_ctx_backend(const l8_ctx *ctx);
 int l8_ctx_device(const l8_ctx *ctx);                 /* CUDA ordinal, -1 for host */
 const char *l8_ctx_device_name(const l8_ctx *ctx);    /* "NVIDIA H200" / "host" */
@@ -113,6 +116,7 @@ L8_NODISCARD l8_status l8_library_info(l8_library lib, int *version, const char 
 L8_NODISCARD l8_status l8_ctx_synchronize(l8_ctx *ctx);
 
 /* ---- streams ---- */
+/* The context s belongs to. NULL s: NULL. */
 l8_ctx *l8_stream_ctx(const l8_stream *s);
 /* The stream as the allocator knows it: the CUstream as an integer on CUDA,
  * a small distinct integer per stream kind on the host. */

@@ -84,6 +84,8 @@ typedef struct l8_ddp_config {
     int zero1;                    /* 1: ZeRO-1 (see "ZeRO-1" below) */
 } l8_ddp_config;
 #define L8_DDP_CONFIG_INIT { sizeof(l8_ddp_config), 0, 1, 0, 0 }
+/* Fill *cfg with the defaults of L8_DDP_CONFIG_INIT (size included), for callers
+ * that cannot use the macro: bindings. NULL: nothing. */
 void l8_ddp_config_init(l8_ddp_config *cfg);
 
 /* A reducer for finalized group g over dp (of g's context); it becomes g's

@@ -8,7 +8,8 @@ each function's declaration and the contract comment written above it.
 
 The headers carry the contracts; the pages are their readable copy (tests/abi.sh
 checks that every exported function has an entry, --check that every page is
-what its header writes now). A section divider above a declaration (a comment
+what its header writes now). A contract is the comment right above a
+declaration, or above the #define lines just before it. A section divider above a declaration (a comment
 of its own such as /* ---- tensors ---- */) is not part of its contract: it
 becomes a section heading of the page before that entry."""
 import os
@@ -17,6 +18,7 @@ import sys
 
 PROTO = re.compile(
     r'((?:^[ \t]*/\*(?:(?!\*/).)*\*/\n)*)'               # comment blocks on their own lines above
+    r'((?:^#define [^\n]*\n)*)'                            # a constant the contract names
     r'^((?:L8_NODISCARD )?[A-Za-z_][\w ]*?[\w\*] ?\*?(l8_\w+)\((?:[^;{])*\);'
     r'(?:[ \t]*/\*[^\n]*\*/)?)',                          # and a comment on the same line
     re.S | re.M)
@@ -71,19 +73,20 @@ def page(header):
     entries = []                  # [names, decls, comment, at]; uncommented ones join the one above
     last_end = -1
     for m in PROTO.finditer(rest):
-        comment, decl, fn = m.group(1), m.group(2), m.group(3)
+        comment, defines, decl, fn = m.group(1), m.group(2), m.group(3), m.group(4)
         if decl.lstrip().startswith(('typedef', 'static', 'return')):
             continue
         decl = re.sub(r'\s+', ' ', decl.replace('L8_NODISCARD ', ''))
         decl = re.sub(r'\s*L8_PRINTF\(\d+, *\d+\)', '', decl)   # attributes, as L8_NODISCARD
         gap = rest[last_end:m.start()]
         adjacent = entries and not comment and gap.strip() == '' and gap.count('\n') <= 1
+        decls = [re.sub(r'\s+', ' ', d.strip()) for d in defines.strip().split('\n') if d] + [decl]
         if adjacent:
             entries[-1][0].append(fn)
-            entries[-1][1].append(decl)
+            entries[-1][1].extend(decls)
         else:
-            entries.append([[fn], [decl], clean_comment(comment) if comment else '',
-                            m.start(2)])
+            entries.append([[fn], decls, clean_comment(comment) if comment else '',
+                            m.start(3)])
         last_end = m.end()
     secs = [(d.start(), section(d)) for d in DIVIDER.finditer(rest)]
     for names, decls, c, at in entries:
