@@ -606,7 +606,7 @@ static l8_status cast_input_meta(const l8_linear *l, const char *op, const l8_te
 typedef struct fwd_in {
     l8_act act;
     const l8_tensor *x, *x8, *x8t;
-    l8_tensor *h8;                /* l8_linear_forward_gelu: the next layer's input (FP8
+    l8_tensor *h;                 /* l8_linear_forward_gelu: the next layer's input (FP8
                                      or bf16) */
     l8_stream *side;              /* and where its meta's bookkeeping runs (NULL: s) */
 } fwd_in;
@@ -645,20 +645,20 @@ static l8_status check_gelu_out(const l8_linear *l, const char *op, const fwd_in
     if (l->par == L8_PARALLEL_ROW)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s is row-parallel: its GELU needs the summed"
                        " output", op, l->name);
-    l8_dtype dt = l8_tensor_dtype(in->h8);
-    L8_CHECK(need(op, "h", in->h8, l->ctx, dt, dt));
+    l8_dtype dt = l8_tensor_dtype(in->h);
+    L8_CHECK(need(op, "h", in->h, l->ctx, dt, dt));
     if (dt != L8_BF16 && !(l8_dtype_is_fp8(dt) && is_fp8_mode(l)))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h is %s; %s takes bf16%s", op, l8_dtype_name(dt),
                        l->name, is_fp8_mode(l) ? " or FP8" : " (a bf16 layer)");
-    if (dt != L8_BF16 && !l8_tensor_fp8_meta(in->h8))
+    if (dt != L8_BF16 && !l8_tensor_fp8_meta(in->h))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: an FP8 h needs a meta (the next layer's input"
                        " meta)", op);
-    if (l8_tensor_ndim(in->h8) != 2 || l8_tensor_dim(in->h8, 0) != Ty ||
-        l8_tensor_dim(in->h8, 1) != l->N)
+    if (l8_tensor_ndim(in->h) != 2 || l8_tensor_dim(in->h, 0) != Ty ||
+        l8_tensor_dim(in->h, 1) != l->N)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h must be 2-D (%lld, %lld), y's rows and the"
                        " layer's outputs", op, (long long)Ty, (long long)l->N);
-    if (overlap(in->h8, y) || overlap(in->h8, in->x) || overlap(in->h8, in->x8) ||
-        overlap(in->h8, in->x8t))
+    if (overlap(in->h, y) || overlap(in->h, in->x) || overlap(in->h, in->x8) ||
+        overlap(in->h, in->x8t))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: h overlaps y or the input", op);
     if (in->side && l8_stream_ctx(in->side) != l->ctx)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: side belongs to another context than %s's", op,
@@ -667,7 +667,7 @@ static l8_status check_gelu_out(const l8_linear *l, const char *op, const fwd_in
 }
 
 /* Forward of act(x) (l8_linear_forward: act = L8_ACT_NONE), or of the
- * caller's cast (l8_linear_forward_fp8); with in->h8 also the next layer's
+ * caller's cast (l8_linear_forward_fp8); with in->h also the next layer's
  * input (l8_linear_forward_gelu). */
 static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8_tensor *y,
                               l8_linear_ctx **saved, l8_stream *s)
@@ -706,7 +706,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     if (fp8)
         L8_TRY(ret, fp8_dim(op, "the token count T (rows of x, over all TP ranks with sequence"
                             " parallelism)", T), out);
-    if (in->h8)
+    if (in->h)
         L8_TRY(ret, check_gelu_out(l, op, in, y, Ty), out);
 
     /* everything allocated before anything is enqueued */
@@ -739,11 +739,11 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     if (reduce_y && l->sp)        /* the partial sums of all T rows, scattered into y */
         L8_TRY(ret, new_tensor(l, "y_partial", L8_BF16, T, l->N, NULL, s, &yp), out);
     l8_stream *side = in->side ? in->side : s;
-    const int h_fp8 = in->h8 && l8_dtype_is_fp8(l8_tensor_dtype(in->h8));
+    const int h_fp8 = in->h && l8_dtype_is_fp8(l8_tensor_dtype(in->h));
     const int h_amax = h_fp8 && !l->gelu_amax_by_caller;   /* the amax cast here */
     if (h_amax) {                 /* the amax cast's bytes (unused), with h's meta */
-        L8_TRY(ret, new_tensor(l, "h_amax", l8_tensor_dtype(in->h8), Ty, l->N,
-                               l8_tensor_fp8_meta(in->h8), s, &h_scr), out);
+        L8_TRY(ret, new_tensor(l, "h_amax", l8_tensor_dtype(in->h), Ty, l->N,
+                               l8_tensor_fp8_meta(in->h), s, &h_scr), out);
     }
     if (h_fp8 && side != s && !l->ev_side)
         L8_TRY(ret, l8_event_create(l->ctx, 0, &l->ev_side), out);
@@ -756,10 +756,10 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         g.bias = l->b16;
         g.epilogue = L8_GEMM_EPI_BIAS;
     }
-    l8_fp8_meta *hm = h_fp8 ? l8_tensor_fp8_meta(in->h8) : NULL;
-    if (in->h8) {                 /* y the GELU's input (aux), h = gelu(y) the output (FP8:
+    l8_fp8_meta *hm = h_fp8 ? l8_tensor_fp8_meta(in->h) : NULL;
+    if (in->h) {                 /* y the GELU's input (aux), h = gelu(y) the output (FP8:
                                      its amax from the cast below) */
-        g.d = in->h8;
+        g.d = in->h;
         g.aux = y2;
         g.skip_amax = h_fp8;
         g.epilogue = L8_GEMM_EPI_BIAS_GELU_AUX;
