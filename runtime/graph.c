@@ -321,6 +321,7 @@ l8_status l8_graph_launch_repeat(l8_graph *g, int n)
                 fprintf(stderr, "lean8: warning: l8_graph_launch_repeat: the driver refused a"
                         " chain of %d copies of the step (%s); launching them one by one\n",
                         n, l8_last_error_string());
+                l8_error_clear();   /* handled: the call succeeds */
                 g->chain_refused = 1;
                 g->st.chain_refusals++;
                 chain = 0;

@@ -547,6 +547,7 @@ START_TEST(test_gpu_graph_streams_and_update)
      * one refusal, no other try until the next capture */
     l8i_graph_refuse_chain(1);
     L8_CK(l8_graph_launch_repeat(g, 3));          /* y = 14, 15, 16 | 6, 7, 8 */
+    ck_assert_int_eq(l8_last_error()->status, L8_OK);   /* handled, not left behind */
     L8_CK(l8_graph_launch_repeat(g, 2));          /* y = 17, 18 | 9, 10 */
     l8i_graph_refuse_chain(0);
     L8_CK(l8_graph_launch_repeat(g, 2));          /* still one by one: 19, 20 | 11, 12 */
