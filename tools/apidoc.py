@@ -9,9 +9,10 @@ each function's declaration and the contract comment written above it.
 The headers carry the contracts; the pages are their readable copy (tests/abi.sh
 checks that every exported function has an entry, --check that every page is
 what its header writes now). A contract is the comment right above a
-declaration, or above the #define lines just before it. A section divider above a declaration (a comment
-of its own such as /* ---- tensors ---- */) is not part of its contract: it
-becomes a section heading of the page before that entry."""
+declaration, or above the #define lines just before it. A section divider
+above a declaration (a comment of its own such as /* ---- tensors ---- */) is
+not part of its contract: it becomes a section heading of the page before
+that entry."""
 import os
 import re
 import sys
