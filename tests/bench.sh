@@ -13,7 +13,9 @@
 #      medians of several (runs alternated on the GPU, tools/device-run.sh);
 #   6. tools/device-run.sh gemmcache's plumbing (its steps fail here, no GPU):
 #      GEMM_ROUNDS rounds, each lean8 and torch run with a file of its own,
-#      all of them handed to the ratio step.
+#      all of them handed to the ratio step;
+#   7. tools/bench_torch_gemm.py times the shapes and modes of `lean8-bench
+#      gemm` in its order (modes outer, shapes in bench_gemm.c's order).
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -112,6 +114,27 @@ if grep -q '^torch gemm (cache, round 1)' "$tmp/dr.txt" &&
    [ -f "$tmp/dr/out/logs.tgz" ]; then
     ok "device-run.sh gemmcache: two rounds, a log each side, every report to the ratio step"
 else bad "device-run.sh gemmcache's rounds"; tail -20 "$tmp/dr.txt"; fi
+
+# ---- 7. the PyTorch GEMM bench: lean8's shapes and modes, in lean8's order ----
+if python3 - "$root/tools/bench_gemm.c" "$root/tools/bench_torch_gemm.py" > "$tmp/order.txt" 2>&1 <<'PY'
+import ast, re, sys
+c = open(sys.argv[1]).read()
+body = lambda name: c[c.index(name):c.index("};", c.index(name))]
+shapes = [tuple(int(x) for x in m) for m in
+          re.findall(r"\{ *(\d+), *(\d+), *(\d+) *\}", body("k_shapes[][3]"))]
+modes = re.findall(r'\{ *"(\w+)"', body("k_modes[]"))
+tree = ast.parse(open(sys.argv[2]).read())
+py = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+      for t in n.targets if isinstance(t, ast.Name) and t.id in ("SHAPES", "MODES")}
+order = [kw.value.value for n in ast.walk(tree) if isinstance(n, ast.Call)
+         and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value == "--order"
+         for kw in n.keywords if kw.arg == "default"]
+print("lean8:", shapes, modes, "torch:", py.get("SHAPES"), py.get("MODES"), order)
+sys.exit(0 if shapes and modes and [tuple(x) for x in py.get("SHAPES", [])] == shapes
+         and py.get("MODES") == modes and order == ["modes"] else 1)
+PY
+then ok "bench_torch_gemm.py: lean8-bench gemm's shapes and modes, modes outer by default"
+else bad "bench_torch_gemm.py and bench_gemm.c disagree"; cat "$tmp/order.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1
