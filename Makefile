@@ -239,7 +239,8 @@ endif
 # Only l8_ names leave liblean8.so.0, each declared in an installed header
 # and documented in docs/api/ (tests/abi.sh names any that is not), and every
 # page there is what tools/apidoc.py writes from its header now; the docs name
-# no l8_ / L8_ name the tree lacks (tests/docrefs.sh).
+# no l8_ / L8_ name nor file the tree lacks, and docs/perf.md's table of where
+# the targets stand cites entries it has (tests/docrefs.sh).
 test-abi: $(BUILD)/liblean8.so
 	$(Q)tests/abi.sh $(BUILD)/liblean8.so $(HEADERS)
 	$(Q)python3 tools/apidoc.py --check $(filter-out runtime/lean8.h,$(HEADERS))

@@ -4,7 +4,10 @@
 #   - every l8_ / L8_ name: a public header, the Fortran module, or the
 #     sources (environment variables, kernels); a name ending in _ is a
 #     prefix ("the l8_event_* calls");
-#   - every path of a source, script or doc file (runtime/..., ptx/..., ...).
+#   - every path of a source, script or doc file (runtime/..., ptx/..., ...);
+#   - every entry that docs/perf.md's table "Where the targets stand" cites
+#     ("2026-12-01 (afternoon)", or "2026-12-01, allocator" for the heading
+#     "2026-12-01 — allocator: ...") is the start of one of its headings.
 # Catches docs that still name a renamed or removed function, constant,
 # variable or file.
 # Usage: tests/docrefs.sh   (from the repository root; run by make test-abi)
@@ -33,3 +36,16 @@ if [ -n "$gone" ]; then
     exit 1
 fi
 echo "  DOCS    the $(wc -l < "$tmp.paths") file paths the docs give all exist"
+# the standing table's last column, each a heading of the log below it
+awk '/^## Where the targets stand/{t=1; next} t && /^## /{exit} t && /^\| / && !/^\| target/ && !/^\|---/' \
+    docs/perf.md | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}' > "$tmp.cites"
+nc=$(wc -l < "$tmp.cites")
+uncited=$(while read -r c; do
+    h=$(printf '%s' "$c" | sed 's/, / — /')
+    grep -qF -- "## $h" docs/perf.md || printf '"%s" ' "$c"
+done < "$tmp.cites")
+if [ "$nc" -lt 1 ] || [ -n "$uncited" ]; then
+    echo "  FAIL  docs/perf.md's standing table cites no entry or entries it lacks: $uncited"
+    exit 1
+fi
+echo "  DOCS    the $nc rows of perf.md's standing table cite entries it has"
