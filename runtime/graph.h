@@ -122,9 +122,9 @@ L8_NODISCARD l8_status l8_graph_launch(l8_graph *g);
  * child graph nodes gets n launches, and so does a driver that refuses the
  * chain (adding the nodes or instantiating them fails): then a warning goes
  * to stderr (the last error is cleared: the call succeeds) and g launches
- * one by one until its next capture. Host
- * backend: calls fn(arg, s) n times, stopping at the first error. Counts
- * n launches in the stats, and in `chained` those that ran in a chain.
+ * one by one until its next capture. Host backend: calls fn(arg, s) n
+ * times, stopping at the first error. Counts n launches in the stats, and
+ * in `chained` those that ran in a chain.
  * Errors: L8_ERR_INVALID_ARG (NULL, n outside 1..L8_GRAPH_MAX_REPEAT),
  * L8_ERR_STATE (nothing captured), L8_ERR_CUDA; the host backend: fn's own. */
 #define L8_GRAPH_MAX_REPEAT 1024
