@@ -122,8 +122,8 @@ static l8_status cache_open(l8_gemm_handle *h, const char *cfg_path, int lt_vers
     char why[512];
     int r = l8i_gemm_cache_load(c, why, sizeof why);
     if (r == L8I_GCACHE_IGNORED)
-        l8i_gemm_warn("GEMM plan cache %s ignored (it will be rewritten after the next tuned"
-                      " plan): %s", path, why);
+        l8i_warn("GEMM plan cache %s ignored (it will be rewritten after the next tuned"
+                 " plan): %s", path, why);
     if (l8i_gemm_debug())
         fprintf(stderr, "lean8: gemm: plan cache %s: %s, %zu entries\n", path,
                 r == L8I_GCACHE_LOADED ? "loaded" : r == L8I_GCACHE_ABSENT ? "no file yet" : "ignored",
@@ -150,13 +150,13 @@ static int cache_try(l8_gemm_handle *h, plan *pl, const problem *p)
         cs = l8i_lt.cublasLtMatmulAlgoCheck(h->lt, pl->op, pl->la, pl->lb, pl->lc, pl->ld, &a, &r);
     if (cs != CUBLAS_STATUS_SUCCESS || r.workspaceSize > h->ws_bytes) {
         h->stats.plan_cache_rejected++;
-        l8i_gemm_warn("GEMM plan cache %s: the entry for %s x %s -> %s, M %" PRId64 " N %" PRId64
-                      " K %" PRId64 " was refused (%s, workspace %zu of %zu bytes); choosing again",
-                      h->pcache->path, l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
-                      l8_dtype_name(p->dt_d), p->m, p->n, p->k,
-                      l8i_lt.cublasLtMatmulAlgoCheck ? l8i_lt_status_name(cs)
-                                                     : "no cublasLtMatmulAlgoCheck",
-                      r.workspaceSize, h->ws_bytes);
+        l8i_warn("GEMM plan cache %s: the entry for %s x %s -> %s, M %" PRId64 " N %" PRId64
+                 " K %" PRId64 " was refused (%s, workspace %zu of %zu bytes); choosing again",
+                 h->pcache->path, l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
+                 l8_dtype_name(p->dt_d), p->m, p->n, p->k,
+                 l8i_lt.cublasLtMatmulAlgoCheck ? l8i_lt_status_name(cs)
+                                                : "no cublasLtMatmulAlgoCheck",
+                 r.workspaceSize, h->ws_bytes);
         return 0;
     }
     unsigned pick = (unsigned)((e->flags >> 8) & 0xff);

@@ -34,7 +34,6 @@
  * and is tested on the host (tests/test_gemm.c).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,16 +47,6 @@ _Static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(((l8i_gemm_cache_entry *)0
                "cublasLtMatmulAlgo_t is not 64 bytes: the plan cache layout must change");
 _Static_assert(sizeof(l8i_gemm_cache_entry) == 17 * sizeof(uint64_t), "entry has padding");
 _Static_assert(sizeof(l8i_gemm_cache_id) == 104, "identity has padding");
-
-void l8i_gemm_warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("lean8: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 int l8i_gemm_debug(void)
 {

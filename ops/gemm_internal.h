@@ -119,8 +119,6 @@ l8_status l8i_gemm_cache_put(l8i_gemm_cache *c, const l8i_gemm_cache_entry *e);
 l8_status l8i_gemm_cache_save(l8i_gemm_cache *c);
 /* Drop c's entries (c->path and c->id stay). */
 void l8i_gemm_cache_clear(l8i_gemm_cache *c);
-/* One line on stderr: "lean8: warning: <message>". */
-void l8i_gemm_warn(const char *fmt, ...) L8_PRINTF(1, 2);
 /* 1 when L8_GEMM_DEBUG is set (not "0"): plan and search decisions on stderr. */
 int l8i_gemm_debug(void);
 

@@ -667,7 +667,7 @@ void l8i_gemm_cache_record(l8_gemm_handle *h, const plan *pl)
     l8_status st = l8i_gemm_cache_put(h->pcache, &e);
     if (st == L8_OK) st = l8i_gemm_cache_save(h->pcache);
     if (st != L8_OK) {
-        l8i_gemm_warn("GEMM plan cache %s not saved: %s", h->pcache->path, l8_last_error_string());
+        l8i_warn("GEMM plan cache %s not saved: %s", h->pcache->path, l8_last_error_string());
         l8_error_clear();
         return;
     }

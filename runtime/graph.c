@@ -31,7 +31,6 @@
  * capture cannot be queried afterwards, so they are never queried).
  */
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/graph.h"
@@ -318,9 +317,9 @@ l8_status l8_graph_launch_repeat(l8_graph *g, int n)
             if (build_repeat(g, n) != L8_OK) {
                 /* the same work as n launches: warn, and launch one by one
                  * until the next capture */
-                fprintf(stderr, "lean8: warning: l8_graph_launch_repeat: the driver refused a"
-                        " chain of %d copies of the step (%s); launching them one by one\n",
-                        n, l8_last_error_string());
+                l8i_warn("l8_graph_launch_repeat: the driver refused a chain of %d copies"
+                         " of the step (%s); launching them one by one", n,
+                         l8_last_error_string());
                 l8_error_clear();   /* handled: the call succeeds */
                 g->chain_refused = 1;
                 g->st.chain_refusals++;

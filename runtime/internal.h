@@ -15,6 +15,11 @@
 
 /* ---- versioned config structs: L8I_CONFIG_COPY is in config_internal.h ---- */
 
+/* ---- status.c ---- */
+/* One line on stderr: "lean8: warning: <message>" (a problem the library
+ * handled, so no error status: an ignored cache file, a refused graph chain). */
+void l8i_warn(const char *fmt, ...) L8_PRINTF(1, 2);
+
 /* ---- tensor.c ---- */
 /* t is non-NULL, contiguous and (ctx not NULL) a tensor of ctx; else
  * L8_ERR_INVALID_ARG "<op>: <name> is NULL / belongs to another context / is

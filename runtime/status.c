@@ -10,6 +10,7 @@
 #include <string.h>
 #include "runtime/status.h"
 #include "runtime/config_internal.h"
+#include "runtime/internal.h"   /* l8i_warn */
 
 typedef struct err_slot {
     l8_error rec;
@@ -149,6 +150,16 @@ l8_status l8i_stats_out(void *out, const void *src, size_t src_size, const char 
     if (n > src_size) memset((unsigned char *)out + src_size, 0, n - src_size);
     memcpy(out, &m, sizeof m);
     return L8_OK;
+}
+
+void l8i_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("lean8: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
 }
 
 #ifndef L8_VERSION

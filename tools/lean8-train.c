@@ -1501,8 +1501,8 @@ int main(int argc, char **argv)
         for (int64_t b = 0; b < nlocal;) {
             int64_t rows = nlocal - b < lb ? nlocal - b : lb;
             /* --graph-steps full steps in one launch while that many are left */
-            int k = gr.on && o.graph_steps > 1 && gr.slot[0].rows == lb &&
-                    b + o.graph_steps * lb <= nlocal ? o.graph_steps : 1;
+            int k = gr.on && gr.slot[0].rows == lb && b + o.graph_steps * lb <= nlocal
+                    ? o.graph_steps : 1;
             /* eager steps take the rate from the host; graphs read the table */
             if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
             CK(train_batch(&m, &gr, b, rows, k));
