@@ -474,7 +474,14 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
  * 0.678, 8191 x 8191 0.534 / 0.660, f32 8191 x 8191 0.648 / 0.738. f32 with
  * columns % 8 == 0 stays in the tile kernel, which runs 8191 x 8200 at 0.78:
  * the split's two passes (5 and 2 bytes an element at 0.95 and 0.75 of copy)
- * would come to ~0.76. */
+ * would come to ~0.76. With dbias the cast is the tile kernel itself,
+ * without its transposed output (the kernel skips phase 2 for p_outt 0), so
+ * the column sums stay the kernel's, in its order; only where columns % 8
+ * == 0: on an H200 (2026-12-03, lean8-bench cast --quick, two rounds, fused
+ * against split) bf16 8191 x 8200 0.607-0.609 / 0.624-0.629, but 8191 x
+ * 8191 0.514-0.516 / 0.446-0.449 and f32 8191 x 8191 0.624-0.628 /
+ * 0.569-0.574: with odd columns the tile kernel's own row-major pass (word
+ * loads, 1/2/4-B stores) is the slow part, and the split keeps it. */
 static int split_wins(const ct_job *j)
 {
     if (j->C % 8 != 0)
@@ -506,7 +513,12 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     L8_CHECK(l8i_ctx_bind(ctx));
     if (sm_fits(&j, dbias, flags))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
-    if (l8i_cast_split && !dbias && out && !(flags & L8_CAST_FEW_SMS) && split_wins(&j)) {
+    /* the split: the cast (with dbias, the tile kernel without its
+     * transposed output, where columns % 8 == 0), then the byte transpose of
+     * out */
+    const int split = l8i_cast_split && out && !(flags & L8_CAST_FEW_SMS) && split_wins(&j) &&
+                      (!dbias || C % 8 == 0);
+    if (split && !dbias) {
         L8_CHECK(l8_fp8_cast(in, out, flags, s));
         return l8_fp8_transpose(out, out_t, s);
     }
@@ -532,7 +544,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         L8_TRY(st, zero_amax(s, amax), out);
     {
-        uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = dptr(yt), a_scale = dptr(scale);
+        uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = split ? 0 : dptr(yt);
+        uint64_t a_scale = dptr(scale);
         uint64_t a_amax = dptr(amax), a_sinv = dptr(sinv), a_ws = dptr(direct ? db : ws);
         uint32_t rows = (uint32_t)R, cols = (uint32_t)C, ofmt = (uint32_t)fmt;
         void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws,
@@ -546,6 +559,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* 64 threads a CTA: see the .ptx */
         L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
     }
+    if (split)
+        st = l8_fp8_transpose(out, out_t, s);
 out:
     if (ws) {
         /* stream-ordered: the block is reused only by later work on s */

@@ -1544,8 +1544,10 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 /* Every shape below through both kernels: the tile kernel alone
  * (l8i_cast_sm_max_tiles = 0, l8i_cast_split = 0), then with the split of
  * the shapes the tile kernel takes slowly into a cast and a byte transpose
- * (no dbias; columns % 8 != 0, or odd rows with columns % 16 != 0 for 2-byte
- * inputs), then where tensors of up to 64 tiles (and
+ * (columns % 8 != 0, or odd rows with columns % 16 != 0 for 2-byte inputs;
+ * with dbias, where columns % 8 == 0, the cast is the tile kernel without
+ * its transposed output),
+ * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread, once with 4 rows a thread (the quarter entries without dbias,
  * the half ones with it) wherever they apply and once more with 2 (the
