@@ -481,10 +481,10 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
  * against split) bf16 8191 x 8200 0.607-0.609 / 0.624-0.629, but 8191 x
  * 8191 0.514-0.516 / 0.446-0.449 and f32 8191 x 8191 0.624-0.628 /
  * 0.569-0.574: with odd columns the tile kernel's own row-major pass is the
- * slow part, and the split keeps it. (Its stores were: since the lanes of a
- * row store aligned 8-B blocks together (OUT_SEG in the .ptx), the fused
- * kernel runs 8191 x 8191 bf16 at 0.573, and the split with every such store
- * made one aligned store, results wrong, only at 0.578.) */
+ * slow part, and the split keeps it. Since the lanes of a row store aligned
+ * 8-B blocks together (OUT_SEG in the .ptx) the fused kernel runs bf16 8191 x
+ * 8191 at 0.573; a split whose row-major stores were each made one aligned
+ * store (results wrong: a bound) ran 0.578, so it would not win there either. */
 static int split_wins(const ct_job *j)
 {
     if (j->C % 8 != 0)
