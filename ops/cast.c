@@ -87,6 +87,7 @@ int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
  * 512 x 784 (400) 1.84 / 2.13. */
 int l8i_cast_sm_eighth_max_ctas = -1;
 int l8i_cast_split = 1;
+int l8i_transpose_max_ctas = 0;
 
 /* The kernels take l8_dtype values as their type codes. */
 _Static_assert(L8_F32 == 0 && L8_BF16 == 1 && L8_F16 == 2 && L8_E4M3 == 3 && L8_E5M2 == 4,
@@ -1076,6 +1077,8 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
         kf |= KF_VEC_T16;
     uint64_t ntiles = (uint64_t)((R + 127) / 128) * (uint64_t)((C + 127) / 128);
     unsigned grid = tile_grid(ntiles);
+    if (l8i_transpose_max_ctas > 0 && grid > (unsigned)l8i_transpose_max_ctas)
+        grid = (unsigned)l8i_transpose_max_ctas;
     uint64_t a_in = dptr(x), a_out = dptr(y);
     uint32_t rows = (uint32_t)R, cols = (uint32_t)C;
     void *args[] = { &a_in, &a_out, &rows, &cols, &kf };

@@ -122,6 +122,11 @@ extern int l8i_cast_sm_eighth_max_ctas;
  * output (ops/cast.c, split_wins); tests set 0 to run the tile kernel on
  * those shapes too, then put the default back. */
 extern int l8i_cast_split;
+/* The byte transpose runs on at most this many CTAs when > 0 (0, the
+ * default: a CTA per tile), each CTA then taking more tiles in turn; tests
+ * set 1 or a few to run every shape through the kernel's tile pipeline
+ * (PIPELINE in ptx/transpose.ptx.in), then put 0 back. */
+extern int l8i_transpose_max_ctas;
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif
