@@ -486,10 +486,10 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
  * 8-B blocks together (OUT_SEG in the .ptx) the fused kernel runs bf16 8191 x
  * 8191 at 0.573; a split whose row-major stores were each made one aligned
  * store (results wrong: a bound) ran 0.578, so it would not win there either. */
-static int split_wins(const ct_job *j)
+static int split_wins(const ct_job *j, int dbias)
 {
     if (j->C % 8 != 0)
-        return 1;
+        return !dbias;
     return j->idt != L8_F32 && j->R % 16 != 0 && j->C % 16 != 0;
 }
 
@@ -520,8 +520,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     /* the split: the cast (with dbias, the tile kernel without its
      * transposed output, where columns % 8 == 0), then the byte transpose of
      * out */
-    const int split = l8i_cast_split && out && !(flags & L8_CAST_FEW_SMS) && split_wins(&j) &&
-                      (!dbias || C % 8 == 0);
+    const int split = l8i_cast_split && out && !(flags & L8_CAST_FEW_SMS) &&
+                      split_wins(&j, dbias != NULL);
     if (split && !dbias) {
         L8_CHECK(l8_fp8_cast(in, out, flags, s));
         return l8_fp8_transpose(out, out_t, s);

@@ -97,9 +97,6 @@ l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l
 /* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */
 static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 
-/* Grid for `work` CTAs' worth of work: min(work, SMs x occ), at least 1
- * (occ = resident CTAs per SM from ptxas -v; the SM count is runtime's
- * l8i_sm_count). Grid sizes never change results. */
 /* A group op's check of item i failed with st: the same status, the last
  * error's message prefixed with "<what> <i>: ". */
 l8_status l8i_fail_item(l8_status st, const char *what, int i);
@@ -117,16 +114,20 @@ extern int l8i_cast_sm_half_min_rows;
  * eighth entries (2 rows a thread), the others the quarter ones (4); tests
  * set 0 (never) or INT_MAX (always), then put the default back. */
 extern int l8i_cast_sm_eighth_max_ctas;
-/* Nonzero (the default): a cast_transpose without dbias of a shape the tile
- * kernel takes slowly runs as the plain cast and the byte transpose of its
- * output (ops/cast.c, split_wins); tests set 0 to run the tile kernel on
- * those shapes too, then put the default back. */
+/* Nonzero (the default): a cast_transpose of a shape the tile kernel takes
+ * slowly runs as the plain cast (with dbias: the tile kernel without its
+ * transposed output) and the byte transpose of its output (ops/cast.c,
+ * split_wins); tests set 0 to run the tile kernel alone on those shapes
+ * too, then put the default back. */
 extern int l8i_cast_split;
 /* The byte transpose runs on at most this many CTAs when > 0 (0, the
  * default: a CTA per tile), each CTA then taking more tiles in turn; tests
  * set 1 or a few to run every shape through the kernel's tile pipeline
  * (PIPELINE in ptx/transpose.ptx.in), then put 0 back. */
 extern int l8i_transpose_max_ctas;
+/* Grid for `work` CTAs' worth of work: min(work, SMs x occ), at least 1
+ * (occ = resident CTAs per SM from ptxas -v; the SM count is runtime's
+ * l8i_sm_count). Grid sizes never change results. */
 l8_status l8i_grid_for(l8_ctx *ctx, uint64_t work, unsigned occ, unsigned *grid);
 
 #endif
