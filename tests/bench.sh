@@ -15,7 +15,11 @@
 #      GEMM_ROUNDS rounds, each lean8 and torch run with a file of its own,
 #      all of them handed to the ratio step;
 #   7. tools/bench_torch_gemm.py times the shapes and modes of `lean8-bench
-#      gemm` in its order (modes outer, shapes in bench_gemm.c's order).
+#      gemm` in its order (modes outer, shapes in bench_gemm.c's order);
+#   8. tools/device-run.sh ab: this tree, a tree with files laid over it (an
+#      incremental build of its own), a tree from a tarball (git archive) and
+#      an environment, alternated, each round a report of its own, and
+#      tools/bench_ab.py's table of them.
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -135,6 +139,25 @@ sys.exit(0 if shapes and modes and [tuple(x) for x in py.get("SHAPES", [])] == s
 PY
 then ok "bench_torch_gemm.py: lean8-bench gemm's shapes and modes, modes outer by default"
 else bad "bench_torch_gemm.py and bench_gemm.c disagree"; cat "$tmp/order.txt"; fi
+
+# ---- 8. device-run.sh ab: four variants, two rounds, one table ----
+mkdir -p "$tmp/ab/ov" && echo overlay > "$tmp/ab/ov/AB_OVERLAY"
+# a whole tree as docs/gpu-machine.md makes one (git archive), else the files without build/
+(cd "$root" && { git archive HEAD 2>/dev/null || tar c --exclude=./build --exclude=./.git .; }) \
+    > "$tmp/ab/base.tar"
+(cd "$root" && TMPDIR=$tmp/ab OUT=$tmp/ab/out AB_TREES="ov=$tmp/ab/ov base=$tmp/ab/base.tar" \
+    AB_ENVS="e:L8_AB_TEST=1" \
+    AB_BENCH=alloc AB_ROUNDS=2 AB_KEYS='^pair_ns_lean8_512$' DEADLINE=300 \
+    bash tools/device-run.sh ab) > "$tmp/ab.txt" 2>&1
+ablog=$(ls -d "$tmp"/ab/l8logs.*)
+n=$(ls "$ablog"/ab-{this,ov,base,e}-[12].json 2>/dev/null | wc -l)
+f='[0-9.]+/[0-9.]+ +'
+if [ "$n" = 8 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab build base  *ok' "$tmp/ab.txt" &&
+   grep -Eq '^key +this +ov +base +e +ov/this +base/this +e/this$' "$tmp/ab.txt" &&
+   grep -Eq "^pair_ns_lean8_512 +$f$f$f$f[0-9.]+ +[0-9.]+ +[0-9.]+\$" "$tmp/ab.txt" &&
+   ! ls -d "$tmp"/ab/l8ab.* > /dev/null 2>&1; then
+    ok "device-run.sh ab: this tree, an overlaid one, a tarball's and an environment, one table"
+else bad "device-run.sh ab ($n reports)"; tail -20 "$tmp/ab.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

@@ -40,6 +40,17 @@
 #             is the default handle with a warm cache; GEMM_ROUNDS (default 3)
 #             warm runs alternated with tools/bench_torch_gemm.py, ratios of
 #             each key's medians (tools/bench_ratio.py)
+#   ab        (not in the default set) one benchmark over several builds of lean8,
+#             alternated, and a table of them side by side (tools/bench_ab.py):
+#             this tree first, then each AB_TREES entry NAME=PATH (PATH a
+#             directory of files laid over a copy of this tree, its build/
+#             copied along so only what they change is rebuilt; or a tarball
+#             of a whole tree, e.g. `git archive REV > .device/base.tar`,
+#             built afresh), then each AB_ENVS entry NAME:VAR=VALUE (this
+#             tree's binary under that environment). AB_BENCH (default cast)
+#             and AB_ARGS (default --quick) give the lean8-bench command,
+#             AB_ROUNDS (default 2) the rounds, AB_KEYS (default _ratio$) the
+#             JSON keys of the table. Runs first, before the other stages.
 # GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
 # beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
@@ -76,6 +87,38 @@ step() {  # step NAME LOGFILE COMMAND...
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 step "build" build.log make -j16 all build/tests/comm_prog WERROR=1
+if want ab; then
+    ab_names=(this) ab_dirs=(.) ab_envs=("")
+    for v in ${AB_TREES:-}; do
+        n=${v%%=*} p=${v#*=} t=$(mktemp -d "${TMPDIR:-/tmp}/l8ab.XXXX")
+        if [ -d "$p" ]; then
+            tar c --exclude=./.device --exclude=./.data --exclude=./.git . | tar x -C "$t"
+            cp -r "$p"/. "$t"/
+        else
+            tar xf "$p" -C "$t" || { summary+=("$(printf '%-24s %-11s' "ab tree $n" "FAILED(tar)")"); continue; }
+        fi
+        rm -f "$t/build/bin/lean8-bench"            # a failed build leaves none, not this tree's
+        step "ab build $n" ab-build-$n.log make -C "$t" -j16 build/bin/lean8-bench WERROR=1
+        [ -x "$t/build/bin/lean8-bench" ] && ab_names+=("$n") ab_dirs+=("$t") ab_envs+=("")
+    done
+    for v in ${AB_ENVS:-}; do ab_names+=("${v%%:*}") ab_dirs+=(.) ab_envs+=("${v#*:}"); done
+    ab_reports=()
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+        for i in "${!ab_names[@]}"; do
+            n=${ab_names[$i]}
+            # shellcheck disable=SC2086  # AB_ARGS is a word list
+            step "ab $n #$round" ab-$n-$round.log env ${ab_envs[$i]:+"${ab_envs[$i]}"} \
+                "${ab_dirs[$i]}/build/bin/lean8-bench" \
+                "${AB_BENCH:-cast}" ${AB_ARGS---quick} --json "$OUT/ab-$n-$round.json"
+            ab_reports[$i]="${ab_reports[$i]:-}${ab_reports[$i]:+,}$OUT/ab-$n-$round.json"
+        done
+    done
+    args=()
+    for i in "${!ab_names[@]}"; do args+=("${ab_names[$i]}=${ab_reports[$i]}"); done
+    echo "== ab: ${AB_BENCH:-cast}, ${AB_ROUNDS:-2} rounds"
+    python3 tools/bench_ab.py --keys "${AB_KEYS:-_ratio\$}" "${args[@]}" | tee "$OUT/ab.log"
+    for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+fi
 want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu
 want test && step "make test" test.log make test FMNIST_DIR=$PWD/.data
 want info && step "lean8-info" info.log build/bin/lean8-info
