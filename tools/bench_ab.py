@@ -13,22 +13,11 @@ variant's. A report that cannot be read is left out with a line saying so.
 Exit status 0 (a report, not a gate), 1 when no variant has a readable
 report, 2 on bad arguments.
 """
-import json
 import re
 import statistics
 import sys
 
-
-def load(paths):
-    """The readable reports among paths, in order."""
-    reps = []
-    for path in paths.split(","):
-        try:
-            with open(path) as f:
-                reps.append(json.load(f))
-        except (OSError, ValueError) as e:
-            print(f"bench_ab: {path}: {e} (left out)")
-    return reps
+from bench_ratio import read_reports   # tools/, next to this script
 
 
 def num(v):
@@ -47,7 +36,7 @@ def main(argv):
     except re.error as e:
         print(f"bench_ab: --keys {keys}: {e}", file=sys.stderr)
         return 2
-    variants = [(a.split("=", 1)[0], load(a.split("=", 1)[1])) for a in argv]
+    variants = [(a.split("=", 1)[0], read_reports(a.split("=", 1)[1], "bench_ab")) for a in argv]
     if not any(reps for _, reps in variants):
         print("bench_ab: no readable report")
         return 1

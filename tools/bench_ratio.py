@@ -20,16 +20,23 @@ import math
 import sys
 
 
-def load(arg):
-    """The reports named by arg (comma-separated), merged: each numeric key
-    the median of its values, other keys the first report's."""
+def read_reports(arg, who="bench_ratio"):
+    """The readable JSON reports among those arg names (comma-separated), in
+    order; each one left out says so, prefixed with who."""
     reps = []
     for path in arg.split(","):
         try:
             with open(path) as f:
                 reps.append(json.load(f))
         except (OSError, ValueError) as e:
-            print(f"bench_ratio: {path}: {e} (left out)")
+            print(f"{who}: {path}: {e} (left out)")
+    return reps
+
+
+def load(arg):
+    """The reports named by arg (comma-separated), merged: each numeric key
+    the median of its values, other keys the first report's."""
+    reps = read_reports(arg)
     if not reps:
         raise SystemExit(f"bench_ratio: no readable report in {arg}")
     out = dict(reps[0])
