@@ -18,8 +18,8 @@
 #      gemm` in its order (modes outer, shapes in bench_gemm.c's order);
 #   8. tools/device-run.sh ab: this tree, a tree with files laid over it (an
 #      incremental build of its own), a tree from a tarball (git archive) and
-#      an environment, alternated, each round a report of its own, and
-#      tools/bench_ab.py's table of them.
+#      an environment, alternated (each round starting one build later),
+#      each round a report of its own, and tools/bench_ab.py's table of them.
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -155,8 +155,10 @@ f='[0-9.]+/[0-9.]+ +'
 if [ "$n" = 8 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab build base  *ok' "$tmp/ab.txt" &&
    grep -Eq '^key +this +ov +base +e +ov/this +base/this +e/this$' "$tmp/ab.txt" &&
    grep -Eq "^pair_ns_lean8_512 +$f$f$f$f[0-9.]+ +[0-9.]+ +[0-9.]+\$" "$tmp/ab.txt" &&
+   [ "$(grep -Eo '^ab [a-z]+ #[12]' "$tmp/ab.txt" | tr '\n' ' ')" = \
+     "ab this #1 ab ov #1 ab base #1 ab e #1 ab ov #2 ab base #2 ab e #2 ab this #2 " ] &&
    ! ls -d "$tmp"/ab/l8ab.* > /dev/null 2>&1; then
-    ok "device-run.sh ab: this tree, an overlaid one, a tarball's and an environment, one table"
+    ok "device-run.sh ab: this tree, an overlaid one, a tarball's and an environment (each round one later), one table"
 else bad "device-run.sh ab ($n reports)"; tail -20 "$tmp/ab.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
