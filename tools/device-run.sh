@@ -43,15 +43,15 @@
 #   ab        (not in the default set) one benchmark over several builds of lean8,
 #             alternated (round r starting with the r-th build), and a table
 #             of them side by side (tools/bench_ab.py): this tree, then each
-#             AB_TREES entry NAME=PATH (PATH a
-#             directory of files laid over a copy of this tree, its build/
-#             copied along so only what they change is rebuilt; or a tarball
-#             of a whole tree, e.g. `git archive REV > .device/base.tar`,
-#             built afresh), then each AB_ENVS entry NAME:VAR=VALUE (this
-#             tree's binary under that environment). AB_BENCH (default cast)
-#             and AB_ARGS (default --quick) give the lean8-bench command,
-#             AB_ROUNDS (default 2) the rounds, AB_KEYS (default _ratio$) the
-#             JSON keys of the table. Runs first, before the other stages.
+#             AB_TREES entry NAME=PATH (PATH a directory of files laid over
+#             a copy of this tree, its build/ copied along so only what they
+#             change is rebuilt; or a tarball of a whole tree, e.g. `git
+#             archive REV > .device/base.tar`, built afresh), then each
+#             AB_ENVS entry NAME:VAR=VALUE (this tree's binary under that
+#             environment). AB_BENCH (default cast) and AB_ARGS (default
+#             --quick) give the lean8-bench command, AB_ROUNDS (default 2)
+#             the rounds, AB_KEYS (default _ratio$) the JSON keys of the
+#             table. Runs first, before the other stages.
 # GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
 # beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
