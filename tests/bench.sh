@@ -8,7 +8,8 @@
 #      object naming the benchmark (or nothing, when it was skipped);
 #   3. bad input: an unknown benchmark, an unknown flag and an unwritable
 #      --json path exit non-zero with a message;
-#   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel;
+#   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel, and launch by
+#      launch with every metric (--launches);
 #   5. tools/bench_ratio.py's ratios, from one report a side and from the
 #      medians of several (runs alternated on the GPU, tools/device-run.sh);
 #   6. tools/device-run.sh gemmcache's plumbing (its steps fail here, no GPU):
@@ -87,6 +88,20 @@ if [ $rc = 0 ] && grep -Eq '^l8_cast_transpose_bf16 +2 +12\.2 +6\.10 +6\.1$' "$t
    grep -Eq '^all +3 +17\.2 +8\.6$' "$tmp/k.txt"; then
     ok "ncu_kernels.py: launches, total, mean and per-step us by kernel"
 else bad "ncu_kernels.py: rc $rc"; cat "$tmp/k.txt"; fi
+# --launches: a row a launch with every metric column, units scaled (ns -> us, sectors in M)
+cat > "$tmp/l.csv" <<'CSV'
+"ID","Process ID","Kernel Name","Grid Size","gpu__time_duration.sum","lts__t_sectors_srcunit_tex_op_read.sum"
+"","","","","nsecond","sector"
+"0","1","l8_transpose_b8","(4096, 1, 1)","37,280","2,097,152"
+"1","1","l8_transpose_b8","(4096, 1, 1)","49,600","2,917,220"
+CSV
+python3 tools/ncu_kernels.py --launches "$tmp/l.csv" > "$tmp/l.txt" 2>&1; rc=$?
+python3 tools/ncu_kernels.py --launches > /dev/null 2>&1; rc2=$?
+if [ $rc = 0 ] && [ $rc2 != 0 ] &&
+   grep -q '^| kernel | grid | gpu__time_duration.sum (us) | lts__t_sectors_srcunit_tex_op_read.sum (Msector) |$' "$tmp/l.txt" &&
+   grep -q '^| l8_transpose_b8 | (4096, 1, 1) | 49.600 | 2.917 |$' "$tmp/l.txt"; then
+    ok "ncu_kernels.py --launches: a table row a launch, every metric, units scaled"
+else bad "ncu_kernels.py --launches: rc $rc / $rc2"; cat "$tmp/l.txt"; fi
 
 # ---- 5. bench_ratio.py: one report a side, and medians of several ----
 for k in 1 2 3; do

@@ -1,30 +1,57 @@
 #!/usr/bin/env python3
-"""Summarize `ncu --metrics gpu__time_duration.sum --csv --page raw` output by
-kernel: launches, total and mean time, sorted by total. Used for the "where
-does the step's time go" breakdowns in docs/perf.md.
+"""Summarize `ncu --csv --page raw` output: by kernel (launches, total and mean
+time, sorted by total), or launch by launch with every metric the file holds.
+Used for the "where does the step's time go" breakdowns and the kernels'
+L2 / DRAM figures in docs/perf.md.
 
     ncu --metrics gpu__time_duration.sum --csv --page raw PROGRAM ... > k.csv
     python3 tools/ncu_kernels.py k.csv [STEPS]
 
 With STEPS, totals are also divided by the number of steps the profiled
 launches cover (per-step figures).
+
+    ncu --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,... \\
+        --kernel-name regex:l8_ --csv --page raw PROGRAM ... > k.csv
+    python3 tools/ncu_kernels.py --launches k.csv
+
+--launches prints a Markdown table, one row a launch in the file's order: the
+kernel, its grid when the file has it, then every metric column (a name with
+"__"), times in us, sectors, instructions and bytes in millions, the rest as
+ncu wrote them.
 """
 import csv
 import sys
 
+TIME = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+MILLIONS = {"sector", "inst", "byte"}
 
-def main():
-    rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
-    steps = float(sys.argv[2]) if len(sys.argv) > 2 else 0
-    head = rows[0]
+
+def read(path):
+    rows = list(csv.reader(l for l in open(path) if l.startswith('"')))
+    if len(rows) < 2:
+        sys.exit(f"ncu_kernels.py: {path}: no ncu CSV rows (run ncu with --csv --page raw)")
+    return rows[0], rows[1], rows[2:]
+
+
+def value(text, unit):
+    """(number in the unit the table shows, that unit) or (None, unit)."""
+    try:
+        v = float(text.replace(",", ""))
+    except ValueError:
+        return None, unit
+    if unit in TIME:
+        return v * TIME[unit], "us"
+    if unit in MILLIONS:
+        return v / 1e6, "M" + unit
+    return v, unit
+
+
+def by_kernel(head, units, rows, steps):
     ki, ti = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
-    unit = rows[1][ti] if rows[1][ti] in ("ns", "us", "usecond", "nsecond", "msecond") else ""
-    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "msecond": 1e3}.get(unit, 1e-3)
     agg = {}
-    for r in rows[1:]:
-        try:
-            t = float(r[ti].replace(",", "")) * scale
-        except ValueError:
+    for r in rows:
+        t, _ = value(r[ti], units[ti] if units[ti] in TIME else "ns")
+        if t is None:
             continue
         name = r[ki].split("(")[0][:60]
         n, s = agg.get(name, (0, 0.0))
@@ -39,5 +66,35 @@ def main():
     print(f"{'all':<60} {sum(n for n, _ in agg.values()):8d} {total:10.1f} {'':>8}{extra}")
 
 
+def by_launch(head, units, rows):
+    ki = head.index("Kernel Name")
+    gi = head.index("Grid Size") if "Grid Size" in head else None
+    cols = [i for i, h in enumerate(head) if "__" in h]
+    names = [f"{head[i]} ({value('0', units[i])[1]})" if units[i] else head[i] for i in cols]
+    table = []
+    for r in rows:
+        cells = [r[ki].split("(")[0][:40]] + ([r[gi]] if gi is not None else [])
+        for i in cols:
+            v, _ = value(r[i], units[i])
+            cells.append(r[i] if v is None else f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}")
+        table.append(cells)
+    head_cells = ["kernel"] + (["grid"] if gi is not None else []) + names
+    print("| " + " | ".join(head_cells) + " |")
+    print("|" + "---|" * len(head_cells))
+    for cells in table:
+        print("| " + " | ".join(cells) + " |")
+
+
+def main(argv):
+    if argv and argv[0] == "--launches":
+        if len(argv) != 2:
+            sys.exit("usage: ncu_kernels.py --launches K.CSV")
+        by_launch(*read(argv[1]))
+        return
+    if len(argv) not in (1, 2):
+        sys.exit("usage: ncu_kernels.py K.CSV [STEPS] | ncu_kernels.py --launches K.CSV")
+    by_kernel(*read(argv[0]), float(argv[1]) if len(argv) > 1 else 0)
+
+
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
