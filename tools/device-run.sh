@@ -108,7 +108,7 @@ if want ab; then
     for round in $(seq 1 "${AB_ROUNDS:-2}"); do
         # round r starts with the r-th build (cycling): on the H200 the first
         # run of a round measured ~0.7% faster than an identical build after it
-        for o in $(seq 0 $(( nv - 1 ))); do
+        for o in "${!ab_names[@]}"; do
             i=$(( (o + round - 1) % nv ))
             n=${ab_names[$i]}
             # shellcheck disable=SC2086  # AB_ARGS is a word list

@@ -33,24 +33,29 @@ def read(path):
     return rows[0], rows[1], rows[2:]
 
 
-def value(text, unit):
-    """(number in the unit the table shows, that unit) or (None, unit)."""
-    try:
-        v = float(text.replace(",", ""))
-    except ValueError:
-        return None, unit
+def shown(unit):
+    """(factor, unit shown) for a column of ncu's unit: times in us, counts
+    of sectors, instructions and bytes in millions, the rest as they are."""
     if unit in TIME:
-        return v * TIME[unit], "us"
+        return TIME[unit], "us"
     if unit in MILLIONS:
-        return v / 1e6, "M" + unit
-    return v, unit
+        return 1e-6, "M" + unit
+    return 1.0, unit
+
+
+def value(text, unit):
+    """The cell as a number in the unit shown(unit) gives, or None."""
+    try:
+        return float(text.replace(",", "")) * shown(unit)[0]
+    except ValueError:
+        return None
 
 
 def by_kernel(head, units, rows, steps):
     ki, ti = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
     agg = {}
     for r in rows:
-        t, _ = value(r[ti], units[ti] if units[ti] in TIME else "ns")
+        t = value(r[ti], units[ti] if units[ti] in TIME else "ns")
         if t is None:
             continue
         name = r[ki].split("(")[0][:60]
@@ -70,12 +75,12 @@ def by_launch(head, units, rows):
     ki = head.index("Kernel Name")
     gi = head.index("Grid Size") if "Grid Size" in head else None
     cols = [i for i, h in enumerate(head) if "__" in h]
-    names = [f"{head[i]} ({value('0', units[i])[1]})" if units[i] else head[i] for i in cols]
+    names = [f"{head[i]} ({shown(units[i])[1]})" if units[i] else head[i] for i in cols]
     table = []
     for r in rows:
         cells = [r[ki].split("(")[0][:40]] + ([r[gi]] if gi is not None else [])
         for i in cols:
-            v, _ = value(r[i], units[i])
+            v = value(r[i], units[i])
             cells.append(r[i] if v is None else f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}")
         table.append(cells)
     head_cells = ["kernel"] + (["grid"] if gi is not None else []) + names
