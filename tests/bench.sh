@@ -9,7 +9,8 @@
 #   3. bad input: an unknown benchmark, an unknown flag and an unwritable
 #      --json path exit non-zero with a message;
 #   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel, and launch by
-#      launch with every metric (--launches);
+#      launch with every metric (--launches); a missing file or column
+#      gets a message and exit 1;
 #   5. tools/bench_ratio.py's ratios, from one report a side and from the
 #      medians of several (runs alternated on the GPU, tools/device-run.sh);
 #   6. tools/device-run.sh gemmcache's plumbing (its steps fail here, no GPU):
@@ -102,6 +103,16 @@ if [ $rc = 0 ] && [ $rc2 != 0 ] &&
    grep -q '^| l8_transpose_b8 | (4096, 1, 1) | 49.600 | 2.917 |$' "$tmp/l.txt"; then
     ok "ncu_kernels.py --launches: a table row a launch, every metric, units scaled"
 else bad "ncu_kernels.py --launches: rc $rc / $rc2"; cat "$tmp/l.txt"; fi
+# bad input: a missing file, a CSV without the time column: one line naming the
+# problem and exit 1, no Python traceback
+printf '"ID","Kernel Name"\n"",""\n"0","k"\n' > "$tmp/n.csv"
+python3 tools/ncu_kernels.py "$tmp/none.csv" > "$tmp/n1.txt" 2>&1; rc=$?
+python3 tools/ncu_kernels.py "$tmp/n.csv" > "$tmp/n2.txt" 2>&1; rc2=$?
+if [ $rc = 1 ] && [ $rc2 = 1 ] && ! grep -q Traceback "$tmp/n1.txt" "$tmp/n2.txt" &&
+   grep -q 'none.csv: .*No such file' "$tmp/n1.txt" &&
+   grep -q 'no "gpu__time_duration.sum" column' "$tmp/n2.txt"; then
+    ok "ncu_kernels.py: a missing file or a CSV without the time column: a message, exit 1"
+else bad "ncu_kernels.py bad input: rc $rc / $rc2"; cat "$tmp/n1.txt" "$tmp/n2.txt"; fi
 
 # ---- 5. bench_ratio.py: one report a side, and medians of several ----
 for k in 1 2 3; do

@@ -27,10 +27,21 @@ MILLIONS = {"sector", "inst", "byte"}
 
 
 def read(path):
-    rows = list(csv.reader(l for l in open(path) if l.startswith('"')))
+    try:
+        with open(path) as f:
+            rows = list(csv.reader(l for l in f if l.startswith('"')))
+    except (OSError, UnicodeDecodeError) as e:
+        sys.exit(f"ncu_kernels.py: {path}: {e}")
     if len(rows) < 2:
         sys.exit(f"ncu_kernels.py: {path}: no ncu CSV rows (run ncu with --csv --page raw)")
     return rows[0], rows[1], rows[2:]
+
+
+def column(head, name):
+    if name not in head:
+        sys.exit(f"ncu_kernels.py: no \"{name}\" column (ncu --csv --page raw"
+                 + (", --metrics gpu__time_duration.sum)" if "__" in name else ")"))
+    return head.index(name)
 
 
 def shown(unit):
@@ -52,7 +63,7 @@ def value(text, unit):
 
 
 def by_kernel(head, units, rows, steps):
-    ki, ti = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+    ki, ti = column(head, "Kernel Name"), column(head, "gpu__time_duration.sum")
     agg = {}
     for r in rows:
         t = value(r[ti], units[ti] if units[ti] in TIME else "ns")
@@ -72,7 +83,7 @@ def by_kernel(head, units, rows, steps):
 
 
 def by_launch(head, units, rows):
-    ki = head.index("Kernel Name")
+    ki = column(head, "Kernel Name")
     gi = head.index("Grid Size") if "Grid Size" in head else None
     cols = [i for i, h in enumerate(head) if "__" in h]
     names = [f"{head[i]} ({shown(units[i])[1]})" if units[i] else head[i] for i in cols]
