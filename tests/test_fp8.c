@@ -1822,6 +1822,40 @@ static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
                                (int)((k + o) % 2));
 }
 
+/* Transposes one random R x C byte matrix on the GPU and on the host and
+ * compares every byte of the output storage: the input view starts at byte
+ * off of its storage, the output view at 32 + off, with 32 guard bytes on
+ * both sides of it that must keep their poison (off 0: both bases aligned). */
+static void transpose_both(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, int64_t off)
+{
+    int64_t n = R * C, nb = n + 64 + off;
+    int64_t dims[2] = { R, C }, tdims[2] = { C, R };
+    uint8_t *x = xmalloc((size_t)n), *y[2] = { xmalloc((size_t)nb), xmalloc((size_t)nb) };
+    for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(r);
+    for (int side = 0; side < 2; side++) {
+        l8_ctx *ctx = side ? h : g;
+        l8_tensor *a = mk_at(ctx, (size_t)(n + 16), (size_t)off, L8_E4M3, 2, dims);
+        l8_tensor *b = mk_at(ctx, (size_t)nb, (size_t)(32 + off), L8_E4M3, 2, tdims);
+        l8_tensor *whole = view_of(b, 0, L8_E4M3, 1, &nb);
+        put(a, x);
+        poison(whole, 0x3c);
+        L8_CK(l8_fp8_transpose(a, b, NULL));
+        get(whole, y[side]);
+        l8_tensor_destroy(a);
+        l8_tensor_destroy(b);
+        l8_tensor_destroy(whole);
+    }
+    int64_t i = 0;
+    while (i < nb && y[0][i] == y[1][i]) i++;
+    ck_assert_msg(i == nb, "transpose [%lld x %lld] at offset %lld: byte %lld of the output"
+                  " storage (the view starts at %lld, at most %d CTAs): gpu 0x%02x host 0x%02x",
+                  (long long)R, (long long)C, (long long)off, (long long)i, (long long)(32 + off),
+                  l8i_transpose_max_ctas, i < nb ? y[0][i] : 0, i < nb ? y[1][i] : 0);
+    free(x);
+    free(y[0]);
+    free(y[1]);
+}
+
 START_TEST(test_gpu_dequantize_transpose)
 {
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
@@ -1867,77 +1901,30 @@ START_TEST(test_gpu_dequantize_transpose)
      * tile's loads in flight over phase 2 of the one before, both shared
      * buffers), edge and whole tiles, halo or not, one after the other */
     const int max_ctas[] = { 0, 1, 3 };
+    /* the loads: 16 B (cols % 16 == 0), 2 x 8 B (cols % 8 == 0), aligned words
+     * funnel-shifted (any cols; 258 and 261 put full tiles next to the limit of
+     * 3 bytes past a tile row), predicated bytes (edges); the stores: 16 B,
+     * P2_SHIFT (full tiles, rows % 16 != 0), 8 B, words and bytes (edge tiles) */
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
+                                  { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
+                                  { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
+                                  { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 },
+                                  { 5, 300 }, { 143, 261 }, { 100, 1000 }, { 15, 17 },
+                                  { 1003, 1024 } };
+    /* and at byte offsets: unaligned input bases (the word loads shifted from
+     * the first row on, or off) and output bases (no VEC_T16: every tile with
+     * 128 rows through P2_SHIFT); 272 x 258: a halo that ends with the matrix
+     * next to a full tile 2 columns from the end (loaded byte by byte) */
+    const int64_t oshapes[][2] = { { 257, 136 }, { 384, 261 }, { 256, 1000 }, { 1031, 263 },
+                                   { 272, 258 } };
+    const int64_t offs[] = { 1, 3, 4, 8 };
     for (size_t gi = 0; gi < sizeof max_ctas / sizeof max_ctas[0]; gi++) {
         l8i_transpose_max_ctas = max_ctas[gi];
-        /* the loads: 16 B (cols % 16 == 0), 2 x 8 B (cols % 8 == 0), aligned words
-         * funnel-shifted (any cols; 258 and 261 put full tiles next to the limit of
-         * 3 bytes past a tile row), predicated bytes (edges); the stores: 16 B,
-         * P2_SHIFT (full tiles, rows % 16 != 0), 8 B, words and bytes (edge tiles) */
-        const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 128, 128 }, { 1000, 1000 }, { 1, 4096 },
-                                      { 4096, 3 }, { 4096, 4096 }, { 264, 136 }, { 1003, 517 },
-                                      { 258, 1024 }, { 384, 261 }, { 384, 258 }, { 257, 136 },
-                                      { 263, 1031 }, { 1031, 263 }, { 520, 4104 }, { 300, 261 },
-                                      { 5, 300 }, { 143, 261 }, { 100, 1000 }, { 15, 17 },
-                                      { 1003, 1024 } };
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-            int64_t R = shapes[k][0], C = shapes[k][1];
-            size_t n = (size_t)(R * C);
-            uint8_t *x = xmalloc(n), *y[2] = { xmalloc(n), xmalloc(n) };
-            for (size_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(&r);
-            for (int side = 0; side < 2; side++) {
-                l8_ctx *ctx = side ? h : g;
-                l8_tensor *a = mk2(ctx, L8_E4M3, R, C), *b = mk2(ctx, L8_E4M3, C, R);
-                put(a, x);
-                poison(b, 0x3c);
-                L8_CK(l8_fp8_transpose(a, b, NULL));
-                get(b, y[side]);
-                l8_tensor_destroy(a);
-                l8_tensor_destroy(b);
-            }
-            ck_assert_msg(memcmp(y[0], y[1], n) == 0,
-                          "transpose [%lld x %lld] (at most %d CTAs) differs", (long long)R,
-                          (long long)C, l8i_transpose_max_ctas);
-            free(x);
-            free(y[0]);
-            free(y[1]);
-        }
-        /* views at byte offsets: unaligned input bases (the word loads shifted from
-         * the first row on, or off) and output bases (no VEC_T16: every tile with
-         * 128 rows through P2_SHIFT), with 32 guard bytes on both sides of the
-         * output that must keep their poison; 272 x 258: a halo that ends with the
-         * matrix next to a full tile 2 columns from the end (loaded byte by byte) */
-        const int64_t oshapes[][2] = { { 257, 136 }, { 384, 261 }, { 256, 1000 }, { 1031, 263 },
-                                       { 272, 258 } };
-        const int64_t offs[] = { 1, 3, 4, 8 };
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            transpose_both(g, h, &r, shapes[k][0], shapes[k][1], 0);
         for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
-            for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++) {
-                int64_t R = oshapes[k][0], C = oshapes[k][1], n = R * C, nb = n + 64 + offs[o];
-                int64_t dims[2] = { R, C }, tdims[2] = { C, R };
-                uint8_t *x = xmalloc((size_t)n), *y[2] = { xmalloc((size_t)nb), xmalloc((size_t)nb) };
-                for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)l8_rng_next(&r);
-                for (int side = 0; side < 2; side++) {
-                    l8_ctx *ctx = side ? h : g;
-                    l8_tensor *a = mk_at(ctx, (size_t)(n + 16), (size_t)offs[o], L8_E4M3, 2, dims);
-                    l8_tensor *b = mk_at(ctx, (size_t)nb, (size_t)(32 + offs[o]), L8_E4M3, 2, tdims);
-                    l8_tensor *whole = view_of(b, 0, L8_E4M3, 1, &nb);
-                    put(a, x);
-                    poison(whole, 0x3c);
-                    L8_CK(l8_fp8_transpose(a, b, NULL));
-                    get(whole, y[side]);
-                    l8_tensor_destroy(a);
-                    l8_tensor_destroy(b);
-                    l8_tensor_destroy(whole);
-                }
-                int64_t i = 0;
-                while (i < nb && y[0][i] == y[1][i]) i++;
-                ck_assert_msg(i == nb, "transpose [%lld x %lld] at offset %lld: byte %lld of the output"
-                              " storage (the view starts at %lld, at most %d CTAs): gpu 0x%02x host 0x%02x",
-                              (long long)R, (long long)C, (long long)offs[o], (long long)i,
-                              (long long)(32 + offs[o]), l8i_transpose_max_ctas, y[0][i], y[1][i]);
-                free(x);
-                free(y[0]);
-                free(y[1]);
-            }
+            for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++)
+                transpose_both(g, h, &r, oshapes[k][0], oshapes[k][1], offs[o]);
     }
     l8i_transpose_max_ctas = 0;
     done_ctx(h);
