@@ -9,8 +9,9 @@
 #   3. bad input: an unknown benchmark, an unknown flag and an unwritable
 #      --json path exit non-zero with a message;
 #   4. tools/ncu_kernels.py summarizes an ncu CSV by kernel, and launch by
-#      launch with every metric (--launches); a missing file or column
-#      gets a message and exit 1;
+#      launch with the metrics asked for (--launches), on small files and on
+#      tests/ncu_raw_h200.csv (four launches of real ncu output from the H200:
+#      273 columns); a missing file or column gets a message and exit 1;
 #   5. tools/bench_ratio.py's ratios, from one report a side and from the
 #      medians of several (runs alternated on the GPU, tools/device-run.sh);
 #   6. tools/device-run.sh gemmcache's plumbing (its steps fail here, no GPU):
@@ -103,6 +104,27 @@ if [ $rc = 0 ] && [ $rc2 != 0 ] &&
    grep -q '^| l8_transpose_b8 | (4096, 1, 1) | 49.600 | 2.917 |$' "$tmp/l.txt"; then
     ok "ncu_kernels.py --launches: a table row a launch, every metric, units scaled"
 else bad "ncu_kernels.py --launches: rc $rc / $rc2"; cat "$tmp/l.txt"; fi
+# the same on ncu's own output (on the H200 machine, CUDA 13.0: `--metrics gpu__time_duration.sum,
+# lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum --csv
+# --page raw lean8-train ...`, program output between the rows): by kernel; by launch
+# the three .sum columns, not the ~250 attributes and .avg/.max/.min ncu adds; named
+# metrics, any column
+real=tests/ncu_raw_h200.csv
+python3 tools/ncu_kernels.py "$real" > "$tmp/r1.txt" 2>&1; rc=$?
+python3 tools/ncu_kernels.py --launches "$real" > "$tmp/r2.txt" 2>&1; rc2=$?
+python3 tools/ncu_kernels.py --launches "$real" gpu__time_duration.max \
+    launch__registers_per_thread > "$tmp/r3.txt" 2>&1; rc3=$?
+python3 tools/ncu_kernels.py --launches "$real" lts__no_such.sum > "$tmp/r4.txt" 2>&1; rc4=$?
+if [ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && [ $rc4 = 1 ] &&
+   grep -Eq '^l8_transpose_b8 +1 +4\.7 +4\.74$' "$tmp/r1.txt" &&
+   grep -Eq '^all +4 +21\.6 *$' "$tmp/r1.txt" &&
+   grep -qx '| kernel | grid | gpu__time_duration.sum (us) | lts__t_sectors_srcunit_tex_op_read.sum (Msector) | lts__t_sectors_srcunit_tex_op_write.sum (Msector) |' "$tmp/r2.txt" &&
+   grep -qx '| l8_cast_transpose_sm_many_f32 | (164, 1, 1) | 6.304 | 0.083 | 0.048 |' "$tmp/r2.txt" &&
+   [ "$(wc -l < "$tmp/r2.txt")" = 6 ] &&
+   grep -qx '| l8_transpose_b8 | (14, 1, 1) | 4.736 | 80.000 |' "$tmp/r3.txt" &&
+   grep -q 'no "lts__no_such.sum" column' "$tmp/r4.txt"; then
+    ok "ncu_kernels.py on real ncu output: by kernel; by launch the .sum metrics or those named"
+else bad "ncu_kernels.py on real ncu output: rc $rc / $rc2 / $rc3 / $rc4"; cat "$tmp"/r[1-4].txt; fi
 # bad input: a missing file, a CSV without the time column: one line naming the
 # problem and exit 1, no Python traceback
 printf '"ID","Kernel Name"\n"",""\n"0","k"\n' > "$tmp/n.csv"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarize `ncu --csv --page raw` output: by kernel (launches, total and mean
-time, sorted by total), or launch by launch with every metric the file holds.
+time, sorted by total), or launch by launch with the metrics asked for.
 Used for the "where does the step's time go" breakdowns and the kernels'
 L2 / DRAM figures in docs/perf.md.
 
@@ -12,12 +12,14 @@ launches cover (per-step figures).
 
     ncu --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,... \\
         --kernel-name regex:l8_ --csv --page raw PROGRAM ... > k.csv
-    python3 tools/ncu_kernels.py --launches k.csv
+    python3 tools/ncu_kernels.py --launches k.csv [METRIC...]
 
 --launches prints a Markdown table, one row a launch in the file's order: the
-kernel, its grid when the file has it, then every metric column (a name with
-"__"), times in us, sectors, instructions and bytes in millions, the rest as
-ncu wrote them.
+kernel, its grid when the file has it, then the METRIC columns named, or
+without names every metric ending in ".sum" (the rollup requested above; the
+raw page also holds ~250 device and launch attributes, and .avg, .max and
+.min of each metric); times in us, sectors, instructions and bytes in
+millions, the rest as ncu wrote them.
 """
 import csv
 import sys
@@ -40,7 +42,7 @@ def read(path):
 def column(head, name):
     if name not in head:
         sys.exit(f"ncu_kernels.py: no \"{name}\" column (ncu --csv --page raw"
-                 + (", --metrics gpu__time_duration.sum)" if "__" in name else ")"))
+                 + (f", --metrics {name})" if "__" in name else ")"))
     return head.index(name)
 
 
@@ -82,10 +84,16 @@ def by_kernel(head, units, rows, steps):
     print(f"{'all':<60} {sum(n for n, _ in agg.values()):8d} {total:10.1f} {'':>8}{extra}")
 
 
-def by_launch(head, units, rows):
+def by_launch(head, units, rows, metrics):
+    """metrics: the columns to show; none named, those ending in ".sum" (ncu's
+    raw page also holds ~250 device, launch, link and profiler attributes
+    and each requested metric's .avg, .max and .min)."""
     ki = column(head, "Kernel Name")
     gi = head.index("Grid Size") if "Grid Size" in head else None
-    cols = [i for i, h in enumerate(head) if "__" in h]
+    if metrics:
+        cols = [column(head, m) for m in metrics]
+    else:
+        cols = [i for i, h in enumerate(head) if "__" in h and h.endswith(".sum")]
     names = [f"{head[i]} ({shown(units[i])[1]})" if units[i] else head[i] for i in cols]
     table = []
     for r in rows:
@@ -103,12 +111,12 @@ def by_launch(head, units, rows):
 
 def main(argv):
     if argv and argv[0] == "--launches":
-        if len(argv) != 2:
-            sys.exit("usage: ncu_kernels.py --launches K.CSV")
-        by_launch(*read(argv[1]))
+        if len(argv) < 2:
+            sys.exit("usage: ncu_kernels.py --launches K.CSV [METRIC...]")
+        by_launch(*read(argv[1]), argv[2:])
         return
     if len(argv) not in (1, 2):
-        sys.exit("usage: ncu_kernels.py K.CSV [STEPS] | ncu_kernels.py --launches K.CSV")
+        sys.exit("usage: ncu_kernels.py K.CSV [STEPS] | ncu_kernels.py --launches K.CSV [METRIC...]")
     by_kernel(*read(argv[0]), float(argv[1]) if len(argv) > 1 else 0)
 
 
