@@ -90,7 +90,7 @@ if [ $rc = 0 ] && grep -Eq '^l8_cast_transpose_bf16 +2 +12\.2 +6\.10 +6\.1$' "$t
    grep -Eq '^all +3 +17\.2 +8\.6$' "$tmp/k.txt"; then
     ok "ncu_kernels.py: launches, total, mean and per-step us by kernel"
 else bad "ncu_kernels.py: rc $rc"; cat "$tmp/k.txt"; fi
-# --launches: a row a launch with every metric column, units scaled (ns -> us, sectors in M)
+# --launches: a row a launch with the .sum metric columns, units scaled (ns -> us, sectors in M)
 cat > "$tmp/l.csv" <<'CSV'
 "ID","Process ID","Kernel Name","Grid Size","gpu__time_duration.sum","lts__t_sectors_srcunit_tex_op_read.sum"
 "","","","","nsecond","sector"
@@ -102,7 +102,7 @@ python3 tools/ncu_kernels.py --launches > /dev/null 2>&1; rc2=$?
 if [ $rc = 0 ] && [ $rc2 != 0 ] &&
    grep -q '^| kernel | grid | gpu__time_duration.sum (us) | lts__t_sectors_srcunit_tex_op_read.sum (Msector) |$' "$tmp/l.txt" &&
    grep -q '^| l8_transpose_b8 | (4096, 1, 1) | 49.600 | 2.917 |$' "$tmp/l.txt"; then
-    ok "ncu_kernels.py --launches: a table row a launch, every metric, units scaled"
+    ok "ncu_kernels.py --launches: a table row a launch, the .sum metrics, units scaled"
 else bad "ncu_kernels.py --launches: rc $rc / $rc2"; cat "$tmp/l.txt"; fi
 # the same on ncu's own output (on the H200 machine, CUDA 13.0: `--metrics gpu__time_duration.sum,
 # lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum --csv

@@ -85,9 +85,8 @@ def by_kernel(head, units, rows, steps):
 
 
 def by_launch(head, units, rows, metrics):
-    """metrics: the columns to show; none named, those ending in ".sum" (ncu's
-    raw page also holds ~250 device, launch, link and profiler attributes
-    and each requested metric's .avg, .max and .min)."""
+    """metrics: the column names to show; none, those ending in ".sum" (see
+    the module's docstring)."""
     ki = column(head, "Kernel Name")
     gi = head.index("Grid Size") if "Grid Size" in head else None
     if metrics:
