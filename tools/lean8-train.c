@@ -1399,6 +1399,21 @@ out:
     return st;
 }
 
+/* --zero1: each rank resumes from its own file. A rank whose file is missing
+ * (a checkpoint of fewer ranks, or a lost file) says so, with what rank 0's
+ * file says to this run - for fewer ranks the refusal naming both rank
+ * counts that ranks 0.. give, whichever rank lean8-run hears from first. */
+static l8_status load_own_ckpt(model *m, const opts *o, const char *path, int *epoch_done)
+{
+    if (!m->zero1 || m->dp_rank == 0 || access(path, F_OK) == 0 || errno != ENOENT)
+        return load_ckpt(m, o, path, epoch_done);
+    char p0[1100], why[512] = "rank 0's file loads";
+    snprintf(p0, sizeof p0, "%s.rank0", o->resume);
+    if (load_ckpt(m, o, p0, epoch_done) != L8_OK)
+        snprintf(why, sizeof why, "%s", l8_last_error_string());
+    return L8_FAIL(L8_ERR_IO, "lean8-train: checkpoint %s is missing; %s", path, why);
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -1442,7 +1457,7 @@ int main(int argc, char **argv)
     if (o.save) snprintf(save_p, sizeof save_p, m.zero1 ? "%s.rank%d" : "%s", o.save, m.dp_rank);
     if (o.resume) snprintf(resume_p, sizeof resume_p, m.zero1 ? "%s.rank%d" : "%s", o.resume, m.dp_rank);
     if (o.resume) {
-        CK(load_ckpt(&m, &o, resume_p, &start_epoch));
+        CK(load_own_ckpt(&m, &o, resume_p, &start_epoch));
         printf("resumed from %s after epoch %d\n", resume_p, start_epoch);
     }
     /* per-pass rows: the training images, or the test images and the
