@@ -131,6 +131,58 @@ static void rows_cols(const l8_tensor *t, int64_t *rows, int64_t *cols)
         *rows *= l8_tensor_dim(t, d);
 }
 
+/* Whether t is a 2-D view whose rows lie further apart than their length
+ * with unit steps inside them (a row-padded view: need_padded says whether
+ * one the ops take). A view of one row (or of one column) is contiguous
+ * whatever its other stride says: padded where that stride says so. */
+static int looks_padded(const l8_tensor *t)
+{
+    int64_t d0 = l8_tensor_dim(t, 0), d1 = l8_tensor_dim(t, 1);
+    return l8_tensor_ndim(t) == 2 && d0 > 0 && l8_tensor_stride(t, 0) > d1 &&
+           (l8_tensor_stride(t, 1) == 1 || d1 == 1);
+}
+
+/* An output t of ctx (NULL: any), 2-D [d0, d1] (dims: what those are, for
+ * the message), and contiguous or row-padded - strides [ld, 1], ld > d1, ld
+ * % 16 == 0, data 16-B aligned (the GEMM-ready layout of cast.h's common
+ * rules). *ld = its row stride. */
+static l8_status need_padded(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
+                             int64_t d0, int64_t d1, const char *dims, int64_t *ld)
+{
+    if (!t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+    if (ctx && l8_tensor_ctx(t) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (l8_tensor_ndim(t) != 2 || l8_tensor_dim(t, 0) != d0 || l8_tensor_dim(t, 1) != d1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s must be 2-D [%lld, %lld] (%s)", op, name,
+                       (long long)d0, (long long)d1, dims);
+    int64_t s0 = l8_tensor_stride(t, 0), s1 = l8_tensor_stride(t, 1);
+    int padded = looks_padded(t) && s0 % 16 == 0;
+    *ld = d1;
+    if (!padded && l8_tensor_is_contiguous(t))
+        return L8_OK;
+    if (!padded)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has strides [%lld, %lld]: wanted contiguous "
+                       "or row-padded ([ld, 1] with ld > %lld and ld %% 16 == 0)", op, name,
+                       (long long)s0, (long long)s1, (long long)d1);
+    if (l8_tensor_offset(t) % 16)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a row-padded %s must be 16-byte aligned (it "
+                       "starts %zu bytes into its storage)", op, name, l8_tensor_offset(t));
+    *ld = s0;
+    return L8_OK;
+}
+
+/* Columns [R, min(R16, ld)) of each of the C rows of a row-padded output
+ * yt [C, ld] (R16: R rounded up to 16) get the FP8 code q of a zero input,
+ * as the device writes them. */
+static void pad_host(uint8_t *yt, int64_t R, int64_t C, int64_t ld, uint8_t q)
+{
+    int64_t end = (R + 15) / 16 * 16;
+    end = end < ld ? end : ld;
+    for (int64_t c = 0; ld > R && c < C; c++)
+        memset(yt + c * ld + R, q, (size_t)(end - R));
+}
+
 /* ------------------------------------------------------------------------ */
 /* device helpers                                                            */
 
@@ -211,9 +263,9 @@ static l8_status dbias_host(const void *x, l8_dtype idt, int64_t R, int64_t C, v
  * partial_j[c] = sum_{i<8} X[128 tr + 16 i + j][c] (rows past the end add
  * +0.0f), p[c] = sum_{j<16} partial_j[c], total[c] = sum_tr p[c], every sum
  * sequential from +0.0f. */
-static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, float scale,
-                         l8_dtype fmt, uint8_t *out, uint8_t *out_t, float *amax, void *dbias,
-                         l8_dtype ddt)
+static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, int64_t ldo,
+                         int64_t ldt, float scale, l8_dtype fmt, uint8_t *out, uint8_t *out_t,
+                         float *amax, void *dbias, l8_dtype ddt)
 {
     uint32_t am = l8_amax_bits(*amax);
     for (int64_t r = 0; r < R; r++) {
@@ -223,11 +275,15 @@ static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, floa
             am = b > am ? b : am;
             uint8_t q = l8_fp8_from_f32(v * scale, fmt);
             if (out)
-                out[r * C + c] = q;
+                out[r * ldo + c] = q;
             if (out_t)
-                out_t[c * R + r] = q;
+                out_t[c * ldt + r] = q;
         }
     }
+    if (out)
+        pad_host(out, C, R, ldo, 0);          /* as the device's memset (cast_transpose_impl) */
+    if (out_t)
+        pad_host(out_t, R, C, ldt, l8_fp8_from_f32(0.0f * scale, fmt));
     union { uint32_t u; float f; } cv = { am };
     *amax = cv.f;
     return dbias ? dbias_host(x, idt, R, C, dbias, ddt) : L8_OK;
@@ -285,11 +341,14 @@ typedef struct ct_job {
     void *x, *y, *yt, *db;        /* y, db may be NULL; yt too for the _act ops */
     uint32_t kf;                  /* KF_VEC_ROW, KF_IN_WORDS, KF_VEC_T16 */
     uint64_t ntr, ntc;            /* tile rows, tile columns */
+    int64_t ldt;                  /* yt's row stride: R, or more where it is row-padded */
+    int64_t ldo;                  /* y's row stride: C, or more where it is row-padded */
 } ct_job;
 
 /* Check the arguments of one cast_transpose(_dbias) on ctx (NULL: in's) and
  * fill *j. out_t may be NULL only when out is not (a cast without its
- * transpose: the _act ops). Nothing is enqueued. */
+ * transpose: the _act ops), and row-padded (need_out_t). Nothing is
+ * enqueued. */
 static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
                             l8_tensor *out_t, l8_tensor *dbias, l8_ctx *ctx, ct_job *j)
 {
@@ -297,28 +356,33 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
     ctx = l8_tensor_ctx(in);
     L8_CHECK(need_hp(op, "in", in));
     l8_tensor *ref = out_t ? out_t : out;
-    L8_CHECK(l8i_need_tensor(op, out_t ? "out_t" : "out (out_t is NULL)", ref, ctx));
+    int64_t R, C, ldt;
+    rows_cols(in, &R, &C);
+    ldt = R;
+    if (out_t)
+        L8_CHECK(need_padded(op, "out_t", out_t, ctx, C, R, "cols, rows of in", &ldt));
+    else
+        L8_CHECK(l8i_need_tensor(op, "out (out_t is NULL)", out, ctx));
     l8_fp8_meta *m;
     L8_CHECK(need_fp8(op, out_t ? "out_t" : "out", ref, &m));
-    int64_t R, C;
-    rows_cols(in, &R, &C);
     l8_dtype fmt = l8_tensor_dtype(ref);
-    if (out_t && (l8_tensor_ndim(out_t) != 2 || l8_tensor_dim(out_t, 0) != C ||
-                  l8_tensor_dim(out_t, 1) != R))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out_t must be 2-D [%lld, %lld] (cols, rows of in)",
-                       op, (long long)C, (long long)R);
-    if (out) {
-        l8_fp8_meta *mo;
+    int64_t ldo = C;
+    if (out && out_t && looks_padded(out)) {
+        L8_CHECK(need_padded(op, "out", out, ctx, R, C, "rows, cols of in", &ldo));
+    } else if (out) {
         L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
-        L8_CHECK(need_fp8(op, "out", out, &mo));
-        if (l8_tensor_dtype(out) != fmt || mo != m)
-            return L8_FAIL(L8_ERR_INVALID_ARG,
-                           "%s: out and out_t must have the same FP8 dtype and share one meta", op);
         int64_t r2, c2;
         rows_cols(out, &r2, &c2);
         if (r2 != R || c2 != C)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out is [%lld, %lld], wanted [%lld, %lld]", op,
                            (long long)r2, (long long)c2, (long long)R, (long long)C);
+    }
+    if (out) {
+        l8_fp8_meta *mo;
+        L8_CHECK(need_fp8(op, "out", out, &mo));
+        if (l8_tensor_dtype(out) != fmt || mo != m)
+            return L8_FAIL(L8_ERR_INVALID_ARG,
+                           "%s: out and out_t must have the same FP8 dtype and share one meta", op);
     }
     if (dbias) {
         L8_CHECK(l8i_need_tensor(op, "dbias", dbias, ctx));
@@ -327,10 +391,12 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dbias has %lld elements, wanted %lld (cols)",
                            op, (long long)l8_tensor_numel(dbias), (long long)C);
     }
-    if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
+    if (R > INT32_MAX || C > INT32_MAX || ldt > INT32_MAX || ldo > INT32_MAX ||
+        ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
-    *j = (ct_job){ .ctx = ctx, .m = m, .R = R, .C = C, .idt = l8_tensor_dtype(in), .fmt = fmt };
+    *j = (ct_job){ .ctx = ctx, .m = m, .R = R, .C = C, .idt = l8_tensor_dtype(in), .fmt = fmt,
+                   .ldt = ldt, .ldo = ldo };
     L8_CHECK(l8_tensor_data(in, &j->x));
     if (out)
         L8_CHECK(l8_tensor_data(out, &j->y));
@@ -342,7 +408,7 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
         j->kf |= KF_VEC_ROW;
     if (aligned(j->x, 4))
         j->kf |= KF_IN_WORDS;
-    if (R % 16 == 0 && j->yt && aligned(j->yt, 16))
+    if (ldt % 16 == 0 && j->yt && aligned(j->yt, 16))   /* row-padded: always */
         j->kf |= KF_VEC_T16;
     j->ntr = (uint64_t)(R + 127) / 128;
     j->ntc = (uint64_t)(C + 127) / 128;
@@ -355,7 +421,8 @@ static l8_status ct_job_host(const ct_job *j, l8_dtype ddt, unsigned flags)
     float *amax = l8_fp8_meta_amax(j->m), *scale = l8_fp8_meta_scale(j->m);
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         *amax = 0.0f;
-    L8_CHECK(ct_host(j->x, j->idt, j->R, j->C, *scale, j->fmt, j->y, j->yt, amax, j->db, ddt));
+    L8_CHECK(ct_host(j->x, j->idt, j->R, j->C, j->ldo, j->ldt, *scale, j->fmt, j->y, j->yt, amax,
+                     j->db, ddt));
     *l8_fp8_meta_scale_inv(j->m) = 1.0f / *scale;
     return L8_OK;
 }
@@ -368,10 +435,11 @@ static int sm_sized(const ct_job *j)
 }
 
 /* Whether j (with dbias or not, under the op's flags) takes the small-tile
- * kernel: never with L8_CAST_FEW_SMS, which asks for the 128 x 128 tiles. */
+ * kernel: never with L8_CAST_FEW_SMS, which asks for the 128 x 128 tiles,
+ * nor for a row-padded out_t, which only the tile kernel writes. */
 static int sm_fits(const ct_job *j, const l8_tensor *dbias, unsigned flags)
 {
-    if ((flags & L8_CAST_FEW_SMS) || !sm_sized(j))
+    if ((flags & L8_CAST_FEW_SMS) || !sm_sized(j) || j->ldt != j->R || j->ldo != j->C)
         return 0;
     return !dbias || j->ntr <= 1 || (j->ntr <= SM_MAX_DB_TILE_ROWS && l8i_ctx_clusters(j->ctx));
 }
@@ -488,6 +556,14 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
  * store (results wrong: a bound) ran 0.578, so it would not win there either. */
 static int split_wins(const ct_job *j, int dbias)
 {
+    /* A row-padded out_t (cast.h) has its rows on their lines: the tile
+     * kernel writes it in whole 16-B blocks, and beats the split on every
+     * shape. On an H200 (2026-12-03, eleventh session, lean8-bench cast
+     * --quick, x copy, split / tile kernel): bf16 8191 x 8200 cast_t
+     * 0.70-0.71 / 0.82-0.83, cast_t_db 0.65 / 0.77-0.78; bf16 8191 x 8191
+     * cast_t 0.69 / 0.72-0.73; f32 8191 x 8191 cast_t 0.76 / 0.82-0.83. */
+    if (j->ldt != j->R || j->ldo != j->C)      /* and the split's cast wants out contiguous */
+        return 0;
     if (j->C % 8 != 0)
         return !dbias;
     return j->idt != L8_F32 && j->R % 16 != 0 && j->C % 16 != 0;
@@ -547,13 +623,22 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         L8_TRY(st, zero_amax(s, amax), out);
+    if (y && j.ldo > C && R > 0) {
+        /* a row-padded out: its columns C .. C16 - 1 zeroed (the kernel
+         * writes the columns below C only) */
+        size_t w = (size_t)(((C + 15) / 16 * 16 < j.ldo ? (C + 15) / 16 * 16 : j.ldo) - C);
+        if (w)
+            L8_TRY(st, L8_CU(cuMemsetD2D8Async, (CUdeviceptr)(uintptr_t)((uint8_t *)y + C),
+                             (size_t)j.ldo, 0, w, (size_t)R, l8i_stream_cu(s)), out);
+    }
     {
         uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = split ? 0 : dptr(yt);
         uint64_t a_scale = dptr(scale);
         uint64_t a_amax = dptr(amax), a_sinv = dptr(sinv), a_ws = dptr(direct ? db : ws);
         uint32_t rows = (uint32_t)R, cols = (uint32_t)C, ofmt = (uint32_t)fmt;
+        uint32_t ldt = (uint32_t)j.ldt, ldo = (uint32_t)j.ldo;
         void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws,
-                         &rows, &cols, &kf, &ofmt };
+                         &rows, &cols, &kf, &ofmt, &ldt, &ldo };
         L8_TRY(st, l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
     }
     if (dbias && !direct && C > 0) {
@@ -870,6 +955,10 @@ static l8_status many_prepare(const char *op, int n, const l8_tensor *const *in,
                                   i ? jobs[0].ctx : NULL, &jobs[i]);
         if (st != L8_OK)
             return l8i_fail_item(st, "tensor", i);
+        if (jobs[i].ldt != jobs[i].R || jobs[i].ldo != jobs[i].C)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensor %d's %s is row-padded; the group op "
+                           "needs contiguous tensors (l8_fp8_cast_transpose takes padded ones)",
+                           op, i, jobs[i].ldt != jobs[i].R ? "out_t" : "out");
         for (int k = 0; k < i; k++)
             if (jobs[k].m == jobs[i].m)
                 return L8_FAIL(L8_ERR_INVALID_ARG, "%s: tensors %d and %d share a meta (each "
@@ -1033,18 +1122,16 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     static const char *op = "l8_fp8_transpose";
     L8_CHECK(l8i_need_tensor(op, "in", in, NULL));
     l8_ctx *ctx = l8_tensor_ctx(in);
-    L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
+    int64_t R, C, ld;
+    rows_cols(in, &R, &C);
+    L8_CHECK(need_padded(op, "out", out, ctx, C, R, "cols, rows of in", &ld));
     l8_dtype dt = l8_tensor_dtype(in);
     if (!(l8_dtype_is_fp8(dt) || dt == L8_U8) || l8_tensor_dtype(out) != dt)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: in and out must both be e4m3, e5m2 or u8 "
                        "(got %s and %s)", op, l8_dtype_name(dt),
                        l8_dtype_name(l8_tensor_dtype(out)));
-    int64_t R, C;
-    rows_cols(in, &R, &C);
-    if (l8_tensor_ndim(out) != 2 || l8_tensor_dim(out, 0) != C || l8_tensor_dim(out, 1) != R)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out must be 2-D [%lld, %lld] (cols, rows of in)",
-                       op, (long long)C, (long long)R);
-    if (R > INT32_MAX || C > INT32_MAX || ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
+    if (R > INT32_MAX || C > INT32_MAX || ld > INT32_MAX ||
+        ((R + 127) / 128) * ((C + 127) / 128) > INT32_MAX)
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: [%lld, %lld] is above the kernel's 2^31 limits",
                        op, (long long)R, (long long)C);
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
@@ -1058,7 +1145,8 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
         uint8_t *b = y;
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
-                b[c * R + r] = a[r * C + c];
+                b[c * ld + r] = a[r * C + c];
+        pad_host(b, R, C, ld, 0);
         return L8_OK;
     }
     if (R == 0 || C == 0)
@@ -1073,15 +1161,15 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
         kf |= KF_VEC_IN8;
     if (aligned(x, 4))
         kf |= KF_IN_WORDS;
-    if (R % 16 == 0 && aligned(y, 16))
+    if (ld % 16 == 0 && aligned(y, 16))   /* row-padded: always */
         kf |= KF_VEC_T16;
     uint64_t ntiles = (uint64_t)((R + 127) / 128) * (uint64_t)((C + 127) / 128);
     unsigned grid = tile_grid(ntiles);
     if (l8i_transpose_max_ctas > 0 && grid > (unsigned)l8i_transpose_max_ctas)
         grid = (unsigned)l8i_transpose_max_ctas;
     uint64_t a_in = dptr(x), a_out = dptr(y);
-    uint32_t rows = (uint32_t)R, cols = (uint32_t)C;
-    void *args[] = { &a_in, &a_out, &rows, &cols, &kf };
+    uint32_t rows = (uint32_t)R, cols = (uint32_t)C, ldt = (uint32_t)ld;
+    void *args[] = { &a_in, &a_out, &rows, &cols, &kf, &ldt };
     return l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args);
 }
 

@@ -16,6 +16,22 @@
  *    is safe on any stream.
  *  - Tensors must be contiguous (make a strided view contiguous first);
  *    rows/cols below mean: cols = the last dimension, rows = numel / cols.
+ *    One exception, the GEMM-ready padded layout: the outputs of the
+ *    cast_transpose ops (not of the _many group op) - out_t [cols, rows]
+ *    and, when out_t is given, out [rows, cols] - and out of
+ *    l8_fp8_transpose may instead be row-padded: a 2-D view with strides
+ *    [ld, 1], ld > its last dimension n, ld % 16 == 0 and its data 16-B
+ *    aligned - e.g. l8_tensor_narrow of a [m, ld] tensor to its first n
+ *    columns. Columns n .. N16 - 1 of each row, N16 = n rounded up to 16,
+ *    are then written with zeros (0x00; in out_t a cast with a non-finite
+ *    scale may leave NaN codes there, as in its data), and the columns from
+ *    N16 on are never written. So odd sizes can feed an FP8 GEMM, which
+ *    wants K % 16 == 0 and ld % 16 == 0 (cuBLASLt): X^T and dY^T padded to
+ *    rows rounded up to 16 make a wgrad over an odd token count add exact
+ *    zeros, X padded to cols rounded up the same for an odd K. This is also
+ *    the fast layout for such shapes: every store of a padded output is
+ *    aligned (docs/perf.md). Padded outputs take the 128 x 128 tile kernel,
+ *    never the small-tile one (the _act ops then run unfused).
  *  - High-precision tensors are L8_F32, L8_BF16 or L8_F16; FP8 tensors are
  *    L8_E4M3 or L8_E5M2 and carry an l8_fp8_meta (scale, scale_inv, amax:
  *    device f32 scalars, see runtime/tensor.h).
@@ -38,7 +54,8 @@
  *    paths of the transposing kernels (ptx/cast_transpose.ptx.in,
  *    ptx/transpose_p2.ptx.inc) - docs/perf.md has what each costs on an H200.
  *  - Errors: L8_ERR_INVALID_ARG for wrong dtypes, shapes, contexts, missing
- *    metas, non-contiguous tensors, NULL where not allowed;
+ *    metas, non-contiguous tensors (and padded ones that break the rules
+ *    above: ld % 16 != 0, unaligned data), NULL where not allowed;
  *    L8_ERR_UNSUPPORTED for dimensions above the kernels' 32-bit limits;
  *    L8_ERR_STATE when a storage is not on the device (offloaded);
  *    L8_ERR_CUDA / L8_ERR_OOM from the device. On error nothing was enqueued
@@ -192,7 +209,9 @@ L8_NODISCARD l8_status l8_fp8_dequantize(const l8_tensor *in, l8_tensor *out, l8
 
 /* out [cols, rows] = in [rows, cols] transposed, bytes only: FP8 or U8, same
  * dtype on both sides; metas are not touched (attach in's meta to out to
- * reuse its scale_inv). Errors: see above. */
+ * reuse its scale_inv). out may be row-padded (the common rules above: its
+ * columns rows .. rows rounded up to 16, less one, get 0x00). Errors: see
+ * above. */
 L8_NODISCARD l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s);
 
 /* ---- delayed scaling ---- */

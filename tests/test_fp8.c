@@ -1932,6 +1932,272 @@ START_TEST(test_gpu_dequantize_transpose)
 }
 END_TEST
 
+/* ======================================================================== */
+/* row-padded transposed outputs (ops/cast.h's GEMM-ready layout)           */
+
+enum { PAD_CT, PAD_CT_DB, PAD_ACT, PAD_DACT, PAD_T, PAD_OPS };
+static const char *const pad_op_name[PAD_OPS] = { "cast_transpose", "cast_transpose_dbias",
+                                                  "cast_transpose_act", "cast_transpose_dact",
+                                                  "transpose" };
+
+/* A view [d0, d1] with strides [ld, 1] (ld == d1: contiguous) at byte 32
+ * of a new storage of 64 + d0 * ld bytes on ctx, and a u8 view of that
+ * whole storage in *whole; both poisoned 0x3c. */
+static l8_tensor *pad_view(l8_ctx *ctx, l8_dtype dt, int64_t d0, int64_t d1, int64_t ld,
+                           l8_tensor **whole)
+{
+    int64_t nb = 64 + d0 * ld, dims[2] = { d0, d1 }, strides[2] = { ld, 1 };
+    l8_storage *st = NULL;
+    l8_tensor *v = NULL;
+    L8_CK(l8_storage_create(ctx, (size_t)nb, NULL, &st));
+    L8_CK(l8_tensor_from_storage(st, 32, dt, 2, dims, strides, &v));
+    L8_CK(l8_tensor_from_storage(st, 0, L8_U8, 1, &nb, NULL, whole));
+    l8_storage_release(st);
+    poison(*whole, 0x3c);
+    return v;
+}
+
+/* One op of the family on ctx into out_t [C, R] with row stride ld and (with
+ * out; not PAD_T) out [R, C] with row stride ldo (ld == R, ldo == C:
+ * contiguous), each a pad_view: their whole storages to wt (64 + C * ld
+ * bytes) and wo (64 + R * ldo), the f32 dbias (the _dbias and _dact ops) to
+ * db. x: R x C of dt (of the FP8 dtype f for PAD_T), a: the activation's
+ * input (dt). */
+static void pad_run(l8_ctx *ctx, int op, const void *x, const void *a, l8_dtype dt, l8_dtype f,
+                    int64_t R, int64_t C, int64_t ld, int64_t ldo, float scale, int with_out,
+                    uint8_t *wt, uint8_t *wo, float *db)
+{
+    l8_tensor *wvt = NULL, *wvo = NULL;
+    l8_tensor *ot = pad_view(ctx, f, C, R, ld, &wvt);
+    l8_tensor *out = with_out ? pad_view(ctx, f, R, C, ldo, &wvo) : NULL;
+    l8_tensor *in = mk2(ctx, op == PAD_T ? f : dt, R, C);
+    l8_tensor *ta = op == PAD_DACT ? mk2(ctx, dt, R, C) : NULL;
+    l8_tensor *tdb = op == PAD_CT_DB || op == PAD_DACT ? mk1(ctx, L8_F32, C) : NULL;
+    if (op != PAD_T) {
+        l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
+        if (out) L8_CK(l8_tensor_set_fp8_meta(out, m));
+    }
+    if (R > 0 && C > 0) {
+        put(in, x);
+        if (ta) put(ta, a);
+    }
+    if (tdb) poison(tdb, 0xee);
+    switch (op) {
+    case PAD_CT: L8_CK(l8_fp8_cast_transpose(in, out, ot, 0, NULL)); break;
+    case PAD_CT_DB: L8_CK(l8_fp8_cast_transpose_dbias(in, out, ot, tdb, 0, NULL)); break;
+    case PAD_ACT: L8_CK(l8_fp8_cast_transpose_act(L8_ACT_GELU, in, out, ot, 0, NULL)); break;
+    case PAD_DACT:
+        L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, in, ta, out, ot, tdb, 0, NULL));
+        break;
+    default: L8_CK(l8_fp8_transpose(in, ot, NULL)); break;
+    }
+    get(wvt, wt);
+    if (wvo) get(wvo, wo);
+    if (tdb) get(tdb, db);
+    l8_tensor *all[] = { ot, wvt, out, wvo, in, ta, tdb };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) l8_tensor_destroy(all[i]);
+}
+
+/* The rules of a padded output's storage (whole: C rows of R elements, row
+ * stride ld) against the same op's contiguous output (its storage `dense`,
+ * row stride R): equal data; columns R .. min(R16, ld) - 1 zero; the columns
+ * from R16 on and the 32 guard bytes on each side keep their poison. */
+static void pad_check_layout(const uint8_t *whole, const uint8_t *dense, int64_t R, int64_t C,
+                             int64_t ld, const char *what)
+{
+    int64_t r16 = (R + 15) / 16 * 16, nb = 64 + C * ld;
+    for (int64_t i = 0; i < nb; i++) {
+        int64_t k = i - 32, c = ld ? k / ld : C, r = ld ? k % ld : 0;   /* ld 0: no rows */
+        unsigned want = k < 0 || c >= C ? 0x3c : r < R ? dense[32 + c * R + r] : r < r16 ? 0 : 0x3c;
+        if (k >= 0 && c >= C) c = -1;
+        ck_assert_msg(whole[i] == want, "%s [%lld x %lld] ld %lld: storage byte %lld (row %lld, "
+                      "column %lld) 0x%02x want 0x%02x", what, (long long)R, (long long)C,
+                      (long long)ld, (long long)i, (long long)(k < 0 ? -1 : c),
+                      (long long)(k < 0 ? -1 : r), whole[i], want);
+    }
+}
+
+/* Inputs for pad_run: x (R x C of dt, or bytes), a, a finite scale. */
+static void pad_inputs(l8_rng *r, l8_dtype dt, int64_t R, int64_t C, void **x, void **a)
+{
+    size_t n = (size_t)(R * C);
+    *x = xmalloc(n * 4 + 4);
+    *a = xmalloc(n * 4 + 4);
+    fill_hp(r, *x, dt, n, 0, 8.0f);
+    fill_hp(r, *a, dt, n, 0, 4.0f);
+}
+
+START_TEST(test_padded_host)
+{
+    l8_ctx *ctx = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xad);
+    const int64_t shapes[][2] = { { 1, 1 }, { 17, 33 }, { 129, 257 }, { 16, 40 }, { 0, 5 },
+                                  { 3, 0 }, { 200, 40 }, { 5, 300 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int op = 0; op < PAD_OPS; op++) {
+            int64_t R = shapes[k][0], C = shapes[k][1], r16 = (R + 15) / 16 * 16;
+            l8_dtype dt = HPS[(k + (size_t)op) % 3], f = FMTS[k % 2];
+            void *x, *a;
+            pad_inputs(&r, op == PAD_T ? L8_F32 : dt, R, C, &x, &a);
+            float scale = random_scale(&r);
+            int with_out = op != PAD_T && (k + (size_t)op) % 2;
+            int64_t c16 = (C + 15) / 16 * 16;
+            uint8_t *dense = xmalloc((size_t)(64 + C * R)), *y0 = xmalloc((size_t)(64 + R * C));
+            float db0[512], db1[512];
+            pad_run(ctx, op, x, a, dt, f, R, C, R, C, scale, with_out, dense, y0, db0);
+            /* out_t padded, out contiguous; out padded; both, further */
+            const int64_t lds[3][2] = { { r16 > R ? r16 : r16 + 16, C },
+                                        { R, c16 > C ? c16 : c16 + 16 }, { r16 + 32, c16 + 48 } };
+            for (int li = 0; li < 3; li++) {
+                int64_t ld = lds[li][0], ldo = lds[li][1];
+                uint8_t *wt = xmalloc((size_t)(64 + C * ld)), *wo = xmalloc((size_t)(64 + R * ldo));
+                pad_run(ctx, op, x, a, dt, f, R, C, ld, ldo, scale, with_out, wt, wo, db1);
+                pad_check_layout(wt, dense, R, C, ld, pad_op_name[op]);
+                if (with_out)
+                    pad_check_layout(wo, y0, C, R, ldo, pad_op_name[op]);
+                for (int64_t c = 0; (op == PAD_CT_DB || op == PAD_DACT) && c < C; c++)
+                    ck_assert(fbits(db0[c]) == fbits(db1[c]));
+                free(wt);
+                free(wo);
+            }
+            if (op == PAD_CT)     /* the data against the plain reference too */
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t rr = 0; rr < R; rr++) {
+                        unsigned want = ref_encode(ref_load(x, dt, (size_t)(rr * C + c)) * scale, f);
+                        ck_assert_uint_eq(dense[32 + c * R + rr], want);
+                        ck_assert(!with_out || y0[32 + rr * C + c] == want);
+                    }
+            free(x);
+            free(a);
+            free(dense);
+            free(y0);
+        }
+
+    /* what is not the padded layout: ld % 16 != 0, ld <= rows, a column
+     * stride, an unaligned start; the group op takes no padded tensor */
+    l8_tensor *in = mk2(ctx, L8_BF16, 20, 8), *q = mk2(ctx, L8_E4M3, 20, 8);
+    poison(in, 0x3f);
+    l8_storage *st = NULL;
+    L8_CK(l8_storage_create(ctx, 1024, NULL, &st));
+    const struct { size_t off; int64_t s0, s1; } bad[] = {
+        { 0, 24, 1 }, { 0, 40, 1 }, { 0, 16, 1 }, { 0, 64, 2 }, { 8, 32, 1 }, { 1, 48, 1 } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t tdims[2] = { 8, 20 }, strides[2] = { bad[i].s0, bad[i].s1 };
+        l8_tensor *v = NULL;
+        L8_CK(l8_tensor_from_storage(st, bad[i].off, L8_E4M3, 2, tdims, strides, &v));
+        add_meta(v, 1.0f, 0.0f);
+        L8_CK_ST(l8_fp8_cast_transpose(in, NULL, v, 0, NULL), L8_ERR_INVALID_ARG);
+        L8_CK_ST(l8_fp8_transpose(q, v, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(v);
+    }
+    {
+        int64_t tdims[2] = { 8, 20 }, strides[2] = { 32, 1 };
+        l8_tensor *v = NULL;
+        L8_CK(l8_tensor_from_storage(st, 0, L8_E4M3, 2, tdims, strides, &v));
+        add_meta(v, 1.0f, 0.0f);
+        L8_CK(l8_fp8_cast_transpose(in, NULL, v, 0, NULL));
+        const l8_tensor *ins[1] = { in };
+        l8_tensor *outs[1] = { v };
+        L8_CK_ST(l8_fp8_cast_transpose_many(1, ins, NULL, outs, 0, NULL), L8_ERR_INVALID_ARG);
+        /* a padded out: with out_t only (without, the op is l8_fp8_cast), and
+         * not in the group op */
+        int64_t odims[2] = { 20, 8 }, ostr[2] = { 16, 1 };
+        l8_tensor *vo = NULL;
+        L8_CK(l8_tensor_from_storage(st, 320, L8_E4M3, 2, odims, ostr, &vo));
+        L8_CK(l8_tensor_set_fp8_meta(vo, l8_tensor_fp8_meta(v)));
+        L8_CK(l8_fp8_cast_transpose(in, vo, v, 0, NULL));
+        L8_CK_ST(l8_fp8_cast_transpose(in, vo, NULL, 0, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor *qt = mk2(ctx, L8_E4M3, 8, 20), *outs2[1] = { qt }, *ys[1] = { vo };
+        L8_CK(l8_tensor_set_fp8_meta(qt, l8_tensor_fp8_meta(v)));
+        L8_CK_ST(l8_fp8_cast_transpose_many(1, ins, ys, outs2, 0, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(qt);
+        l8_tensor_destroy(vo);
+        l8_tensor_destroy(v);
+    }
+    l8_storage_release(st);
+    l8_tensor_destroy(in);
+    l8_tensor_destroy(q);
+    done_ctx(ctx);
+}
+END_TEST
+
+/* Each op of the family into padded out_t (and out) views on the GPU:
+ * against the same op's contiguous outputs on the GPU by pad_check_layout's
+ * rules, dbias equal; and for the ops without an activation every byte of
+ * both output storages against the host's (the GELU kernels agree with the host to ~1e-6
+ * relative, not bit for bit: ops/elementwise.h). The shapes reach the
+ * tile kernel's paths (small tensors too: padded views never take the
+ * small-tile kernel), the cast + byte transpose split of contiguous out_t
+ * next to it, DB_DIRECT and the dbias reduction, and the byte transpose on
+ * one CTA (its pipeline) as well as a CTA a tile. */
+START_TEST(test_gpu_padded)
+{
+    l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
+    l8_rng r;
+    l8_rng_init(&r, 0xad2);
+    const int64_t shapes[][2] = { { 1, 1 }, { 5, 300 }, { 17, 33 }, { 100, 260 }, { 129, 127 },
+                                  { 143, 136 }, { 255, 1000 }, { 257, 136 }, { 1003, 520 },
+                                  { 1031, 1000 }, { 256, 384 }, { 2049, 1031 }, { 4095, 264 } };
+    for (int gi = 0; gi < 2; gi++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int op = 0; op < PAD_OPS; op++) {
+                if (gi && op != PAD_T)
+                    continue;
+                l8i_transpose_max_ctas = gi;     /* 0: a CTA a tile; 1: one CTA */
+                int64_t R = shapes[k][0], C = shapes[k][1], r16 = (R + 15) / 16 * 16;
+                int64_t ld = r16 > R ? r16 + 16 * (int64_t)(k % 2) : r16 + 16;
+                /* out: padded where its rows are odd, else contiguous or padded in turn */
+                int64_t c16 = (C + 15) / 16 * 16;
+                int64_t ldo = c16 > C ? c16 + 16 * (int64_t)(k % 2) : k % 2 ? C : c16 + 16;
+                l8_dtype dt = HPS[(k + (size_t)op) % 3], f = FMTS[(k + (size_t)op) % 2];
+                void *x, *a;
+                pad_inputs(&r, op == PAD_T ? L8_F32 : dt, R, C, &x, &a);
+                float scale = random_scale(&r);
+                int with_out = op != PAD_T && (k + (size_t)op) % 3 != 2;
+                int act = op == PAD_ACT || op == PAD_DACT;
+                size_t nbt = (size_t)(64 + C * ld), nbo = (size_t)(64 + R * ldo);
+                /* 0: the GPU, padded; 1: the GPU, contiguous; 2: the host, padded */
+                uint8_t *wt[3], *wo[3];
+                float *db[3];
+                for (int v = 0; v < 3; v++) {
+                    wt[v] = xmalloc(v == 1 ? (size_t)(64 + C * R) : nbt);
+                    wo[v] = xmalloc(v == 1 ? (size_t)(64 + R * C) : nbo);
+                    db[v] = xmalloc((size_t)C * 4 + 4);
+                    if (v < 2 || !act)
+                        pad_run(v == 2 ? h : g, op, x, a, dt, f, R, C, v == 1 ? R : ld,
+                                v == 1 ? C : ldo, scale, with_out, wt[v], wo[v], db[v]);
+                }
+                pad_check_layout(wt[0], wt[1], R, C, ld, pad_op_name[op]);
+                if (with_out)
+                    pad_check_layout(wo[0], wo[1], C, R, ldo, pad_op_name[op]);
+                for (int o = 0; o < 2 && !act; o++) {
+                    const uint8_t *gp = o ? wo[0] : wt[0], *hp = o ? wo[2] : wt[2];
+                    size_t nb = o ? nbo : nbt, i = 0;
+                    if (o && !with_out)
+                        break;
+                    while (i < nb && gp[i] == hp[i]) i++;
+                    ck_assert_msg(i == nb, "%s [%lld x %lld] ld %lld / %lld dt %d (%d CTAs max): "
+                                  "%s storage byte %zu: gpu 0x%02x host 0x%02x", pad_op_name[op],
+                                  (long long)R, (long long)C, (long long)ld, (long long)ldo, dt, gi,
+                                  o ? "out" : "out_t", i, i < nb ? gp[i] : 0, i < nb ? hp[i] : 0);
+                }
+                for (int v = 1; v < (act ? 2 : 3); v++)
+                    for (int64_t c = 0; (op == PAD_CT_DB || op == PAD_DACT) && c < C; c++)
+                        ck_assert_msg(fbits(db[0][c]) == fbits(db[v][c]), "%s [%lld x %lld]: dbias "
+                                      "col %lld: %.9g against %.9g (%s)", pad_op_name[op],
+                                      (long long)R, (long long)C, (long long)c, db[0][c], db[v][c],
+                                      v == 1 ? "contiguous" : "the host");
+                free(x);
+                free(a);
+                for (int v = 0; v < 3; v++) { free(wt[v]); free(wo[v]); free(db[v]); }
+            }
+    l8i_transpose_max_ctas = 0;
+    done_ctx(h);
+    done_ctx(g);
+}
+END_TEST
+
 START_TEST(test_gpu_scale_update)
 {
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
@@ -2182,6 +2448,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(ops, test_scale_update_host);
     tcase_add_test(ops, test_errors_host);
     tcase_add_test(ops, test_cast_act_host);
+    tcase_add_test(ops, test_padded_host);
     TCase *host[] = { fmt, ops };
     for (size_t i = 0; i < 2; i++) {
         tcase_set_tags(host[i], "host");
@@ -2195,6 +2462,7 @@ Suite *l8_fp8_suite(void)
     tcase_add_test(gpu, test_gpu_cast_act);
     tcase_add_test(gpu, test_gpu_dbias_alone);
     tcase_add_test(gpu, test_gpu_dequantize_transpose);
+    tcase_add_test(gpu, test_gpu_padded);
     tcase_add_test(gpu, test_gpu_scale_update);
     tcase_add_test(gpu, test_gpu_bandwidth);
     TCase *sweep = tcase_create("gpu_exhaustive");

@@ -8,6 +8,12 @@
  *   cast_t_db   cast_t + dbias [C] (column sums)             (e+2, + dbias)
  *   dequant     fp8 [R,C] -> bf16 [R,C]                      (1+2)
  *   transpose   fp8 [R,C] -> fp8 [C,R]                       (1+1)
+ *   cast_t_pad, cast_t_db_pad, transpose_pad: the same ops into
+ *               row-padded outputs (ops/cast.h's GEMM-ready layout): fp8^T
+ *               [C, R16] where R % 16 != 0 (R16 = R rounded up to 16), fp8
+ *               [R, C16] where C % 16 != 0 (the cast ops); for shapes that
+ *               need either; bytes counted as above (the padding's zeros
+ *               are not counted)
  * on bf16 and f32 inputs, 8192x8192 and 16384x4096, and tail shapes (rows or
  * columns not a multiple of 16: 8191x8200, 8200x8192, 8192x8200, 8191x8191).
  * Each: warm-up, then `reps` blocks of `iters` launches timed with events;
@@ -42,11 +48,15 @@ static const shape k_small[] = { { 256, 784 }, { 256, 512 }, { 256, 16 }, { 512,
                                  { 16, 512 }, { 128, 256 }, { 1024, 512 } };
 #define NSMALL (sizeof k_small / sizeof k_small[0])
 
-enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, NOPS };
-static const char *const k_op_names[NOPS] = { "cast", "cast_t", "cast_t_db", "dequant", "transpose" };
+enum { OP_CAST, OP_CAST_T, OP_CAST_T_DB, OP_DEQUANT, OP_TRANSPOSE, OP_CAST_T_PAD,
+       OP_CAST_T_DB_PAD, OP_TRANSPOSE_PAD, NOPS };
+static const char *const k_op_names[NOPS] = { "cast", "cast_t", "cast_t_db", "dequant", "transpose",
+                                              "cast_t_pad", "cast_t_db_pad", "transpose_pad" };
 
 typedef struct bufs {
     l8_tensor *in, *q, *qt, *db, *deq;
+    l8_tensor *qtp;               /* qt row-padded to R16 (rows % 16 != 0), else NULL */
+    l8_tensor *qp;                /* q row-padded to C16 (cols % 16 != 0), else NULL */
 } bufs;
 
 /* fl: 0 (amax zeroed first: a memset before each cast) or
@@ -58,7 +68,13 @@ static l8_status run_op(int op, bufs *b, unsigned fl, l8_stream *s)
     case OP_CAST_T: return l8_fp8_cast_transpose(b->in, b->q, b->qt, fl, s);
     case OP_CAST_T_DB: return l8_fp8_cast_transpose_dbias(b->in, b->q, b->qt, b->db, fl, s);
     case OP_DEQUANT: return l8_fp8_dequantize(b->q, b->deq, s);
-    default: return l8_fp8_transpose(b->q, b->qt, s);
+    case OP_TRANSPOSE: return l8_fp8_transpose(b->q, b->qt, s);
+    case OP_CAST_T_PAD:
+        return l8_fp8_cast_transpose(b->in, b->qp ? b->qp : b->q, b->qtp ? b->qtp : b->qt, fl, s);
+    case OP_CAST_T_DB_PAD:
+        return l8_fp8_cast_transpose_dbias(b->in, b->qp ? b->qp : b->q, b->qtp ? b->qtp : b->qt,
+                                           b->db, fl, s);
+    default: return l8_fp8_transpose(b->q, b->qtp, s);
     }
 }
 
@@ -67,8 +83,8 @@ static double op_bytes(int op, const shape *sh, size_t es)
     double n = (double)sh->r * (double)sh->c;
     switch (op) {
     case OP_CAST: return n * ((double)es + 1);
-    case OP_CAST_T: return n * ((double)es + 2);
-    case OP_CAST_T_DB: return n * ((double)es + 2) + (double)sh->c * 4;
+    case OP_CAST_T: case OP_CAST_T_PAD: return n * ((double)es + 2);
+    case OP_CAST_T_DB: case OP_CAST_T_DB_PAD: return n * ((double)es + 2) + (double)sh->c * 4;
     case OP_DEQUANT: return n * 3;
     default: return n * 2;
     }
@@ -181,6 +197,8 @@ static void free_bufs(bufs *b)
     l8_tensor_destroy(b->qt);
     l8_tensor_destroy(b->db);
     l8_tensor_destroy(b->deq);
+    l8_tensor_destroy(b->qtp);
+    l8_tensor_destroy(b->qp);
     memset(b, 0, sizeof *b);
 }
 
@@ -208,6 +226,18 @@ static l8_status make_bufs(l8_ctx *ctx, l8_dtype dt, const shape *sh, l8_fp8_met
     L8_TRY(st, l8_tensor_empty(ctx, L8_BF16, 2, rc, &b->deq), fail);
     L8_TRY(st, l8_tensor_set_fp8_meta(b->q, meta), fail);
     L8_TRY(st, l8_tensor_set_fp8_meta(b->qt, meta), fail);
+    /* the padded outputs: [C, R16] and [R, C16], narrowed to R and C columns */
+    for (int t = 0; t < 2; t++) {
+        int64_t d0 = t ? sh->r : sh->c, d1 = t ? sh->c : sh->r;
+        int64_t pd[2] = { d0, (d1 + 15) / 16 * 16 };
+        l8_tensor *whole = NULL, **v = t ? &b->qp : &b->qtp;
+        if (d1 % 16 == 0) continue;
+        L8_TRY(st, l8_tensor_empty(ctx, L8_E4M3, 2, pd, &whole), fail);
+        st = l8_tensor_narrow(whole, 1, 0, d1, v);
+        l8_tensor_destroy(whole);
+        if (st != L8_OK) goto fail;
+        L8_TRY(st, l8_tensor_set_fp8_meta(*v, meta), fail);
+    }
     L8_TRY(st, l8_ctx_synchronize(ctx), fail);
     free(host);
     return L8_OK;
@@ -256,7 +286,10 @@ int bench_cast(const bench_opts *o)
                 break;
             }
             for (int op = 0; op < NOPS; op++) {
-                if (di > 0 && (op == OP_DEQUANT || op == OP_TRANSPOSE)) continue;   /* dtype-free */
+                if (di > 0 && (op == OP_DEQUANT || op == OP_TRANSPOSE || op == OP_TRANSPOSE_PAD))
+                    continue;                                           /* dtype-free */
+                if (op >= OP_CAST_T_PAD && !b.qtp && (op == OP_TRANSPOSE_PAD || !b.qp))
+                    continue;                                           /* nothing to pad */
                 double ms = time_ms(ctx, op, &b, reps, iters);
                 if (ms <= 0) { fprintf(stderr, "%s: %s\n", k_op_names[op], l8_last_error_string()); rc = 1; break; }
                 double tbps = op_bytes(op, &k_shapes[si], l8_dtype_size(dts[di])) / (ms * 1e-3) / 1e12;
@@ -304,7 +337,8 @@ int bench_cast(const bench_opts *o)
             free_bufs(&b);
         }
     if (cuda) printf("  targets: cast_t bf16 8192x8192 >= 0.85 x copy; cast >= 0.90 x copy;\n"
-                     "           tails (rows or columns %% 16 != 0): cast_t, cast_t_db, transpose >= 0.75\n");
+                     "           tails (rows or columns %% 16 != 0): cast_t, cast_t_db, transpose >= 0.75\n"
+                     "           (the _pad rows: outputs row-padded, the GEMM-ready layout of ops/cast.h)\n");
     bench_json_close(&j);
     l8_fp8_meta_release(meta);
     l8_ctx_destroy(ctx);
