@@ -347,8 +347,8 @@ typedef struct ct_job {
 
 /* Check the arguments of one cast_transpose(_dbias) on ctx (NULL: in's) and
  * fill *j. out_t may be NULL only when out is not (a cast without its
- * transpose: the _act ops), and row-padded (need_out_t). Nothing is
- * enqueued. */
+ * transpose: the _act ops); out_t, and out when out_t is given, may be
+ * row-padded (need_padded). Nothing is enqueued. */
 static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
                             l8_tensor *out_t, l8_tensor *dbias, l8_ctx *ctx, ct_job *j)
 {
@@ -436,7 +436,7 @@ static int sm_sized(const ct_job *j)
 
 /* Whether j (with dbias or not, under the op's flags) takes the small-tile
  * kernel: never with L8_CAST_FEW_SMS, which asks for the 128 x 128 tiles,
- * nor for a row-padded out_t, which only the tile kernel writes. */
+ * nor for row-padded outputs, which only the tile kernel writes. */
 static int sm_fits(const ct_job *j, const l8_tensor *dbias, unsigned flags)
 {
     if ((flags & L8_CAST_FEW_SMS) || !sm_sized(j) || j->ldt != j->R || j->ldo != j->C)

@@ -1933,7 +1933,7 @@ START_TEST(test_gpu_dequantize_transpose)
 END_TEST
 
 /* ======================================================================== */
-/* row-padded transposed outputs (ops/cast.h's GEMM-ready layout)           */
+/* row-padded outputs (ops/cast.h's GEMM-ready layout)                      */
 
 enum { PAD_CT, PAD_CT_DB, PAD_ACT, PAD_DACT, PAD_T, PAD_OPS };
 static const char *const pad_op_name[PAD_OPS] = { "cast_transpose", "cast_transpose_dbias",
@@ -2064,7 +2064,8 @@ START_TEST(test_padded_host)
             if (op == PAD_CT)     /* the data against the plain reference too */
                 for (int64_t c = 0; c < C; c++)
                     for (int64_t rr = 0; rr < R; rr++) {
-                        unsigned want = ref_encode(ref_load(x, dt, (size_t)(rr * C + c)) * scale, f);
+                        float v = ref_load(x, dt, (size_t)(rr * C + c));
+                        unsigned want = ref_encode(v * scale, f);
                         ck_assert_uint_eq(dense[32 + c * R + rr], want);
                         ck_assert(!with_out || y0[32 + rr * C + c] == want);
                     }
@@ -2125,12 +2126,12 @@ END_TEST
 /* Each op of the family into padded out_t (and out) views on the GPU:
  * against the same op's contiguous outputs on the GPU by pad_check_layout's
  * rules, dbias equal; and for the ops without an activation every byte of
- * both output storages against the host's (the GELU kernels agree with the host to ~1e-6
- * relative, not bit for bit: ops/elementwise.h). The shapes reach the
- * tile kernel's paths (small tensors too: padded views never take the
- * small-tile kernel), the cast + byte transpose split of contiguous out_t
- * next to it, DB_DIRECT and the dbias reduction, and the byte transpose on
- * one CTA (its pipeline) as well as a CTA a tile. */
+ * both output storages against the host's (the GELU kernels agree with the
+ * host to ~1e-6 relative, not bit for bit: ops/elementwise.h). The shapes
+ * reach the tile kernel's paths (small tensors too: padded views never take
+ * the small-tile kernel), the cast + byte transpose split of contiguous
+ * outputs next to them, DB_DIRECT and the dbias reduction, and the byte
+ * transpose on one CTA (its pipeline) as well as a CTA a tile. */
 START_TEST(test_gpu_padded)
 {
     l8_ctx *g = mk_ctx("cuda:0"), *h = mk_ctx("host");
