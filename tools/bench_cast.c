@@ -338,7 +338,7 @@ int bench_cast(const bench_opts *o)
         }
     if (cuda) printf("  targets: cast_t bf16 8192x8192 >= 0.85 x copy; cast >= 0.90 x copy;\n"
                      "           tails (rows or columns %% 16 != 0): cast_t, cast_t_db, transpose >= 0.75\n"
-                     "           (the _pad rows: outputs row-padded, the GEMM-ready layout of ops/cast.h)\n");
+                     "           (_pad: outputs row-padded, the GEMM-ready layout of ops/cast.h)\n");
     bench_json_close(&j);
     l8_fp8_meta_release(meta);
     l8_ctx_destroy(ctx);
