@@ -101,6 +101,19 @@ static atomic_uint_fast64_t g_serial;
 
 static int is_fp8_mode(const l8_linear *l) { return l->mode == L8_LINEAR_FP8; }
 
+/* The wgrad reduces over the token count T, and cuBLASLt's FP8 GEMMs want
+ * that and every leading dimension a multiple of 16. So the transposed
+ * operands X8t [K, T] and dY8t [N, T] live in [.., T16] storages, T16 = T
+ * rounded up to 16, whose columns T .. T16 - 1 hold zeros (the cast ops
+ * write them into a row-padded out_t: cast.h), and wgrad multiplies the
+ * [.., T16] tensors: it adds exact zeros. */
+static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
+
+/* Column parallel with SP: x is this rank's rows, gathered along T; the
+ * saved X8t [K, T/tp] is re-gathered along its last dimension for wgrad, so
+ * it stays dense (and T must be a multiple of 16 in FP8). */
+static int gathers_x(const l8_linear *l) { return l->sp && l->par == L8_PARALLEL_COLUMN; }
+
 /* A new contiguous tensor (rows, cols) - or (rows,) when cols < 0 - for use
  * on s, tagged "<layer>.<suffix>", with meta attached when given. */
 static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt, int64_t rows,
@@ -123,6 +136,23 @@ static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt,
             l8_tensor_destroy(*out);
             *out = NULL;
         }
+    }
+    return ret;
+}
+
+/* A transposed FP8 operand [rows, T] of the layer's own cast: *full the
+ * contiguous [rows, T16] tensor wgrad reads (wide; else [rows, T]) and
+ * *cast its [rows, T] view, row-padded, that the cast writes. */
+static l8_status new_transposed(const l8_linear *l, const char *suffix, l8_dtype dt, int64_t rows,
+                                int64_t T, int wide, l8_fp8_meta *meta, l8_stream *s,
+                                l8_tensor **full, l8_tensor **cast)
+{
+    *cast = NULL;
+    L8_CHECK(new_tensor(l, suffix, dt, rows, wide ? round16(T) : T, meta, s, full));
+    l8_status ret = l8_tensor_narrow(*full, 1, 0, T, cast);
+    if (ret != L8_OK) {
+        l8_tensor_destroy(*full);
+        *full = NULL;
     }
     return ret;
 }
@@ -560,6 +590,17 @@ static l8_status act_known(const char *op, l8_act act)
     return L8_OK;
 }
 
+/* t carries meta (the layer's; NULL: any). */
+static l8_status need_meta(const l8_linear *l, const char *op, const char *name,
+                           const l8_tensor *t, const l8_fp8_meta *meta)
+{
+    if (meta && l8_tensor_fp8_meta(t) != meta)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s does not carry the layer's %s meta (cast it"
+                       " with l8_recipe_meta(recipe, l8_linear_role_index(layer, role)))", op,
+                       name, meta == l->meta_x ? "input" : "grad_output");
+    return L8_OK;
+}
+
 /* An FP8 operand cast by the caller (l8_linear_forward_fp8,
  * l8_linear_backward_fp8): 2-D (rows, cols), contiguous, of the layer's
  * context, in fmt, carrying meta. */
@@ -575,11 +616,67 @@ static l8_status need_cast(const l8_linear *l, const char *op, const char *name,
     if (rows >= 0 && l8_tensor_dim(t, 0) != rows)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has %lld rows, wanted %lld", op, name,
                        (long long)l8_tensor_dim(t, 0), (long long)rows);
-    if (meta && l8_tensor_fp8_meta(t) != meta)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s does not carry the layer's %s meta (cast it"
-                       " with l8_recipe_meta(recipe, l8_linear_role_index(layer, role)))", op,
-                       name, meta == l->meta_x ? "input" : "grad_output");
-    return L8_OK;
+    return need_meta(l, op, name, t, meta);
+}
+
+/* The caller's transposed operand t [rows, T] (x8t, dy8t) when wgrad may
+ * read it padded (wide; not the saved X8t of column SP, which is gathered
+ * along T): contiguous with T % 16 == 0, or row-padded as the cast ops
+ * write it - strides [ld, 1], ld % 16 == 0, ld >= T16, 16-byte aligned,
+ * columns T .. T16 - 1 zeros (the caller's promise) - in fmt, with meta
+ * when given. Else as need_cast. */
+static l8_status need_cast_t(const l8_linear *l, const char *op, const char *name,
+                             const l8_tensor *t, l8_dtype fmt, l8_fp8_meta *meta, int64_t rows,
+                             int64_t T, int wide)
+{
+    if (!wide || !t || l8_tensor_ndim(t) != 2 || l8_tensor_is_contiguous(t)) {
+        L8_CHECK(need_cast(l, op, name, t, fmt, meta, rows, T));
+        if (wide && T % 16)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is [%lld, %lld] and contiguous: with a"
+                           " token count that is not a multiple of 16 it must be row-padded as"
+                           " the cast ops write it (strides [ld, 1], ld %% 16 == 0, ld >= %lld:"
+                           " ops/cast.h)", op, name, (long long)rows, (long long)T,
+                           (long long)round16(T));
+        return L8_OK;
+    }
+    if (l8_tensor_ctx(t) != l->ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    if (l8_tensor_dtype(t) != fmt)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted %s", op, name,
+                       l8_dtype_name(l8_tensor_dtype(t)), l8_dtype_name(fmt));
+    if (l8_tensor_dim(t, 0) != rows || l8_tensor_dim(t, 1) != T)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], wanted [%lld, %lld]", op,
+                       name, (long long)l8_tensor_dim(t, 0), (long long)l8_tensor_dim(t, 1),
+                       (long long)rows, (long long)T);
+    int64_t ld = l8_tensor_stride(t, 0);
+    size_t off = l8_tensor_offset(t);
+    if (l8_tensor_stride(t, 1) != 1 || ld % 16 || ld < round16(T) || off % 16)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has strides [%lld, %lld] at byte %zu: wanted"
+                       " contiguous or row-padded (strides [ld, 1], ld %% 16 == 0, ld >= %lld,"
+                       " 16-byte aligned)", op, name, (long long)ld,
+                       (long long)l8_tensor_stride(t, 1), off, (long long)round16(T));
+    if (off + (size_t)((rows - 1) * ld + round16(T)) > l8_storage_bytes(l8_tensor_storage(t)))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s's storage ends before its last row's padding"
+                       " (column %lld)", op, name, (long long)round16(T) - 1);
+    return need_meta(l, op, name, t, meta);
+}
+
+/* The [rows, T16] tensor wgrad reads of a transposed operand t [rows, T]
+ * that need_cast_t accepted as wide, with t's meta. */
+static l8_status wide_view(const l8_tensor *t, l8_tensor **out)
+{
+    *out = NULL;
+    int64_t rows = l8_tensor_dim(t, 0), T16 = round16(l8_tensor_dim(t, 1));
+    int64_t shape[2] = { rows, T16 }, strides[2] = { l8_tensor_stride(t, 0), 1 };
+    l8_status ret = l8_tensor_from_storage(l8_tensor_storage(t), l8_tensor_offset(t),
+                                           l8_tensor_dtype(t), 2, shape, strides, out);
+    if (ret == L8_OK)
+        ret = l8_tensor_set_fp8_meta(*out, l8_tensor_fp8_meta(t));
+    if (ret != L8_OK) {
+        l8_tensor_destroy(*out);
+        *out = NULL;
+    }
+    return ret;
 }
 
 /* x8's meta: the layer's input meta, or one of the caller's that the recipe
@@ -626,7 +723,7 @@ static l8_status check_cast_input(const l8_linear *l, const char *op, const fwd_
     if (!in->x8t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t is NULL: training (saved) needs the"
                        " transposed input for wgrad", op);
-    L8_CHECK(need_cast(l, op, "x8t", in->x8t, l->fmt_x, NULL, l->K, *Tx));
+    L8_CHECK(need_cast_t(l, op, "x8t", in->x8t, l->fmt_x, NULL, l->K, *Tx, !gathers_x(l)));
     if (l8_tensor_fp8_meta(in->x8t) != l8_tensor_fp8_meta(in->x8))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t does not carry x8's meta", op);
     if (overlap(in->x8, in->x8t))
@@ -679,14 +776,14 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     L8_CHECK(act_known(op, act));
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
     l8_status ret = L8_OK;
-    l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *xl8 = NULL, *xg = NULL,
-              *yp = NULL, *xa = NULL, *h_scr = NULL;
+    l8_tensor *x2 = NULL, *y2 = NULL, *x8 = NULL, *x8t = NULL, *x8tc = NULL, *xl8 = NULL,
+              *xg = NULL, *yp = NULL, *xa = NULL, *h_scr = NULL;
     l8_linear_ctx *c = NULL;
     int64_t Tx = 0, T = 0, Ty = 0, Ty_want = 0;
     int own_meta = 0;             /* the caller's x8 with a meta of its own */
     const int fp8 = is_fp8_mode(l);
     const int precast = in->x == NULL;           /* the caller cast X (FP8) */
-    const int gather_x = l->sp && l->par == L8_PARALLEL_COLUMN;   /* x is this rank's rows */
+    const int gather_x = gathers_x(l);   /* x is this rank's rows */
     const int reduce_y = l->par == L8_PARALLEL_ROW;
     if (precast)
         L8_TRY(ret, check_cast_input(l, op, in, saved != NULL, &Tx, &own_meta), out);
@@ -703,9 +800,10 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps %s", op, precast ? "x8 or x8t" : "x");
         goto out;
     }
-    if (fp8)
-        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x, over all TP ranks with sequence"
-                            " parallelism)", T), out);
+    if (fp8 && gather_x)
+        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x over all TP ranks: a column-"
+                            "parallel layer with sequence parallelism re-gathers X8t along T)",
+                            T), out);
     if (in->h)
         L8_TRY(ret, check_gelu_out(l, op, in, y, Ty), out);
 
@@ -723,13 +821,14 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l8_tensor_fp8_meta(in->x8), s,
                                    &x8), out);
         if (saved)
-            L8_TRY(ret, own_view(in->x8t, &x8t), out);
+            L8_TRY(ret, gather_x ? own_view(in->x8t, &x8t) : wide_view(in->x8t, &x8t), out);
     } else if (fp8) {
         if (gather_x)             /* this rank's rows, cast, then gathered as FP8 bytes */
             L8_TRY(ret, new_tensor(l, "x_fp8_local", l->fmt_x, Tx, l->K, l->meta_x, s, &xl8), out);
         L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
-        if (saved)
-            L8_TRY(ret, new_tensor(l, "x_t", l->fmt_x, l->K, Tx, l->meta_x, s, &x8t), out);
+        if (saved)         /* X8t [K, T16] (gathered: [K, Tx]), its [K, Tx] view cast into */
+            L8_TRY(ret, new_transposed(l, "x_t", l->fmt_x, l->K, Tx, !gather_x, l->meta_x, s,
+                                       &x8t, &x8tc), out);
     } else {
         if (act != L8_ACT_NONE)   /* act(x), this rank's rows: what bf16 multiplies and saves */
             L8_TRY(ret, new_tensor(l, "x_act", L8_BF16, Tx, l->K, NULL, s, &xa), out);
@@ -779,7 +878,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
          * over the step's micro-batches); gathered along T with column SP */
         l8_tensor *cast_to = xl8 ? xl8 : x8;
         if (!precast) {
-            L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8t,
+            L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8tc,
                                                   L8_CAST_ACCUMULATE_AMAX, s), out);
             l->stats.input_casts++;
         }
@@ -830,7 +929,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         c->weight_version = l->weight_version;
         c->x_epoch = l->x_cast_epoch;
         if (fp8) {
-            c->saved = x8t;       /* (K, Tx): this rank's rows with column SP */
+            c->saved = x8t;       /* (K, T16), T's columns then zeros; (K, Tx): this rank's
+                                     rows with column SP */
             x8t = NULL;
             snprintf(c->name, sizeof c->name, "%s.x_t", l->name);
         } else {
@@ -854,6 +954,7 @@ out:
     l8_tensor_destroy(y2);
     l8_tensor_destroy(x8);        /* stream-ordered: fprop read it on s */
     l8_tensor_destroy(x8t);
+    l8_tensor_destroy(x8tc);
     l8_tensor_destroy(xl8);
     l8_tensor_destroy(xg);
     l8_tensor_destroy(yp);
@@ -935,7 +1036,7 @@ static l8_status check_cast_grad(const l8_linear *l, const char *op, const bwd_i
         return L8_FAIL(L8_ERR_UNSUPPORTED, "%s: %s is row parallel with sequence parallelism: it"
                        " gathers dY in bf16 before the cast (use l8_linear_backward)", op, l->name);
     L8_CHECK(need_cast(l, op, "dy8", in->dy8, l->fmt_g, l->meta_g, T, l->N));
-    L8_CHECK(need_cast(l, op, "dy8t", in->dy8t, l->fmt_g, l->meta_g, l->N, T));
+    L8_CHECK(need_cast_t(l, op, "dy8t", in->dy8t, l->fmt_g, l->meta_g, l->N, T, 1));
     if (overlap(in->dy8, in->dy8t))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dy8t overlaps dy8", op);
     if (!l->gb) {
@@ -988,8 +1089,8 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     /* the rows of dy and dx as the caller holds them (the forward's y and x) */
     const int64_t dy_rows = rowsp ? T / l->tp_size : T, dx_rows = colsp ? T / l->tp_size : T;
     l8_status ret = L8_OK;
-    l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dbs = NULL, *dyg = NULL,
-              *dxf = NULL, *xs = NULL, *y2 = NULL, *dya = NULL;
+    l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dy8tc = NULL, *dbs = NULL,
+              *dyg = NULL, *dxf = NULL, *xs = NULL, *y2 = NULL, *dya = NULL;
     l8_stream *cs = NULL;
     int64_t Tdy = 0, Tdx = 0, Ty = 0;
     /* the activation's gradient inside the dY cast (FP8 without a dY
@@ -1053,9 +1154,12 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T,
                                      l8_tensor_fp8_meta(c->saved), s, &xs)
                         : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
-    if (fp8 && !precast) {
+    if (fp8 && !precast) {        /* dY8t [N, T16], its [N, T] view cast into */
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
-        L8_TRY(ret, new_tensor(l, "dy_t_fp8", l->fmt_g, l->N, T, l->meta_g, s, &dy8t), out);
+        L8_TRY(ret, new_transposed(l, "dy_t_fp8", l->fmt_g, l->N, T, 1, l->meta_g, s, &dy8t,
+                                   &dy8tc), out);
+    } else if (fp8) {             /* the caller's dY8t as wgrad reads it: [N, T16] */
+        L8_TRY(ret, wide_view(in->dy8t, &dy8t), out);
     }
     if (l->gb && !first && !precast)   /* the bias gradient of this micro-batch, added below */
         L8_TRY(ret, new_tensor(l, "dbias", fp8 ? L8_F32 : l->grad_dt, l->N, -1, NULL, s, &dbs),
@@ -1091,21 +1195,21 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
          * cast here in one pass (of da * act'(y) when fused) */
         if (!precast) {
             if (fuse_act)
-                L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8t, db,
+                L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8tc, db,
                                                        L8_CAST_ACCUMULATE_AMAX, s), out);
             else if (db)
-                L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8t, db,
+                L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8tc, db,
                                                         L8_CAST_ACCUMULATE_AMAX, s), out);
             else
-                L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8t, L8_CAST_ACCUMULATE_AMAX, s),
+                L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8tc, L8_CAST_ACCUMULATE_AMAX, s),
                        out);
             l->stats.grad_casts++;
         }
         dg.a = precast ? in->dy8 : dy8;     /* (T, N) e5m2 */
         dg.b = l->w8t;            /* (K, N) e4m3 */
         dg.trans_b = 1;
-        wg.a = precast ? in->dy8t : dy8t;   /* (N, T) e5m2 */
-        wg.b = x_saved;           /* (K, T) e4m3 */
+        wg.a = dy8t;              /* (N, T16) e5m2: T's columns, then zeros */
+        wg.b = x_saved;           /* (K, T16) e4m3, the same */
         wg.trans_b = 1;
     } else {
         dg.a = dy2;               /* (T, N) bf16 */
@@ -1176,6 +1280,7 @@ out:
     l8_tensor_destroy(dx2);
     l8_tensor_destroy(dy8);       /* stream-ordered after the GEMMs on s */
     l8_tensor_destroy(dy8t);
+    l8_tensor_destroy(dy8tc);
     l8_tensor_destroy(dbs);
     l8_tensor_destroy(dyg);
     l8_tensor_destroy(dxf);

@@ -25,10 +25,15 @@
  *                  gb = db (+ gb)   (later micro-batches: db in a scratch, l8_add_into)
  * The casts max-accumulate their amaxes into the recipe's metas
  * (L8_CAST_ACCUMULATE_AMAX) over the micro-batches of a step; the recipe
- * update gathers them (ops/recipe.h). FP8 needs T, K and N to be multiples
- * of 16 (cuBLASLt's FP8 rules, and T is the reduction dimension of wgrad):
- * anything else is L8_ERR_UNSUPPORTED (no padded path yet: pad the batch or
- * the features yourself, e.g. a 10-class head as N = 16).
+ * update gathers them (ops/recipe.h). FP8 needs K and N to be multiples of
+ * 16 (cuBLASLt's FP8 rules): anything else is L8_ERR_UNSUPPORTED (pad the
+ * features yourself, e.g. a 10-class head as N = 16). Any token count T
+ * works: wgrad reduces over T, which cuBLASLt wants a multiple of 16, so
+ * X8t and dY8t are [K, T16] and [N, T16] (T16 = T rounded up to 16), cast
+ * into row-padded views of their first T columns (ops/cast.h), which writes
+ * zeros into the rest; wgrad multiplies all T16 columns and so adds exact
+ * zeros. Only a column-parallel layer with sequence parallelism, whose X8t
+ * is re-gathered along T, needs T % 16 == 0 (else L8_ERR_UNSUPPORTED).
  *
  * bf16 mode (L8_LINEAR_BF16): the same structure with bf16 copies: W -> W16
  * [N,K] and b -> b16 once per step; fprop Y = X . W16^T + b16; saved: X
@@ -102,10 +107,11 @@
  *
  * Errors, common to all calls: L8_ERR_INVALID_ARG (NULL, shapes, dtypes,
  * contexts, non-contiguous tensors, a ctx from another layer),
- * L8_ERR_UNSUPPORTED (FP8 dimensions not multiples of 16), L8_ERR_STATE (a
- * storage not on the device; a backward whose forward used other weights or
- * input scales, see l8_linear_backward), L8_ERR_OOM, L8_ERR_CUDA,
- * L8_ERR_CUBLAS, and any status a hook or callback returns. Allocation
+ * L8_ERR_UNSUPPORTED (FP8 with K, N - or T with column-parallel SP - not a
+ * multiple of 16), L8_ERR_STATE (a storage not on the device; a backward
+ * whose forward used other weights or input scales, see
+ * l8_linear_backward), L8_ERR_OOM, L8_ERR_CUDA, L8_ERR_CUBLAS, and any
+ * status a hook or callback returns. Allocation
  * happens before anything is enqueued, so an OOM leaves the layer, the
  * outputs and main_grad untouched.
  */
@@ -321,6 +327,14 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
  *   x8t  [K, T] its transpose; read by the backward's wgrad: the ctx keeps
  *        a view of it (not a copy: do not overwrite it before backward,
  *        as with bf16's saved X). NULL only for inference (saved NULL).
+ *        Contiguous when T % 16 == 0; else row-padded as the cast ops write
+ *        it (ops/cast.h): a 2-D view with strides [ld, 1], ld % 16 == 0,
+ *        16-byte aligned, its storage holding ld >= T16 columns of every
+ *        row (T16 = T rounded up to 16) with zeros in columns T .. T16 - 1
+ *        - the cast op's out_t given a narrow of a [K, ld] tensor writes
+ *        those zeros; the layer cannot check them: wgrad reads all T16.
+ *        Row-padded with T % 16 == 0 too, except with column-parallel SP
+ *        (contiguous [K, T/tp] there, T % 16 == 0).
  * y and saved as in l8_linear_forward; y must not overlap x8 or x8t.
  * Counted in forwards, not in input_casts. Errors: those of
  * l8_linear_forward, L8_ERR_INVALID_ARG for a bf16 layer, a wrong dtype,
@@ -378,7 +392,8 @@ L8_NODISCARD l8_status l8_linear_forward_gelu(l8_linear *l, l8_act act, const l8
 
 /* l8_linear_backward_fp8: the backward of the forward that made *saved from
  *   dy8  [T, N] the forward's T rows, 2-D, contiguous; read by dgrad
- *   dy8t [N, T] its transpose; read by wgrad
+ *   dy8t [N, T] its transpose; read by wgrad. Contiguous when T % 16 ==
+ *        0, else (or also then) row-padded with zeros up to T16, as x8t
  *   db   [N] F32 or main_grad's dtype: the column sums of dY (before the
  *        cast) when the layer has a bias, else NULL. The bias's main_grad
  *        gets db as the layer's own dbias would (= on the first backward

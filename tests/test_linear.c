@@ -454,6 +454,9 @@ static const variant k_variants[] = {
     { "fp8 f32-grad bias", L8_LINEAR_FP8, L8_F32, 1, 32, 48, 32 },
     { "fp8 bf16-grad bias", L8_LINEAR_FP8, L8_BF16, 1, 48, 32, 16 },
     { "fp8 f32-grad", L8_LINEAR_FP8, L8_F32, 0, 16, 64, 48 },
+    /* token counts off 16: X8t and dY8t padded to T16 columns for wgrad */
+    { "fp8 f32-grad bias odd T", L8_LINEAR_FP8, L8_F32, 1, 37, 48, 32 },
+    { "fp8 bf16-grad bias one token", L8_LINEAR_FP8, L8_BF16, 1, 1, 32, 16 },
     { "bf16 f32-grad bias odd", L8_LINEAR_BF16, L8_F32, 1, 37, 23, 19 },
     { "bf16 bf16-grad", L8_LINEAR_BF16, L8_BF16, 0, 20, 40, 24 },
 };
@@ -1236,6 +1239,24 @@ static l8_tensor *mk8(l8_ctx *ctx, l8_dtype fmt, int64_t rows, int64_t cols, l8_
     return t;
 }
 
+/* A row-padded FP8 [rows, cols] view with row stride ld (cast.h), meta
+ * attached; every byte of its storage 0xff (a NaN code in both formats)
+ * until a cast writes it, so a GEMM that read past the padding would see
+ * NaNs. */
+static l8_tensor *mk8_padded(l8_ctx *ctx, l8_dtype fmt, int64_t rows, int64_t cols, int64_t ld,
+                             l8_fp8_meta *meta)
+{
+    l8_tensor *base = mk8(ctx, fmt, rows, ld, meta), *t = NULL;
+    uint8_t *nan = malloc((size_t)(rows * ld));
+    ck_assert_ptr_nonnull(nan);
+    memset(nan, 0xff, (size_t)(rows * ld));
+    L8_CK(l8_tensor_copy_from_host(base, nan, (size_t)(rows * ld), NULL));
+    free(nan);
+    L8_CK(l8_tensor_narrow(base, 1, 0, cols, &t));
+    l8_tensor_destroy(base);      /* the view keeps the storage */
+    return t;
+}
+
 /* Two FP8 layers with the same weights over two steps of two micro-batches
  * (a recipe update between the steps): f[0] through l8_linear_forward /
  * l8_linear_backward, f[1] through l8_linear_forward_fp8 /
@@ -1259,8 +1280,12 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     l8_fp8_meta *mg = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin, L8_ROLE_GRAD_OUTPUT));
     ck_assert(mx && mg);
     l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tdy = mk(ctx, L8_BF16, T, N);
-    l8_tensor *x8 = mk8(ctx, L8_E4M3, T, K, mx), *x8t = mk8(ctx, L8_E4M3, K, T, mx);
-    l8_tensor *dy8 = mk8(ctx, L8_E5M2, T, N, mg), *dy8t = mk8(ctx, L8_E5M2, N, T, mg);
+    /* T % 16 != 0: the transposes row-padded, with a row stride past T16 */
+    const int64_t T16 = (T + 15) / 16 * 16, ld = T16 + 16;
+    l8_tensor *x8 = mk8(ctx, L8_E4M3, T, K, mx), *dy8 = mk8(ctx, L8_E5M2, T, N, mg);
+    l8_tensor *x8t = T % 16 ? mk8_padded(ctx, L8_E4M3, K, T, ld, mx) : mk8(ctx, L8_E4M3, K, T, mx);
+    l8_tensor *dy8t = T % 16 ? mk8_padded(ctx, L8_E5M2, N, T, ld, mg)
+                             : mk8(ctx, L8_E5M2, N, T, mg);
     l8_tensor *db = mk(ctx, L8_F32, N, -1);
     l8_tensor *ty[2], *tdx[2];
     for (int p = 0; p < 2; p++) {
@@ -1299,6 +1324,14 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
                          L8_ERR_INVALID_ARG);           /* the input's meta and format */
                 L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, NULL, dy8t, db, tdx[1], NULL),
                          L8_ERR_INVALID_ARG);
+                if (T % 16) {             /* a dense dY8t: wgrad could not read it */
+                    l8_tensor *dense = mk8(ctx, L8_E5M2, N, T, mg);
+                    L8_CK_ST(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dense, db, tdx[1], NULL),
+                             L8_ERR_INVALID_ARG);
+                    ck_assert_msg(strstr(l8_last_error()->message, "row-padded") != NULL, "%s",
+                                  l8_last_error()->message);
+                    l8_tensor_destroy(dense);
+                }
                 ck_assert_ptr_nonnull(c1);
             }
             L8_CK(l8_linear_backward_fp8(f[1].lin, &c1, dy8, dy8t, dbt, tdx[1], NULL));
@@ -1345,6 +1378,32 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, dy8, x8t, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8t, x8, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, x8t, tdx[1], &c, NULL), L8_ERR_INVALID_ARG);
+    if (T % 16) {                 /* x8t dense, or padded against the rules */
+        l8_tensor *dense = mk8(ctx, L8_E4M3, K, T, mx);
+        L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, dense, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(l8_last_error()->message, "row-padded") != NULL, "%s",
+                      l8_last_error()->message);
+        l8_tensor_destroy(dense);
+        l8_tensor *p = mk8_padded(ctx, L8_E4M3, K, T, T16 + 8, mx);   /* ld % 16 != 0 */
+        L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, p, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(p);
+        /* 8 bytes into its storage (unaligned), and a storage that ends at
+         * the last row's T columns (its padding outside) */
+        const size_t at[2] = { 8, 0 }, bytes[2] = { (size_t)((K + 1) * ld), (size_t)((K - 1) * ld + T) };
+        for (int i = 0; i < 2; i++) {
+            l8_storage *sto = NULL;
+            L8_CK(l8_storage_create(ctx, bytes[i], NULL, &sto));
+            L8_CK(l8_tensor_from_storage(sto, at[i], L8_E4M3, 2, (const int64_t[2]){ K, T },
+                                         (const int64_t[2]){ ld, 1 }, &p));
+            l8_storage_release(sto);
+            L8_CK(l8_tensor_set_fp8_meta(p, mx));
+            L8_CK_ST(l8_linear_forward_fp8(f[1].lin, x8, p, ty[1], &c, NULL), L8_ERR_INVALID_ARG);
+            ck_assert_msg(strstr(l8_last_error()->message, i ? "storage ends" : "aligned") != NULL,
+                          "%s", l8_last_error()->message);
+            l8_tensor_destroy(p);
+        }
+        ck_assert_ptr_null(c);
+    }
     L8_CK(l8_fp8_cast_transpose(tx, x8, x8t, L8_CAST_ACCUMULATE_AMAX, NULL));
     L8_CK(l8_linear_forward(f[0].lin, tx, ty[0], NULL, NULL));
     L8_CK(l8_linear_forward_fp8(f[1].lin, x8, NULL, ty[1], NULL, NULL));
@@ -1363,10 +1422,14 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     done_ctx(ctx);
 }
 
-START_TEST(test_precast) { precast_run("host", 64, 48, 32); }
+START_TEST(test_precast) { precast_run("host", _i ? 37 : 64, 48, 32); }
 END_TEST
 
-START_TEST(test_gpu_precast) { precast_run("cuda:0", _i ? 512 : 256, _i ? 1024 : 784, _i ? 256 : 16); }
+START_TEST(test_gpu_precast)
+{
+    static const int64_t shp[][3] = { { 256, 784, 16 }, { 512, 1024, 256 }, { 250, 784, 512 } };
+    precast_run("cuda:0", shp[_i][0], shp[_i][1], shp[_i][2]);
+}
 END_TEST
 
 /* |a - b| <= tol * max|b| over n floats */
@@ -1894,7 +1957,6 @@ START_TEST(test_errors)
     fx f;
     fx_init(&f, ctx, h, rec, L8_LINEAR_FP8, 32, 16, 1, L8_F32, &r);
     l8_tensor *x = mk(ctx, L8_BF16, 16, 32), *y = mk(ctx, L8_BF16, 16, 16);
-    l8_tensor *x24 = mk(ctx, L8_BF16, 24, 32), *y24 = mk(ctx, L8_BF16, 24, 16);
     l8_tensor *xf = mk(ctx, L8_F32, 16, 32), *xk = mk(ctx, L8_BF16, 16, 48);
     l8_tensor *y8 = mk(ctx, L8_BF16, 8, 16), *xo = mk(other, L8_BF16, 16, 32);
     float xv[16 * 32], dyv[16 * 16];
@@ -1913,9 +1975,6 @@ START_TEST(test_errors)
     L8_CK_ST(l8_linear_forward(f.lin, x, y8, &sv, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_linear_forward(f.lin, xo, y, &sv, NULL), L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_linear_forward(f.lin, x, xy, &sv, NULL), L8_ERR_INVALID_ARG);
-    L8_CK_ST(l8_linear_forward(f.lin, x24, y24, &sv, NULL), L8_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(l8_last_error()->message, "multiple of 16") != NULL, "%s",
-                  l8_last_error()->message);
     L8_CK_ST(l8_linear_forward(f.lin, x, y, &sv, l8_ctx_stream(other, L8_STREAM_COMPUTE)),
              L8_ERR_INVALID_ARG);
     ck_assert_ptr_null(sv);
@@ -1971,7 +2030,7 @@ START_TEST(test_errors)
     ck_assert_int_eq(l8_linear_get_mode(f.lin), L8_LINEAR_FP8);
     ck_assert_int_eq(l8_linear_role_index(f.lin, (l8_fp8_role)9), -1);
 
-    l8_tensor *all[] = { w, gw, b, gb, w24, gw24, wf16, b8, w_o, x, y, x24, y24, xf, xk, y8, xo,
+    l8_tensor *all[] = { w, gw, b, gb, w24, gw24, wf16, b8, w_o, x, y, xf, xk, y8, xo,
                          xy, dy, dx, dy8r, dxy };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         l8_tensor_destroy(all[i]);
@@ -2569,6 +2628,7 @@ START_TEST(test_gpu_linear_vs_host)
     gpu_vs_host(L8_LINEAR_FP8, 64, 128, 96);
     gpu_vs_host(L8_LINEAR_BF16, 64, 128, 96);
     gpu_vs_host(L8_LINEAR_BF16, 37, 40, 24);
+    gpu_vs_host(L8_LINEAR_FP8, 100, 128, 96);     /* T % 16 != 0: padded transposes */
     if (!l8_test_quick())
         gpu_vs_host(L8_LINEAR_FP8, 256, 512, 384);
 }
@@ -2681,7 +2741,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tc, test_refresh_weights);
     tcase_add_loop_test(tc, test_act, 0, 2);
     tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
-    tcase_add_test(tc, test_precast);
+    tcase_add_loop_test(tc, test_precast, 0, 2);
     tcase_add_loop_test(tc, test_gelu_out, 0, 6);
     tcase_add_loop_test(tc, test_gelu_out_by_caller, 0, 2);
     tcase_add_test(tc, test_precast_bf16);
@@ -2702,7 +2762,7 @@ Suite *l8_linear_suite(void)
     tcase_add_test(tg, test_gpu_refresh_weights);
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
     tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
-    tcase_add_loop_test(tg, test_gpu_precast, 0, 2);
+    tcase_add_loop_test(tg, test_gpu_precast, 0, 3);
     tcase_add_loop_test(tg, test_gpu_gelu_out, 0, 12);
     tcase_add_loop_test(tg, test_gpu_gelu_out_by_caller, 0, 4);
     tcase_add_test(tg, test_gpu_precast_own_meta);

@@ -370,6 +370,37 @@ START_TEST(test_tp_errors)
     L8_CK_ST(l8_linear_forward_gelu(lin, L8_ACT_NONE, x, NULL, NULL, y, hh, NULL, NULL, NULL),
              L8_ERR_UNSUPPORTED);
     l8_linear_destroy(lin);
+    lin = NULL;
+    /* FP8 column parallel with SP re-gathers X8t along T, dense: T = 24 is
+     * refused there (and runs in the other modes, padded) */
+    l8_recipe *rec = NULL;
+    l8_tensor *x24, *y24;
+    L8_CK(l8_recipe_create(ctx, NULL, &rec));
+    L8_CK(mk(ctx, L8_BF16, 24, 16, &x24, &p));
+    L8_CK(mk(ctx, L8_BF16, 24, 16, &y24, &p));
+    l8_tensor *init[] = { w, b, x24, y24 };   /* zeros: defined values to cast */
+    for (int i = 0; i < 4; i++) {
+        L8_CK(l8_tensor_data(init[i], &p));
+        memset(p, 0, l8_tensor_nbytes(init[i]));
+    }
+    cfg.mode = L8_LINEAR_FP8, cfg.recipe = rec;
+    for (int m = 0; m < 3; m++) {
+        cfg.parallel = m == 2 ? L8_PARALLEL_ROW : L8_PARALLEL_COLUMN, cfg.sequence_parallel = m != 1;
+        L8_CK(l8_linear_create(ctx, &cfg, &lin));
+        l8_linear_ctx *sv = NULL;
+        if (m == 0) {
+            L8_CK_ST(l8_linear_forward(lin, x24, y24, &sv, NULL), L8_ERR_UNSUPPORTED);
+            ck_assert_msg(strstr(l8_last_error()->message, "multiple of 16") != NULL, "%s",
+                          l8_last_error()->message);
+            ck_assert_ptr_null(sv);
+        } else {
+            L8_CK(l8_linear_forward(lin, x24, y24, &sv, NULL));
+            L8_CK(l8_linear_backward(lin, &sv, y24, x24, NULL));
+        }
+        l8_linear_destroy(lin);
+    }
+    l8_tensor_destroy(x24), l8_tensor_destroy(y24);
+    l8_recipe_destroy(rec);
     l8_tensor_destroy(b), l8_tensor_destroy(gb), l8_tensor_destroy(x), l8_tensor_destroy(y);
     l8_tensor_destroy(hh);
     l8_tensor_destroy(w), l8_tensor_destroy(gw);
