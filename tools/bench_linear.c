@@ -1,6 +1,7 @@
 /* bench_linear.c - `lean8-bench linear`: one Linear layer's forward +
  * backward (fprop, dgrad, wgrad into f32 main_grad, bias) for 16384 tokens,
- * 4096 -> 4096 and 4096 -> 16384, in FP8 (HYBRID delayed scaling, with the
+ * 4096 -> 4096 and 4096 -> 16384, and for 16383 tokens (an odd count: X^T
+ * and dY^T row-padded to 16384 for the FP8 wgrad), 4096 -> 4096, in FP8 (HYBRID delayed scaling, with the
  * recipe update every step) and bf16; timed with CUDA events, median of
  * blocks. Variants: eager (one call per op) and the step replayed from one
  * CUDA graph; the default GEMM handle and an autotuned one (what the default
@@ -21,7 +22,10 @@
 #include "ops/recipe.h"
 #include "runtime/graph.h"
 
-static const int64_t k_shapes[][3] = { { 16384, 4096, 4096 }, { 16384, 4096, 16384 } };
+static const int64_t k_shapes[][3] = {
+    { 16384, 4096, 4096 }, { 16384, 4096, 16384 }, { 16383, 4096, 4096 },
+};
+#define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
 
 enum { STAGES = 4, STAGE_STEPS = 5 };   /* stage marks per step; steps per timed block */
 
@@ -203,7 +207,7 @@ int bench_linear(const bench_opts *o)
            "   eager: one call per op; graph: the step replayed from one CUDA graph;\n"
            "   tuned: GEMM plans autotuned (= the default handle with a warm L8_GEMM_CACHE)\n",
            l8_ctx_device_name(ctx));
-    for (size_t i = 0; i < 2 && !rc; i++) {
+    for (size_t i = 0; i < NSHAPES && !rc; i++) {
         const int64_t *shp = k_shapes[i];
         double stage[STAGES] = { 0 };
         char key[96];

@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-SHAPES = [(16384, 4096, 4096), (16384, 4096, 16384)]
+SHAPES = [(16384, 4096, 4096), (16384, 4096, 16384), (16383, 4096, 4096)]
 VARIANTS = ["fp8", "fp8_graph", "fp8_tuned", "fp8_tuned_graph", "bf16", "bf16_graph", "bf16_tuned_graph"]
 
 

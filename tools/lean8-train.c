@@ -136,8 +136,9 @@ typedef struct model {
                                                  (backward_split) */
     l8_storage *dg8[2];                       /* with split_casts: dY8, B x the widest
                                                  layer (read by dgrad on m->s), and dY8t,
-                                                 B x each split layer at dgt_off[i] bytes
-                                                 (read by a wgrad on m->wgs) */
+                                                 B16 x each split layer at dgt_off[i] bytes
+                                                 (read by a wgrad on m->wgs; B16: B rounded
+                                                 up to 16, see fp8_over_t) */
     int64_t dgt_off[MAX_LAYERS];
     l8_stream *wgs;                           /* one process: the comm stream,
                                                  where the layers above the first run their
@@ -284,8 +285,8 @@ static int parse(int argc, char **argv, opts *o)
                 " with --bf16\n");
         return -1;
     }
-    if (o->batch < 16 || o->batch % 16 || o->batch > 65536) {
-        fprintf(stderr, "lean8-train: --batch must be a multiple of 16 (FP8 GEMMs need it), 16..65536\n");
+    if (o->batch < 1 || o->batch > 65536) {
+        fprintf(stderr, "lean8-train: --batch must be 1..65536\n");
         return -1;
     }
     if (o->tp > 1 && (o->hidden[0] % (16 * o->tp))) {
@@ -293,9 +294,9 @@ static int parse(int argc, char **argv, opts *o)
                 "must be multiples of 16\n", o->tp, o->hidden[0], o->tp);
         return -1;
     }
-    if (o->batch % (16 * o->dp)) {
-        fprintf(stderr, "lean8-train: --dp %d splits --batch %d into %d parts that must be "
-                "multiples of 16\n", o->dp, o->batch, o->dp);
+    if (o->batch % o->dp) {
+        fprintf(stderr, "lean8-train: --dp %d must split --batch %d into equal parts\n", o->dp,
+                o->batch);
         return -1;
     }
     if (o->zero1 && (o->dp < 2 || o->tp > 1)) {
@@ -315,6 +316,10 @@ static int parse(int argc, char **argv, opts *o)
     }
     return 0;
 }
+
+/* v rounded up to a multiple of 16: the row stride of an FP8 transpose of v
+ * rows (fp8_over_t). */
+static int64_t r16(int64_t v) { return (v + 15) / 16 * 16; }
 
 static l8_tensor *new2(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status *st)
 {
@@ -581,7 +586,7 @@ static l8_status model_build(model *m, const opts *o)
         if (fp8_layer(m, i)) {
             if (m->ld[i + 1] > widest) widest = m->ld[i + 1];
             m->dgt_off[i] = total;
-            total += m->lb * m->ld[i + 1];
+            total += r16(m->lb) * m->ld[i + 1];
         }
     m->split_casts = widest > 0;
     m->gelu_out = m->tp == 1;
@@ -647,6 +652,18 @@ static l8_status fp8_over(l8_storage *st, int64_t off, l8_dtype fmt, int64_t r, 
     return l8_tensor_set_fp8_meta(*t, meta);
 }
 
+/* The transpose of `rows` rows as a Linear's wgrad reads it (ops/linear.h):
+ * an FP8 (c, rows) view of st from byte off with rows rounded up to 16 as
+ * its row stride, the rest of each row zeros once the cast or transpose
+ * that writes it has run (row-padded: ops/cast.h); carrying meta. */
+static l8_status fp8_over_t(l8_storage *st, int64_t off, l8_dtype fmt, int64_t c, int64_t rows,
+                            l8_fp8_meta *meta, l8_tensor **t)
+{
+    int64_t sh[2] = { c, rows }, sd[2] = { r16(rows), 1 };
+    L8_CHECK(l8_tensor_from_storage(st, (size_t)off, fmt, 2, sh, sd, t));
+    return l8_tensor_set_fp8_meta(*t, meta);
+}
+
 /* FP8 training: the first layer's input X8 (rows, 784) and X8t (784, rows)
  * in its input format with the data set's fixed-scale meta, new storages on
  * m->s - what the layer's own cast would allocate. */
@@ -655,10 +672,10 @@ static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tens
     l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
     for (int k = 0; k < 2; k++) {
         l8_storage *st = NULL;
-        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * m->ld[0]), m->s,
-                                          k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
-        l8_status ret = fp8_over(st, 0, fmt, k ? m->ld[0] : rows, k ? rows : m->ld[0], m->x8meta,
-                                 k ? x8t : x8);
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)((k ? r16(rows) : rows) * m->ld[0]),
+                                          m->s, k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
+        l8_status ret = k ? fp8_over_t(st, 0, fmt, m->ld[0], rows, m->x8meta, x8t)
+                          : fp8_over(st, 0, fmt, rows, m->ld[0], m->x8meta, x8);
         l8_storage_release(st);
         L8_CHECK(ret);
     }
@@ -680,10 +697,10 @@ static l8_status gelu_out_new(model *m, int i, int64_t rows, int train, batch_vi
     l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_INPUT);
     for (int k = 0; k < 1 + train; k++) {
         l8_storage *st = NULL;
-        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)(rows * n), m->s,
+        L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)((k ? r16(rows) : rows) * n), m->s,
                                           k ? "train.h_fp8_t" : "train.h_fp8", &st));
-        l8_status ret = fp8_over(st, 0, fmt, k ? n : rows, k ? rows : n, meta,
-                                 k ? &v->ht[i] : &v->h[i]);
+        l8_status ret = k ? fp8_over_t(st, 0, fmt, n, rows, meta, &v->ht[i])
+                          : fp8_over(st, 0, fmt, rows, n, meta, &v->h[i]);
         l8_storage_release(st);
         L8_CHECK(ret);
     }
@@ -772,7 +789,7 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
     l8_tensor *dy8 = NULL, *dy8t = NULL;
     l8_status st = L8_OK;
     L8_TRY(st, fp8_over(m->dg8[0], 0, fmt, rows, n, gm, &dy8), out);
-    L8_TRY(st, fp8_over(m->dg8[1], m->dgt_off[i], fmt, n, rows, gm, &dy8t), out);
+    L8_TRY(st, fp8_over_t(m->dg8[1], m->dgt_off[i], fmt, n, rows, gm, &dy8t), out);
     L8_TRY(st, fork_side(m), out);
     L8_TRY(st, l8_dbias_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], db, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
@@ -1460,9 +1477,8 @@ int main(int argc, char **argv)
         CK(load_own_ckpt(&m, &o, resume_p, &start_epoch));
         printf("resumed from %s after epoch %d\n", resume_p, start_epoch);
     }
-    /* per-pass rows: the training images, or the test images and the
-     * padding of the last test batch to a multiple of 16 (image 0) */
-    m.R = ntrain > ntest + 16 ? ntrain : ntest + 16;
+    /* per-pass rows: the training or the test images */
+    m.R = ntrain > ntest ? ntrain : ntest;
     float amax = 0;
     CK(upload_split(&m, &train, &m.x[0], &m.y[0], &amax));
     CK(upload_split(&m, &test, &m.x[1], &m.y[1], NULL));
@@ -1502,10 +1518,10 @@ int main(int argc, char **argv)
     for (int e = start_epoch; e < o.epochs; e++) {
         permutation(perm, (int64_t)train.n, o.seed, e);
         /* this rank's images: its 1/dp of each global batch (full batches, then
-         * the remainder rounded down to a multiple of 16 per rank) */
+         * the remainder rounded down to a multiple of the rank count) */
         int64_t lb = m.lb, nlocal = 0;
         for (int64_t b = 0; b < ntrain; b += o.batch) {
-            int64_t rows = ntrain - b < o.batch ? (ntrain - b) / (16 * o.dp) * (16 * o.dp) : o.batch;
+            int64_t rows = ntrain - b < o.batch ? (ntrain - b) / o.dp * o.dp : o.batch;
             for (int64_t i = 0; i < rows / o.dp; i++)
                 order[nlocal++] = (int32_t)perm[b + m.dp_rank * (rows / o.dp) + i];
         }
@@ -1544,7 +1560,7 @@ int main(int argc, char **argv)
         CK(upload_order(&m, order, m.R));
         for (int64_t b = 0; b < ntest; b += lb) {     /* every rank: the whole test set */
             int64_t rows = ntest - b < lb ? ntest - b : lb;
-            CK(run_batch(&m, 1, b, (rows + 15) / 16 * 16, 0, 0));    /* FP8 GEMMs: pad */
+            CK(run_batch(&m, 1, b, rows, 0, 0));
         }
         CK(pass_results(&m, ntest, lh, hh, &tl, &th));
         test_acc = (double)th / (double)ntest;
