@@ -258,7 +258,7 @@ static int parse(int argc, char **argv, opts *o)
         }
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
-        else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 16, 65536, &o->batch)) return -1; i++; }
+        else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 1, 65536, &o->batch)) return -1; i++; }
         else if (!strcmp(a, "--tp")) { if (parse_int(a, v, 1, 64, &o->tp)) return -1; i++; }
         else if (!strcmp(a, "--dp")) { if (parse_int(a, v, 1, 64, &o->dp)) return -1; i++; }
         else if (!strcmp(a, "--epochs")) { if (parse_int(a, v, 0, 1000000, &o->epochs)) return -1; i++; }
@@ -283,10 +283,6 @@ static int parse(int argc, char **argv, opts *o)
     if (o->fp8_head && !o->fp8) {
         fprintf(stderr, "lean8-train: --fp8-head puts the head of an FP8 run in FP8; it does not go"
                 " with --bf16\n");
-        return -1;
-    }
-    if (o->batch < 1 || o->batch > 65536) {
-        fprintf(stderr, "lean8-train: --batch must be 1..65536\n");
         return -1;
     }
     if (o->tp > 1 && (o->hidden[0] % (16 * o->tp))) {
