@@ -1389,7 +1389,8 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
         l8_tensor_destroy(p);
         /* 8 bytes into its storage (unaligned), and a storage that ends at
          * the last row's T columns (its padding outside) */
-        const size_t at[2] = { 8, 0 }, bytes[2] = { (size_t)((K + 1) * ld), (size_t)((K - 1) * ld + T) };
+        const size_t at[2] = { 8, 0 };
+        const size_t bytes[2] = { (size_t)((K + 1) * ld), (size_t)((K - 1) * ld + T) };
         for (int i = 0; i < 2; i++) {
             l8_storage *sto = NULL;
             L8_CK(l8_storage_create(ctx, bytes[i], NULL, &sto));

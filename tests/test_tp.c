@@ -385,7 +385,8 @@ START_TEST(test_tp_errors)
     }
     cfg.mode = L8_LINEAR_FP8, cfg.recipe = rec;
     for (int m = 0; m < 3; m++) {
-        cfg.parallel = m == 2 ? L8_PARALLEL_ROW : L8_PARALLEL_COLUMN, cfg.sequence_parallel = m != 1;
+        cfg.parallel = m == 2 ? L8_PARALLEL_ROW : L8_PARALLEL_COLUMN;
+        cfg.sequence_parallel = m != 1;
         L8_CK(l8_linear_create(ctx, &cfg, &lin));
         l8_linear_ctx *sv = NULL;
         if (m == 0) {

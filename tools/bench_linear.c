@@ -1,11 +1,12 @@
 /* bench_linear.c - `lean8-bench linear`: one Linear layer's forward +
  * backward (fprop, dgrad, wgrad into f32 main_grad, bias) for 16384 tokens,
  * 4096 -> 4096 and 4096 -> 16384, and for 16383 tokens (an odd count: X^T
- * and dY^T row-padded to 16384 for the FP8 wgrad), 4096 -> 4096, in FP8 (HYBRID delayed scaling, with the
- * recipe update every step) and bf16; timed with CUDA events, median of
- * blocks. Variants: eager (one call per op) and the step replayed from one
- * CUDA graph; the default GEMM handle and an autotuned one (what the default
- * handle does with a warm L8_GEMM_CACHE); the FP8 eager step also by stage
+ * and dY^T row-padded to 16384 for the FP8 wgrad), 4096 -> 4096, in FP8
+ * (HYBRID delayed scaling, with the recipe update every step) and bf16;
+ * timed with CUDA events, median of blocks. Variants: eager (one call per
+ * op) and the step replayed from one CUDA graph; the default GEMM handle and
+ * an autotuned one (what the default handle does with a warm
+ * L8_GEMM_CACHE); the FP8 eager step also by stage
  * (events between begin_step, forward, backward, recipe update under the
  * same sustained load). tools/bench_torch_linear.py times PyTorch's bf16
  * nn.Linear on the same shapes, eager and in a CUDA graph, in the same run.
