@@ -86,8 +86,11 @@ struct l8_linear {
 
 struct l8_linear_ctx {
     uint64_t serial;              /* the layer's */
-    l8_tensor *saved;             /* FP8: X8t (K, T) e4m3 with the input meta; bf16: X (T, K) */
-    char name[NAME_MAX_LEN + 8];  /* "<layer>.x_t" / "<layer>.x" */
+    l8_tensor *saved;             /* FP8: X8t (K, T16) e4m3 with the input meta - or with
+                                     column SP this rank's X8t (K, T/tp), or where T % 16 != 0
+                                     its X8 (T/tp, K) (rows_saved); bf16: X (T, K) */
+    int rows_saved;               /* saved is X8's rows, to gather and transpose in backward */
+    char name[NAME_MAX_LEN + 8];  /* "<layer>.x_t" / "<layer>.x8" / "<layer>.x" */
     int hooked;                   /* hooks.save accepted it: release it later */
     l8_save_hooks hooks;
     int64_t T;                    /* the GEMMs' token count (all ranks' with column SP) */
@@ -109,9 +112,11 @@ static int is_fp8_mode(const l8_linear *l) { return l->mode == L8_LINEAR_FP8; }
  * [.., T16] tensors: it adds exact zeros. */
 static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
 
-/* Column parallel with SP: x is this rank's rows, gathered along T; the
- * saved X8t [K, T/tp] is re-gathered along its last dimension for wgrad, so
- * it stays dense (and T must be a multiple of 16 in FP8). */
+/* Column parallel with SP: x is this rank's rows, gathered along T. In FP8
+ * the backward re-gathers this rank's saved input for wgrad: X8t [K, T/tp]
+ * along its last dimension where T % 16 == 0 (dense, no padding between the
+ * ranks' columns), else X8 [T/tp, K] along T, then transposed into a
+ * row-padded [K, T16] (rows_saved). */
 static int gathers_x(const l8_linear *l) { return l->sp && l->par == L8_PARALLEL_COLUMN; }
 
 /* A new contiguous tensor (rows, cols) - or (rows,) when cols < 0 - for use
@@ -800,10 +805,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps %s", op, precast ? "x8 or x8t" : "x");
         goto out;
     }
-    if (fp8 && gather_x)
-        L8_TRY(ret, fp8_dim(op, "the token count T (rows of x over all TP ranks: a column-"
-                            "parallel layer with sequence parallelism re-gathers X8t along T)",
-                            T), out);
+    /* column SP at a T off 16: X8's rows saved (see gathers_x) */
+    const int rows_saved = fp8 && gather_x && T % 16 != 0;
     if (in->h)
         L8_TRY(ret, check_gelu_out(l, op, in, y, Ty), out);
 
@@ -821,12 +824,14 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l8_tensor_fp8_meta(in->x8), s,
                                    &x8), out);
         if (saved)
-            L8_TRY(ret, gather_x ? own_view(in->x8t, &x8t) : wide_view(in->x8t, &x8t), out);
+            L8_TRY(ret, rows_saved ? own_view(in->x8, &x8t)
+                        : gather_x ? own_view(in->x8t, &x8t) : wide_view(in->x8t, &x8t), out);
     } else if (fp8) {
         if (gather_x)             /* this rank's rows, cast, then gathered as FP8 bytes */
             L8_TRY(ret, new_tensor(l, "x_fp8_local", l->fmt_x, Tx, l->K, l->meta_x, s, &xl8), out);
         L8_TRY(ret, new_tensor(l, "x_fp8", l->fmt_x, T, l->K, l->meta_x, s, &x8), out);
-        if (saved)         /* X8t [K, T16] (gathered: [K, Tx]), its [K, Tx] view cast into */
+        if (saved && !rows_saved)   /* X8t [K, T16] (gathered: [K, Tx]), its [K, Tx] view
+                                       cast into */
             L8_TRY(ret, new_transposed(l, "x_t", l->fmt_x, l->K, Tx, !gather_x, l->meta_x, s,
                                        &x8t, &x8tc), out);
     } else {
@@ -884,6 +889,8 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         }
         if (gather_x)
             L8_TRY(ret, l8_comm_all_gather(l->tp, precast ? in->x8 : cast_to, x8, 0, s), out);
+        if (saved && rows_saved && !precast)   /* this rank's X8 rows (the cast's out) */
+            L8_TRY(ret, own_view(xl8, &x8t), out);
         /* the scale this input was cast with: the meta's current one */
         if (!own_meta)
             l->x_cast_epoch = l8_recipe_updates(l->recipe);
@@ -930,9 +937,10 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         c->x_epoch = l->x_cast_epoch;
         if (fp8) {
             c->saved = x8t;       /* (K, T16), T's columns then zeros; (K, Tx): this rank's
-                                     rows with column SP */
+                                     rows with column SP; rows_saved: (Tx, K) */
             x8t = NULL;
-            snprintf(c->name, sizeof c->name, "%s.x_t", l->name);
+            c->rows_saved = rows_saved;
+            snprintf(c->name, sizeof c->name, rows_saved ? "%s.x8" : "%s.x_t", l->name);
         } else {
             c->saved = x2;        /* a view of the caller's X (its storage is retained),
                                      or the layer's act(X) */
@@ -1090,7 +1098,8 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     const int64_t dy_rows = rowsp ? T / l->tp_size : T, dx_rows = colsp ? T / l->tp_size : T;
     l8_status ret = L8_OK;
     l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dy8tc = NULL, *dbs = NULL,
-              *dyg = NULL, *dxf = NULL, *xs = NULL, *y2 = NULL, *dya = NULL;
+              *dyg = NULL, *dxf = NULL, *xs = NULL, *xsc = NULL, *xg8 = NULL, *y2 = NULL,
+              *dya = NULL;
     l8_stream *cs = NULL;
     int64_t Tdy = 0, Tdx = 0, Ty = 0;
     /* the activation's gradient inside the dY cast (FP8 without a dY
@@ -1150,10 +1159,16 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, new_tensor(l, "dy_gathered", L8_BF16, T, l->N, NULL, s, &dyg), out);
     if (colsp && dx)              /* dX partial sums of all T rows, scattered into dx */
         L8_TRY(ret, new_tensor(l, "dx_partial", L8_BF16, T, l->K, NULL, s, &dxf), out);
-    if (colsp)                    /* the saved input of all ranks (its meta), for wgrad */
+    if (colsp && c->rows_saved) { /* X8 of all ranks, then its transpose [K, T16] */
+        l8_fp8_meta *xm = l8_tensor_fp8_meta(c->saved);
+        L8_TRY(ret, new_tensor(l, "x_fp8_gathered", l->fmt_x, T, l->K, xm, s, &xg8), out);
+        L8_TRY(ret, new_transposed(l, "x_t_gathered", l->fmt_x, l->K, T, 1, xm, s, &xs, &xsc),
+               out);
+    } else if (colsp) {           /* the saved input of all ranks (its meta), for wgrad */
         L8_TRY(ret, fp8 ? new_tensor(l, "x_t_gathered", l->fmt_x, l->K, T,
                                      l8_tensor_fp8_meta(c->saved), s, &xs)
                         : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
+    }
     if (fp8 && !precast) {        /* dY8t [N, T16], its [N, T] view cast into */
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
         L8_TRY(ret, new_transposed(l, "dy_t_fp8", l->fmt_g, l->N, T, 1, l->meta_g, s, &dy8t,
@@ -1169,7 +1184,12 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, c->hooks.restore(c->hooks.arg, c->saved, c->name, s), out);
     if (colsp) {                  /* re-gather X on the comm stream, overlapping dgrad */
         L8_TRY(ret, comm_after(l, s, &cs), out);
-        L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xs, fp8 ? -1 : 0, cs), out);
+        if (c->rows_saved) {
+            L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xg8, 0, cs), out);
+            L8_TRY(ret, l8_fp8_transpose(xg8, xsc, cs), out);
+        } else {
+            L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xs, fp8 ? -1 : 0, cs), out);
+        }
         L8_TRY(ret, l8_event_record(l->ev_tp[1], cs), out);
     }
     if (dya) {
@@ -1285,6 +1305,8 @@ out:
     l8_tensor_destroy(dyg);
     l8_tensor_destroy(dxf);
     l8_tensor_destroy(xs);
+    l8_tensor_destroy(xsc);
+    l8_tensor_destroy(xg8);
     l8_tensor_destroy(y2);
     l8_tensor_destroy(dya);
     return ret;

@@ -32,8 +32,7 @@
  * X8t and dY8t are [K, T16] and [N, T16] (T16 = T rounded up to 16), cast
  * into row-padded views of their first T columns (ops/cast.h), which writes
  * zeros into the rest; wgrad multiplies all T16 columns and so adds exact
- * zeros. Only a column-parallel layer with sequence parallelism, whose X8t
- * is re-gathered along T, needs T % 16 == 0 (else L8_ERR_UNSUPPORTED).
+ * zeros (with column-parallel SP see the tensor-parallel section).
  *
  * bf16 mode (L8_LINEAR_BF16): the same structure with bf16 copies: W -> W16
  * [N,K] and b -> b16 once per step; fprop Y = X . W16^T + b16; saved: X
@@ -62,8 +61,9 @@
  * group to report into the group (runtime/params.h: one signature for both).
  *
  * Saved tensors. Forward hands what backward needs to an l8_linear_ctx
- * (FP8: X8t; bf16: X) and, when save hooks are set, calls hooks.save for
- * each saved tensor; backward calls hooks.restore before using it and
+ * (FP8: X8t, or X8 with column SP at T % 16 != 0; bf16: X) and, when save
+ * hooks are set, calls hooks.save for each saved tensor ("<name>.x_t",
+ * "<name>.x8", "<name>.x"); backward calls hooks.restore before using it and
  * hooks.release when done (also l8_linear_ctx_destroy). This is the one hook
  * point for activation offload: offload works on the tensor's storage (the
  * views follow it), and the layer never caches a data pointer across calls.
@@ -84,7 +84,9 @@
  * into X8 [T, K] (half the bytes of bf16), and backward re-gathers the
  * saved X8t [K, T/tp] along its last dimension into [K, T] for wgrad (the
  * gather TransformerEngine got wrong: an all-gather alone concatenates along
- * the first dimension). The FP8 bytes of all ranks must
+ * the first dimension). For a token count off 16 it saves this rank's X8
+ * [T/tp, K] instead, gathers it along T and transposes it into a row-padded
+ * [K, T16] (the ranks' columns must not be padded apart). The FP8 bytes of all ranks must
  * share one scale: install l8_comm_reduce_amax on the recipe over tp_comm
  * (the host transports check it). In backward, the column reductions of dX
  * run on the comm stream while the wgrad GEMM runs on s, and the re-gather
@@ -107,11 +109,10 @@
  *
  * Errors, common to all calls: L8_ERR_INVALID_ARG (NULL, shapes, dtypes,
  * contexts, non-contiguous tensors, a ctx from another layer),
- * L8_ERR_UNSUPPORTED (FP8 with K, N - or T with column-parallel SP - not a
- * multiple of 16), L8_ERR_STATE (a storage not on the device; a backward
- * whose forward used other weights or input scales, see
- * l8_linear_backward), L8_ERR_OOM, L8_ERR_CUDA, L8_ERR_CUBLAS, and any
- * status a hook or callback returns. Allocation
+ * L8_ERR_UNSUPPORTED (FP8 with K or N not a multiple of 16), L8_ERR_STATE (a
+ * storage not on the device; a backward whose forward used other weights or
+ * input scales, see l8_linear_backward), L8_ERR_OOM, L8_ERR_CUDA,
+ * L8_ERR_CUBLAS, and any status a hook or callback returns. Allocation
  * happens before anything is enqueued, so an OOM leaves the layer, the
  * outputs and main_grad untouched.
  */
@@ -152,7 +153,8 @@ typedef enum l8_linear_parallel {
 /* grad_ready: l8_grad_ready_fn (runtime/params.h). */
 
 /* Save/restore hooks for tensors kept from forward to backward. `name` is
- * "<layer>.x_t" (FP8) or "<layer>.x" (bf16). The tensor is borrowed: hooks
+ * "<layer>.x_t" (FP8; "<layer>.x8" where column SP saves X8) or "<layer>.x"
+ * (bf16). The tensor is borrowed: hooks
  * act on its storage (l8_tensor_storage) and keep no pointer to the view
  * after release. save: the tensor will not be read before restore (offload
  * may start). restore: make the storage resident and ordered before later
@@ -324,6 +326,7 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
  *
  * l8_linear_forward_fp8: Y = X . W^T + b from
  *   x8   [T, K] (this rank's rows with column SP), 2-D, contiguous; read
+ *        (and, with column SP at T % 16 != 0, kept by the ctx as x8t is)
  *   x8t  [K, T] its transpose; read by the backward's wgrad: the ctx keeps
  *        a view of it (not a copy: do not overwrite it before backward,
  *        as with bf16's saved X). NULL only for inference (saved NULL).
@@ -333,8 +336,9 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
  *        row (T16 = T rounded up to 16) with zeros in columns T .. T16 - 1
  *        - the cast op's out_t given a narrow of a [K, ld] tensor writes
  *        those zeros; the layer cannot check them: wgrad reads all T16.
- *        Row-padded with T % 16 == 0 too, except with column-parallel SP
- *        (contiguous [K, T/tp] there, T % 16 == 0).
+ *        Row-padded with T % 16 == 0 too, except with column-parallel SP:
+ *        there x8t is contiguous [K, T/tp], and where T % 16 != 0 it is not
+ *        read (the ctx keeps a view of x8 instead).
  * y and saved as in l8_linear_forward; y must not overlap x8 or x8t.
  * Counted in forwards, not in input_casts. Errors: those of
  * l8_linear_forward, L8_ERR_INVALID_ARG for a bf16 layer, a wrong dtype,

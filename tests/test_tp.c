@@ -43,7 +43,10 @@ typedef struct tp_case {
                                      own (l8_linear_forward_fp8), not by the layer */
     int gelu;                     /* column-parallel: l8_linear_forward_gelu, h bf16 (1) or
                                      E4M3 with a meta of the test's (2, FP8) */
+    int rows;                     /* the token count, <= T (0: T) */
 } tp_case;
+
+static int64_t rows_of(const tp_case *k) { return k->rows ? k->rows : T; }
 
 /* The outputs of one layer (per rank: its shard), f32. */
 typedef struct result { float y[T * N], dx[T * K], gw[N * K], gb[N], h[T * N]; int ny, ndx, ngw; } result;
@@ -69,13 +72,14 @@ typedef struct shard { int64_t n0, n1, k0, k1, tx0, tx1, ty0, ty1; } shard;
 
 static shard shard_of(const tp_case *k, int rank, int tp)
 {
-    shard s = { 0, N, 0, K, 0, T, 0, T };
+    const int64_t t = rows_of(k);
+    shard s = { 0, N, 0, K, 0, t, 0, t };
     if (k->par == L8_PARALLEL_COLUMN) {
         s.n0 = N / tp * rank, s.n1 = s.n0 + N / tp;
-        if (k->sp) s.tx0 = T / tp * rank, s.tx1 = s.tx0 + T / tp;
+        if (k->sp) s.tx0 = t / tp * rank, s.tx1 = s.tx0 + t / tp;
     } else if (k->par == L8_PARALLEL_ROW) {
         s.k0 = K / tp * rank, s.k1 = s.k0 + K / tp;
-        if (k->sp) s.ty0 = T / tp * rank, s.ty1 = s.ty0 + T / tp;
+        if (k->sp) s.ty0 = t / tp * rank, s.ty1 = s.ty0 + t / tp;
     }
     return s;
 }
@@ -115,7 +119,14 @@ static l8_status run_layer(const tp_case *k, l8_ctx *ctx, l8_comm *tp, result *o
         st = l8_fp8_meta_create(ctx, &own);
         if (st == L8_OK) st = l8_fp8_meta_set(own, 4.0f, 0.25f, 0.0f);
         if (st == L8_OK) st = mk(ctx, L8_E4M3, tx, kk, &x8, &unused);
-        if (st == L8_OK) st = mk(ctx, L8_E4M3, kk, tx, &x8t, &unused);
+        /* x8t as the layer's wgrad reads it: row-padded for a token count
+         * off 16, but for column SP's this rank's rows (kept dense) */
+        const int padded = tx % 16 && !(tp && k->par == L8_PARALLEL_COLUMN && k->sp);
+        l8_tensor *x8tw = NULL;
+        const int64_t ldt = padded ? (tx + 15) / 16 * 16 : tx;
+        if (st == L8_OK) st = mk(ctx, L8_E4M3, kk, ldt, &x8tw, &unused);
+        if (st == L8_OK) st = l8_tensor_narrow(x8tw, 1, 0, tx, &x8t);
+        l8_tensor_destroy(x8tw);
         if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8, own);
         if (st == L8_OK) st = l8_tensor_set_fp8_meta(x8t, own);
     }
@@ -237,7 +248,7 @@ static void check_tp(const tp_case *k, int tp)
     l8t_world_ok(jobs, tp);
     int col = k->par == L8_PARALLEL_COLUMN;
     double hmax = 0;              /* h was written (not two zero buffers compared) */
-    for (int i = 0; k->gelu && i < T * N; i++) hmax = fmax(hmax, fabs(ref->h[i]));
+    for (int i = 0; k->gelu && i < rows_of(k) * N; i++) hmax = fmax(hmax, fabs(ref->h[i]));
     ck_assert(!k->gelu || hmax > 0.1);
     for (int r = 0; r < tp; r++) {
         const result *g = (const result *)jobs[r].out;
@@ -264,7 +275,27 @@ START_TEST(test_tp_linear)
                         if (l8_test_quick() && tp == 1) continue;
                         tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
                                       l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own,
-                                      0 };
+                                      0, 0 };
+                        check_tp(&k, tp);
+                    }
+}
+END_TEST
+
+/* A token count off 16 (T = 40: with SP 40, 20 or 10 rows a rank): FP8 pads
+ * X8t and dY8t to 48 columns for wgrad, and a column-parallel layer with
+ * SP saves this rank's X8 rows, gathers them along T and transposes them
+ * into the padded layout in backward (X cast by the layer, or by the test
+ * with a meta of its own). The same comparisons as test_tp_linear. */
+START_TEST(test_tp_odd_tokens)
+{
+    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
+        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
+            for (int sp = 0; sp <= 1; sp++)
+                for (int own = 0; own <= (mode == L8_LINEAR_FP8 && sp); own++)
+                    for (int tp = 1; tp <= 4; tp *= 2) {
+                        tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own,
+                                      0, 40 };
                         check_tp(&k, tp);
                     }
 }
@@ -283,7 +314,8 @@ START_TEST(test_tp_gelu)
             for (int sp = 0; sp <= 1; sp++)
                 for (int tp = 2; tp <= 4; tp *= 2) {
                     tp_case k = { (l8_linear_mode)mode, L8_PARALLEL_COLUMN, sp,
-                                  l8_test_seed() + (uint64_t)(mode * 8 + gelu * 2 + sp), 0, gelu };
+                                  l8_test_seed() + (uint64_t)(mode * 8 + gelu * 2 + sp), 0, gelu,
+                                  0 };
                     check_tp(&k, tp);
                 }
 }
@@ -371,8 +403,7 @@ START_TEST(test_tp_errors)
              L8_ERR_UNSUPPORTED);
     l8_linear_destroy(lin);
     lin = NULL;
-    /* FP8 column parallel with SP re-gathers X8t along T, dense: T = 24 is
-     * refused there (and runs in the other modes, padded) */
+    /* FP8 at T = 24 in each mode on one rank (column SP: X8's rows saved) */
     l8_recipe *rec = NULL;
     l8_tensor *x24, *y24;
     L8_CK(l8_recipe_create(ctx, NULL, &rec));
@@ -389,15 +420,8 @@ START_TEST(test_tp_errors)
         cfg.sequence_parallel = m != 1;
         L8_CK(l8_linear_create(ctx, &cfg, &lin));
         l8_linear_ctx *sv = NULL;
-        if (m == 0) {
-            L8_CK_ST(l8_linear_forward(lin, x24, y24, &sv, NULL), L8_ERR_UNSUPPORTED);
-            ck_assert_msg(strstr(l8_last_error()->message, "multiple of 16") != NULL, "%s",
-                          l8_last_error()->message);
-            ck_assert_ptr_null(sv);
-        } else {
-            L8_CK(l8_linear_forward(lin, x24, y24, &sv, NULL));
-            L8_CK(l8_linear_backward(lin, &sv, y24, x24, NULL));
-        }
+        L8_CK(l8_linear_forward(lin, x24, y24, &sv, NULL));
+        L8_CK(l8_linear_backward(lin, &sv, y24, x24, NULL));
         l8_linear_destroy(lin);
     }
     l8_tensor_destroy(x24), l8_tensor_destroy(y24);
@@ -413,7 +437,9 @@ END_TEST
 
 /* On the GPU at TP = 1 (one H200 holds one NCCL rank): every parallel mode
  * through NCCL equals the plain layer bitwise (the collectives are copies
- * or nothing, and the dataflow around them must not change a bit). */
+ * or nothing, and the dataflow around them must not change a bit), at 64
+ * tokens and at 40 (column SP then saves X8's rows and transposes them in
+ * backward). */
 START_TEST(test_gpu_tp_world1)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
@@ -422,18 +448,19 @@ START_TEST(test_gpu_tp_world1)
     L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
     L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
     result *ref = l8t_xmalloc(sizeof *ref), *got = l8t_xmalloc(sizeof *got);
-    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
-        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
-            for (int sp = 0; sp <= 1; sp++) {
-                tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                              l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), 0, 0 };
-                L8_CK(run_layer(&k, ctx, NULL, ref));
-                L8_CK(run_layer(&k, ctx, c, got));
-                compare("y", &k, 1, 0, got->y, ref->y, N, 0, T, 0, N, 1);
-                compare("dx", &k, 1, 0, got->dx, ref->dx, K, 0, T, 0, K, 1);
-                compare("weight grad", &k, 1, 0, got->gw, ref->gw, K, 0, N, 0, K, 1);
-                compare("bias grad", &k, 1, 0, got->gb, ref->gb, 1, 0, N, 0, 1, 1);
-            }
+    static const int counts[] = { T, 40 };
+    for (int i = 0; i < 2 * 2 * 2 * 2; i++) {     /* count, mode, par, sp */
+        int rows = counts[i >> 3], mode = L8_LINEAR_FP8 + ((i >> 2) & 1);
+        int par = L8_PARALLEL_COLUMN + ((i >> 1) & 1), sp = i & 1;
+        tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
+                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), 0, 0, rows };
+        L8_CK(run_layer(&k, ctx, NULL, ref));
+        L8_CK(run_layer(&k, ctx, c, got));
+        compare("y", &k, 1, 0, got->y, ref->y, N, 0, rows, 0, N, 1);
+        compare("dx", &k, 1, 0, got->dx, ref->dx, K, 0, rows, 0, K, 1);
+        compare("weight grad", &k, 1, 0, got->gw, ref->gw, K, 0, N, 0, K, 1);
+        compare("bias grad", &k, 1, 0, got->gb, ref->gb, 1, 0, N, 0, 1, 1);
+    }
     L8_CK(l8_comm_check(c));
     free(ref);
     free(got);
@@ -450,6 +477,7 @@ Suite *l8_tp_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_tp_linear);
     tcase_add_test(tc, test_tp_gelu);
+    tcase_add_test(tc, test_tp_odd_tokens);
     tcase_add_test(tc, test_tp_errors);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("gpu");
