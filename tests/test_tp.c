@@ -265,7 +265,10 @@ static void check_tp(const tp_case *k, int tp)
     l8t_ctx_finish(ctx);
 }
 
-START_TEST(test_tp_linear)
+/* Every mode (column, row; with and without SP; FP8 with X cast by the
+ * layer or by the test) at tp 1, 2 and 4 (quick: 2 and 4), rows tokens (0:
+ * T), against one rank (check_tp). */
+static void check_every_mode(int rows)
 {
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
         for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
@@ -275,10 +278,12 @@ START_TEST(test_tp_linear)
                         if (l8_test_quick() && tp == 1) continue;
                         tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
                                       l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own,
-                                      0, 0 };
+                                      0, rows };
                         check_tp(&k, tp);
                     }
 }
+
+START_TEST(test_tp_linear) { check_every_mode(0); }
 END_TEST
 
 /* A token count off 16 (T = 40: with SP 40, 20 or 10 rows a rank): FP8 pads
@@ -286,19 +291,7 @@ END_TEST
  * SP saves this rank's X8 rows, gathers them along T and transposes them
  * into the padded layout in backward (X cast by the layer, or by the test
  * with a meta of its own). The same comparisons as test_tp_linear. */
-START_TEST(test_tp_odd_tokens)
-{
-    for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++)
-        for (int par = L8_PARALLEL_COLUMN; par <= L8_PARALLEL_ROW; par++)
-            for (int sp = 0; sp <= 1; sp++)
-                for (int own = 0; own <= (mode == L8_LINEAR_FP8 && sp); own++)
-                    for (int tp = 1; tp <= 4; tp *= 2) {
-                        tp_case k = { (l8_linear_mode)mode, (l8_linear_parallel)par, sp,
-                                      l8_test_seed() + (uint64_t)(mode * 8 + par * 2 + sp), own,
-                                      0, 40 };
-                        check_tp(&k, tp);
-                    }
-}
+START_TEST(test_tp_odd_tokens) { check_every_mode(40); }
 END_TEST
 
 /* A column-parallel layer that writes the next layer's input in its GEMM
