@@ -132,7 +132,7 @@ static void rows_cols(const l8_tensor *t, int64_t *rows, int64_t *cols)
 }
 
 /* Whether t is a 2-D view whose rows lie further apart than their length
- * with unit steps inside them (a row-padded view: need_padded says whether
+ * with unit steps inside them (a row-padded view: l8i_need_padded says whether
  * one the ops take). A view of one row (or of one column) is contiguous
  * whatever its other stride says: padded where that stride says so. */
 static int looks_padded(const l8_tensor *t)
@@ -142,12 +142,9 @@ static int looks_padded(const l8_tensor *t)
            (l8_tensor_stride(t, 1) == 1 || d1 == 1);
 }
 
-/* An output t of ctx (NULL: any), 2-D [d0, d1] (dims: what those are, for
- * the message), and contiguous or row-padded - strides [ld, 1], ld > d1, ld
- * % 16 == 0, data 16-B aligned (the GEMM-ready layout of cast.h's common
- * rules). *ld = its row stride. */
-static l8_status need_padded(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
-                             int64_t d0, int64_t d1, const char *dims, int64_t *ld)
+/* (ops/internal.h) */
+l8_status l8i_need_padded(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
+                          int64_t d0, int64_t d1, const char *dims, int64_t *ld)
 {
     if (!t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
@@ -348,7 +345,7 @@ typedef struct ct_job {
 /* Check the arguments of one cast_transpose(_dbias) on ctx (NULL: in's) and
  * fill *j. out_t may be NULL only when out is not (a cast without its
  * transpose: the _act ops); out_t, and out when out_t is given, may be
- * row-padded (need_padded). Nothing is enqueued. */
+ * row-padded (l8i_need_padded). Nothing is enqueued. */
 static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
                             l8_tensor *out_t, l8_tensor *dbias, l8_ctx *ctx, ct_job *j)
 {
@@ -360,7 +357,7 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
     rows_cols(in, &R, &C);
     ldt = R;
     if (out_t)
-        L8_CHECK(need_padded(op, "out_t", out_t, ctx, C, R, "cols, rows of in", &ldt));
+        L8_CHECK(l8i_need_padded(op, "out_t", out_t, ctx, C, R, "cols, rows of in", &ldt));
     else
         L8_CHECK(l8i_need_tensor(op, "out (out_t is NULL)", out, ctx));
     l8_fp8_meta *m;
@@ -368,7 +365,7 @@ static l8_status ct_prepare(const char *op, const l8_tensor *in, l8_tensor *out,
     l8_dtype fmt = l8_tensor_dtype(ref);
     int64_t ldo = C;
     if (out && out_t && looks_padded(out)) {
-        L8_CHECK(need_padded(op, "out", out, ctx, R, C, "rows, cols of in", &ldo));
+        L8_CHECK(l8i_need_padded(op, "out", out, ctx, R, C, "rows, cols of in", &ldo));
     } else if (out) {
         L8_CHECK(l8i_need_tensor(op, "out", out, ctx));
         int64_t r2, c2;
@@ -1124,7 +1121,7 @@ l8_status l8_fp8_transpose(const l8_tensor *in, l8_tensor *out, l8_stream *s)
     l8_ctx *ctx = l8_tensor_ctx(in);
     int64_t R, C, ld;
     rows_cols(in, &R, &C);
-    L8_CHECK(need_padded(op, "out", out, ctx, C, R, "cols, rows of in", &ld));
+    L8_CHECK(l8i_need_padded(op, "out", out, ctx, C, R, "cols, rows of in", &ld));
     l8_dtype dt = l8_tensor_dtype(in);
     if (!(l8_dtype_is_fp8(dt) || dt == L8_U8) || l8_tensor_dtype(out) != dt)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: in and out must both be e4m3, e5m2 or u8 "

@@ -97,6 +97,14 @@ l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l
 /* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */
 static inline int l8i_is_hp(l8_dtype dt) { return dt == L8_F32 || dt == L8_BF16 || dt == L8_F16; }
 
+/* An output t of ctx (NULL: any), 2-D [d0, d1] (dims: what those are, for
+ * the message), and contiguous or row-padded - strides [ld, 1], ld > d1, ld
+ * % 16 == 0 (so ld >= d1 rounded up to 16), data 16-B aligned: the
+ * GEMM-ready layout of cast.h's common rules. *ld = its row stride. The
+ * dtype is the caller's to check. (cast.c) */
+l8_status l8i_need_padded(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
+                          int64_t d0, int64_t d1, const char *dims, int64_t *ld);
+
 /* A group op's check of item i failed with st: the same status, the last
  * error's message prefixed with "<what> <i>: ". */
 l8_status l8i_fail_item(l8_status st, const char *what, int i);

@@ -88,8 +88,7 @@ struct l8_linear_ctx {
     uint64_t serial;              /* the layer's */
     l8_tensor *saved;             /* FP8: X8t (K, T16) e4m3 with the input meta - or with
                                      column SP this rank's X8t (K, T/tp), or where T % 16 != 0
-                                     its X8 (T/tp, K) (rows_saved); bf16: X (T, K) */
-    int rows_saved;               /* saved is X8's rows, to gather and transpose in backward */
+                                     its X8 (T/tp, K) (saves_rows); bf16: X (T, K) */
     char name[NAME_MAX_LEN + 8];  /* "<layer>.x_t" / "<layer>.x8" / "<layer>.x" */
     int hooked;                   /* hooks.save accepted it: release it later */
     l8_save_hooks hooks;
@@ -116,8 +115,12 @@ static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
  * the backward re-gathers this rank's saved input for wgrad: X8t [K, T/tp]
  * along its last dimension where T % 16 == 0 (dense, no padding between the
  * ranks' columns), else X8 [T/tp, K] along T, then transposed into a
- * row-padded [K, T16] (rows_saved). */
+ * row-padded [K, T16] (saves_rows: T all ranks' tokens). */
 static int gathers_x(const l8_linear *l) { return l->sp && l->par == L8_PARALLEL_COLUMN; }
+static int saves_rows(const l8_linear *l, int64_t T)
+{
+    return is_fp8_mode(l) && gathers_x(l) && T % 16 != 0;
+}
 
 /* A new contiguous tensor (rows, cols) - or (rows,) when cols < 0 - for use
  * on s, tagged "<layer>.<suffix>", with meta attached when given. */
@@ -146,14 +149,18 @@ static l8_status new_tensor(const l8_linear *l, const char *suffix, l8_dtype dt,
 }
 
 /* A transposed FP8 operand [rows, T] of the layer's own cast: *full the
- * contiguous [rows, T16] tensor wgrad reads (wide; else [rows, T]) and
- * *cast its [rows, T] view, row-padded, that the cast writes. */
+ * contiguous [rows, T16] tensor wgrad reads (wide; else [rows, T]) and,
+ * where that is wider than T, *cast its [rows, T] view, row-padded, that
+ * the cast writes (else NULL: the cast writes *full). */
 static l8_status new_transposed(const l8_linear *l, const char *suffix, l8_dtype dt, int64_t rows,
                                 int64_t T, int wide, l8_fp8_meta *meta, l8_stream *s,
                                 l8_tensor **full, l8_tensor **cast)
 {
     *cast = NULL;
-    L8_CHECK(new_tensor(l, suffix, dt, rows, wide ? round16(T) : T, meta, s, full));
+    const int64_t cols = wide ? round16(T) : T;
+    L8_CHECK(new_tensor(l, suffix, dt, rows, cols, meta, s, full));
+    if (cols == T)
+        return L8_OK;
     l8_status ret = l8_tensor_narrow(*full, 1, 0, T, cast);
     if (ret != L8_OK) {
         l8_tensor_destroy(*full);
@@ -627,14 +634,14 @@ static l8_status need_cast(const l8_linear *l, const char *op, const char *name,
 /* The caller's transposed operand t [rows, T] (x8t, dy8t) when wgrad may
  * read it padded (wide; not the saved X8t of column SP, which is gathered
  * along T): contiguous with T % 16 == 0, or row-padded as the cast ops
- * write it - strides [ld, 1], ld % 16 == 0, ld >= T16, 16-byte aligned,
- * columns T .. T16 - 1 zeros (the caller's promise) - in fmt, with meta
- * when given. Else as need_cast. */
+ * write it (l8i_need_padded: ld % 16 == 0, so ld >= T16), its storage
+ * holding the last row's padding, columns T .. T16 - 1 zeros (the caller's
+ * promise) - in fmt, with meta when given. Else as need_cast. */
 static l8_status need_cast_t(const l8_linear *l, const char *op, const char *name,
                              const l8_tensor *t, l8_dtype fmt, l8_fp8_meta *meta, int64_t rows,
                              int64_t T, int wide)
 {
-    if (!wide || !t || l8_tensor_ndim(t) != 2 || l8_tensor_is_contiguous(t)) {
+    if (!wide || !t || l8_tensor_is_contiguous(t)) {
         L8_CHECK(need_cast(l, op, name, t, fmt, meta, rows, T));
         if (wide && T % 16)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is [%lld, %lld] and contiguous: with a"
@@ -644,22 +651,12 @@ static l8_status need_cast_t(const l8_linear *l, const char *op, const char *nam
                            (long long)round16(T));
         return L8_OK;
     }
-    if (l8_tensor_ctx(t) != l->ctx)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s belongs to another context", op, name);
+    int64_t ld = 0;
+    L8_CHECK(l8i_need_padded(op, name, t, l->ctx, rows, T, "rows, tokens", &ld));
     if (l8_tensor_dtype(t) != fmt)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has dtype %s, wanted %s", op, name,
                        l8_dtype_name(l8_tensor_dtype(t)), l8_dtype_name(fmt));
-    if (l8_tensor_dim(t, 0) != rows || l8_tensor_dim(t, 1) != T)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s is [%lld, %lld], wanted [%lld, %lld]", op,
-                       name, (long long)l8_tensor_dim(t, 0), (long long)l8_tensor_dim(t, 1),
-                       (long long)rows, (long long)T);
-    int64_t ld = l8_tensor_stride(t, 0);
     size_t off = l8_tensor_offset(t);
-    if (l8_tensor_stride(t, 1) != 1 || ld % 16 || ld < round16(T) || off % 16)
-        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has strides [%lld, %lld] at byte %zu: wanted"
-                       " contiguous or row-padded (strides [ld, 1], ld %% 16 == 0, ld >= %lld,"
-                       " 16-byte aligned)", op, name, (long long)ld,
-                       (long long)l8_tensor_stride(t, 1), off, (long long)round16(T));
     if (off + (size_t)((rows - 1) * ld + round16(T)) > l8_storage_bytes(l8_tensor_storage(t)))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s's storage ends before its last row's padding"
                        " (column %lld)", op, name, (long long)round16(T) - 1);
@@ -723,7 +720,7 @@ static l8_status check_cast_input(const l8_linear *l, const char *op, const fwd_
     L8_CHECK(need_cast(l, op, "x8", in->x8, l->fmt_x, NULL, -1, l->K));
     L8_CHECK(cast_input_meta(l, op, in->x8, own));
     *Tx = l8_tensor_dim(in->x8, 0);
-    if (!save)
+    if (!save || saves_rows(l, *Tx * l->tp_size))   /* x8t not read (x8's rows saved) */
         return L8_OK;
     if (!in->x8t)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: x8t is NULL: training (saved) needs the"
@@ -805,8 +802,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
         ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: y overlaps %s", op, precast ? "x8 or x8t" : "x");
         goto out;
     }
-    /* column SP at a T off 16: X8's rows saved (see gathers_x) */
-    const int rows_saved = fp8 && gather_x && T % 16 != 0;
+    const int rows_saved = saves_rows(l, T);   /* X8's rows, not X8t */
     if (in->h)
         L8_TRY(ret, check_gelu_out(l, op, in, y, Ty), out);
 
@@ -883,7 +879,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
          * over the step's micro-batches); gathered along T with column SP */
         l8_tensor *cast_to = xl8 ? xl8 : x8;
         if (!precast) {
-            L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8tc,
+            L8_TRY(ret, l8_fp8_cast_transpose_act(act, x2, cast_to, x8tc ? x8tc : x8t,
                                                   L8_CAST_ACCUMULATE_AMAX, s), out);
             l->stats.input_casts++;
         }
@@ -939,7 +935,6 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
             c->saved = x8t;       /* (K, T16), T's columns then zeros; (K, Tx): this rank's
                                      rows with column SP; rows_saved: (Tx, K) */
             x8t = NULL;
-            c->rows_saved = rows_saved;
             snprintf(c->name, sizeof c->name, rows_saved ? "%s.x8" : "%s.x_t", l->name);
         } else {
             c->saved = x2;        /* a view of the caller's X (its storage is retained),
@@ -1094,6 +1089,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     const int colsp = l->sp && l->par == L8_PARALLEL_COLUMN;
     const int rowsp = l->sp && l->par == L8_PARALLEL_ROW;
     const int reduce_dx = l->par == L8_PARALLEL_COLUMN && dx;
+    const int rows_saved = saves_rows(l, T);   /* saved is X8's rows: gather, transpose */
     /* the rows of dy and dx as the caller holds them (the forward's y and x) */
     const int64_t dy_rows = rowsp ? T / l->tp_size : T, dx_rows = colsp ? T / l->tp_size : T;
     l8_status ret = L8_OK;
@@ -1159,7 +1155,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, new_tensor(l, "dy_gathered", L8_BF16, T, l->N, NULL, s, &dyg), out);
     if (colsp && dx)              /* dX partial sums of all T rows, scattered into dx */
         L8_TRY(ret, new_tensor(l, "dx_partial", L8_BF16, T, l->K, NULL, s, &dxf), out);
-    if (colsp && c->rows_saved) { /* X8 of all ranks, then its transpose [K, T16] */
+    if (rows_saved) {             /* X8 of all ranks, then its transpose [K, T16] */
         l8_fp8_meta *xm = l8_tensor_fp8_meta(c->saved);
         L8_TRY(ret, new_tensor(l, "x_fp8_gathered", l->fmt_x, T, l->K, xm, s, &xg8), out);
         L8_TRY(ret, new_transposed(l, "x_t_gathered", l->fmt_x, l->K, T, 1, xm, s, &xs, &xsc),
@@ -1169,7 +1165,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
                                      l8_tensor_fp8_meta(c->saved), s, &xs)
                         : new_tensor(l, "x_gathered", L8_BF16, T, l->K, NULL, s, &xs), out);
     }
-    if (fp8 && !precast) {        /* dY8t [N, T16], its [N, T] view cast into */
+    if (fp8 && !precast) {        /* dY8t [N, T16] (its [N, T] view cast into where T % 16) */
         L8_TRY(ret, new_tensor(l, "dy_fp8", l->fmt_g, T, l->N, l->meta_g, s, &dy8), out);
         L8_TRY(ret, new_transposed(l, "dy_t_fp8", l->fmt_g, l->N, T, 1, l->meta_g, s, &dy8t,
                                    &dy8tc), out);
@@ -1184,9 +1180,9 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         L8_TRY(ret, c->hooks.restore(c->hooks.arg, c->saved, c->name, s), out);
     if (colsp) {                  /* re-gather X on the comm stream, overlapping dgrad */
         L8_TRY(ret, comm_after(l, s, &cs), out);
-        if (c->rows_saved) {
+        if (rows_saved) {
             L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xg8, 0, cs), out);
-            L8_TRY(ret, l8_fp8_transpose(xg8, xsc, cs), out);
+            L8_TRY(ret, l8_fp8_transpose(xg8, xsc ? xsc : xs, cs), out);
         } else {
             L8_TRY(ret, l8_comm_all_gather(l->tp, c->saved, xs, fp8 ? -1 : 0, cs), out);
         }
@@ -1214,14 +1210,15 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         /* dY8 (T, N), dY8t (N, T) e5m2 and db (N,) f32: the caller's, or
          * cast here in one pass (of da * act'(y) when fused) */
         if (!precast) {
+            l8_tensor *yt = dy8tc ? dy8tc : dy8t;   /* [N, T], row-padded where T % 16 */
             if (fuse_act)
-                L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, dy8tc, db,
+                L8_TRY(ret, l8_fp8_cast_transpose_dact(act, dy2, y2, dy8, yt, db,
                                                        L8_CAST_ACCUMULATE_AMAX, s), out);
             else if (db)
-                L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, dy8tc, db,
+                L8_TRY(ret, l8_fp8_cast_transpose_dbias(dy2, dy8, yt, db,
                                                         L8_CAST_ACCUMULATE_AMAX, s), out);
             else
-                L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, dy8tc, L8_CAST_ACCUMULATE_AMAX, s),
+                L8_TRY(ret, l8_fp8_cast_transpose(dy2, dy8, yt, L8_CAST_ACCUMULATE_AMAX, s),
                        out);
             l->stats.grad_casts++;
         }

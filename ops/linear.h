@@ -329,7 +329,8 @@ L8_NODISCARD l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linea
  *        (and, with column SP at T % 16 != 0, kept by the ctx as x8t is)
  *   x8t  [K, T] its transpose; read by the backward's wgrad: the ctx keeps
  *        a view of it (not a copy: do not overwrite it before backward,
- *        as with bf16's saved X). NULL only for inference (saved NULL).
+ *        as with bf16's saved X). NULL for inference (saved NULL), and
+ *        where it is not read (column SP at T % 16 != 0, below).
  *        Contiguous when T % 16 == 0; else row-padded as the cast ops write
  *        it (ops/cast.h): a 2-D view with strides [ld, 1], ld % 16 == 0,
  *        16-byte aligned, its storage holding ld >= T16 columns of every

@@ -138,7 +138,7 @@ typedef struct model {
                                                  layer (read by dgrad on m->s), and dY8t,
                                                  B16 x each split layer at dgt_off[i] bytes
                                                  (read by a wgrad on m->wgs; B16: B rounded
-                                                 up to 16, see fp8_over_t) */
+                                                 up to 16, see fp8_over) */
     int64_t dgt_off[MAX_LAYERS];
     l8_stream *wgs;                           /* one process: the comm stream,
                                                  where the layers above the first run their
@@ -314,7 +314,7 @@ static int parse(int argc, char **argv, opts *o)
 }
 
 /* v rounded up to a multiple of 16: the row stride of an FP8 transpose of v
- * rows (fp8_over_t). */
+ * rows (fp8_over). */
 static int64_t r16(int64_t v) { return (v + 15) / 16 * 16; }
 
 static l8_tensor *new2(l8_ctx *ctx, l8_dtype dt, int64_t a, int64_t b, l8_status *st)
@@ -639,24 +639,16 @@ static void views_free(batch_views *v)
     memset(v, 0, sizeof *v);
 }
 
-/* An FP8 tensor (r, c) of storage st from byte off, carrying meta. */
+/* An FP8 tensor (r, c) of storage st from byte off, its rows ld bytes
+ * apart (ld == c: contiguous), carrying meta. The transpose of `rows` rows
+ * as a Linear's wgrad reads it (ops/linear.h) is (c, rows) with ld =
+ * r16(rows): row-padded (ops/cast.h), the rest of each row zeros once the
+ * cast or transpose that writes it has run. */
 static l8_status fp8_over(l8_storage *st, int64_t off, l8_dtype fmt, int64_t r, int64_t c,
-                          l8_fp8_meta *meta, l8_tensor **t)
+                          int64_t ld, l8_fp8_meta *meta, l8_tensor **t)
 {
-    int64_t sh[2] = { r, c };
-    L8_CHECK(l8_tensor_from_storage(st, (size_t)off, fmt, 2, sh, NULL, t));
-    return l8_tensor_set_fp8_meta(*t, meta);
-}
-
-/* The transpose of `rows` rows as a Linear's wgrad reads it (ops/linear.h):
- * an FP8 (c, rows) view of st from byte off with rows rounded up to 16 as
- * its row stride, the rest of each row zeros once the cast or transpose
- * that writes it has run (row-padded: ops/cast.h); carrying meta. */
-static l8_status fp8_over_t(l8_storage *st, int64_t off, l8_dtype fmt, int64_t c, int64_t rows,
-                            l8_fp8_meta *meta, l8_tensor **t)
-{
-    int64_t sh[2] = { c, rows }, sd[2] = { r16(rows), 1 };
-    L8_CHECK(l8_tensor_from_storage(st, (size_t)off, fmt, 2, sh, sd, t));
+    int64_t sh[2] = { r, c }, sd[2] = { ld, 1 };
+    L8_CHECK(l8_tensor_from_storage(st, (size_t)off, fmt, 2, sh, ld == c ? NULL : sd, t));
     return l8_tensor_set_fp8_meta(*t, meta);
 }
 
@@ -670,8 +662,8 @@ static l8_status first_input_fp8(model *m, int64_t rows, l8_tensor **x8, l8_tens
         l8_storage *st = NULL;
         L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)((k ? r16(rows) : rows) * m->ld[0]),
                                           m->s, k ? "fc1.x_fp8_t" : "fc1.x_fp8", &st));
-        l8_status ret = k ? fp8_over_t(st, 0, fmt, m->ld[0], rows, m->x8meta, x8t)
-                          : fp8_over(st, 0, fmt, rows, m->ld[0], m->x8meta, x8);
+        l8_status ret = k ? fp8_over(st, 0, fmt, m->ld[0], rows, r16(rows), m->x8meta, x8t)
+                          : fp8_over(st, 0, fmt, rows, m->ld[0], m->ld[0], m->x8meta, x8);
         l8_storage_release(st);
         L8_CHECK(ret);
     }
@@ -695,8 +687,8 @@ static l8_status gelu_out_new(model *m, int i, int64_t rows, int train, batch_vi
         l8_storage *st = NULL;
         L8_CHECK(l8_storage_create_tagged(m->ctx, (size_t)((k ? r16(rows) : rows) * n), m->s,
                                           k ? "train.h_fp8_t" : "train.h_fp8", &st));
-        l8_status ret = k ? fp8_over_t(st, 0, fmt, n, rows, meta, &v->ht[i])
-                          : fp8_over(st, 0, fmt, rows, n, meta, &v->h[i]);
+        l8_status ret = k ? fp8_over(st, 0, fmt, n, rows, r16(rows), meta, &v->ht[i])
+                          : fp8_over(st, 0, fmt, rows, n, n, meta, &v->h[i]);
         l8_storage_release(st);
         L8_CHECK(ret);
     }
@@ -716,7 +708,7 @@ static l8_status gelu_amax(model *m, const batch_views *v, int64_t rows, l8_stre
                                                                            L8_ROLE_INPUT));
         l8_tensor *t = NULL;
         L8_CHECK(fp8_over(m->hscr, 0, l8_recipe_dtype(m->recipe, L8_ROLE_INPUT), rows,
-                          m->ld[i + 1], meta, &t));
+                          m->ld[i + 1], m->ld[i + 1], meta, &t));
         l8_status ret = l8_fp8_cast_transpose_act(L8_ACT_GELU, v->pre[i], t, NULL,
                                                   L8_CAST_ACCUMULATE_AMAX, st);
         l8_tensor_destroy(t);
@@ -784,8 +776,8 @@ static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
     l8_tensor *db = l8_params_main_grad(m->params, m->bid[i]);
     l8_tensor *dy8 = NULL, *dy8t = NULL;
     l8_status st = L8_OK;
-    L8_TRY(st, fp8_over(m->dg8[0], 0, fmt, rows, n, gm, &dy8), out);
-    L8_TRY(st, fp8_over_t(m->dg8[1], m->dgt_off[i], fmt, n, rows, gm, &dy8t), out);
+    L8_TRY(st, fp8_over(m->dg8[0], 0, fmt, rows, n, n, gm, &dy8), out);
+    L8_TRY(st, fp8_over(m->dg8[1], m->dgt_off[i], fmt, n, rows, r16(rows), gm, &dy8t), out);
     L8_TRY(st, fork_side(m), out);
     L8_TRY(st, l8_dbias_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], db, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
