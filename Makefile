@@ -167,9 +167,12 @@ deps:
 
 .PHONY: test test-ptx test-host test-valgrind test-gpu test-link test-train test-abi
 # tools/ktrace.py on a made-up trace; libl8ktrace.so's entry point where it is built
-.PHONY: test-ktrace
+.PHONY: test-ktrace test-sass
 test-ktrace: $(KTRACE_LIB)
 	$(Q)tests/ktrace.sh $(BUILD)
+# tools/sass.py on a made-up SASS listing, and README's command
+test-sass:
+	$(Q)tests/sass.sh
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host test-fortran
@@ -179,6 +182,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-trace
 	$(Q)$(MAKE) --no-print-directory test-bench
 	$(Q)$(MAKE) --no-print-directory test-ktrace
+	$(Q)$(MAKE) --no-print-directory test-sass
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 
