@@ -278,7 +278,7 @@ static l8_status ct_host(const void *x, l8_dtype idt, int64_t R, int64_t C, int6
         }
     }
     if (out)
-        pad_host(out, C, R, ldo, 0);          /* as the device's memset (cast_transpose_impl) */
+        pad_host(out, C, R, ldo, 0);          /* as the tile kernel's end does */
     if (out_t)
         pad_host(out_t, R, C, ldt, l8_fp8_from_f32(0.0f * scale, fmt));
     union { uint32_t u; float f; } cv = { am };
@@ -620,14 +620,6 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
         L8_TRY(st, zero_amax(s, amax), out);
-    if (y && j.ldo > C && R > 0) {
-        /* a row-padded out: its columns C .. C16 - 1 zeroed (the kernel
-         * writes the columns below C only) */
-        size_t w = (size_t)(((C + 15) / 16 * 16 < j.ldo ? (C + 15) / 16 * 16 : j.ldo) - C);
-        if (w)
-            L8_TRY(st, L8_CU(cuMemsetD2D8Async, (CUdeviceptr)(uintptr_t)((uint8_t *)y + C),
-                             (size_t)j.ldo, 0, w, (size_t)R, l8i_stream_cu(s)), out);
-    }
     {
         uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = split ? 0 : dptr(yt);
         uint64_t a_scale = dptr(scale);

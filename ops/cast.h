@@ -30,10 +30,10 @@
  *    rows rounded up to 16 make a wgrad over an odd token count add exact
  *    zeros, X padded to cols rounded up the same for an odd K. Every store
  *    into a padded output is an aligned block, which makes it the faster
- *    layout for such shapes; a padded out's zeros come from a 2-D memset
- *    on the stream (one more node in a graph, ~5 us on an H200: docs/perf.md
- *    has what each shape runs at). Padded outputs take the 128 x 128 tile
- *    kernel, never the small-tile one (the _act ops then run unfused).
+ *    layout for such shapes (docs/perf.md has what each shape runs at); a
+ *    padded out's zeros are written by the same kernel, after its tiles.
+ *    Padded outputs take the 128 x 128 tile kernel, never the small-tile
+ *    one (the _act ops then run unfused).
  *  - High-precision tensors are L8_F32, L8_BF16 or L8_F16; FP8 tensors are
  *    L8_E4M3 or L8_E5M2 and carry an l8_fp8_meta (scale, scale_inv, amax:
  *    device f32 scalars, see runtime/tensor.h).

@@ -36,7 +36,7 @@ static const l8i_sym k_entries[] = {
     E(cuMemAlloc), E(cuMemFree), E(cuMemAllocAsync), E(cuMemFreeAsync),
     E(cuDeviceGetDefaultMemPool), E(cuMemPoolSetAttribute), E(cuMemHostAlloc), E(cuMemFreeHost),
     E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemsetD8Async),
-    E(cuMemsetD32Async), E(cuMemsetD2D8Async), E(cuStreamCreateWithPriority),
+    E(cuMemsetD32Async), E(cuStreamCreateWithPriority),
     E(cuStreamGetPriority), E(cuCtxGetStreamPriorityRange), E(cuStreamDestroy),
     E(cuStreamSynchronize), E(cuStreamWaitEvent), E(cuStreamQuery), E(cuEventCreate),
     E(cuEventDestroy), E(cuEventRecord), E(cuEventQuery), E(cuEventSynchronize),
