@@ -599,10 +599,15 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         L8_CHECK(l8_fp8_cast(in, out, flags, s));
         return l8_fp8_transpose(out, out_t, s);
     }
-    static const char *const entry[] = { "l8_cast_transpose_f32", "l8_cast_transpose_bf16",
-                                         "l8_cast_transpose_f16" };
+    /* the tile kernel's two forms (ptx/cast_transpose.ptx.in): phase 1 for
+     * VEC_ROW, or for IN_WORDS; each takes the other tiles through its edge
+     * path */
+    static const char *const entry[2][3] = {
+        { "l8_cast_transpose_f32", "l8_cast_transpose_bf16", "l8_cast_transpose_f16" },
+        { "l8_cast_transpose_w_f32", "l8_cast_transpose_w_bf16", "l8_cast_transpose_w_f16" } };
+    const int form = j.kf & KF_VEC_ROW ? 0 : 1;
     CUfunction f, fr = NULL;
-    L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[idt], &f));
+    L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[form][idt], &f));
     if (dbias)
         L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
     uint32_t kf = j.kf;

@@ -1790,7 +1790,10 @@ static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
                                   { 271, 1000 }, { 385, 131 }, { 1031, 1000 }, { 300, 520 },
                                   /* edge tiles: fewer than 16 rows, under a tile without
                                    * a halo, partial pieces */
-                                  { 5, 300 }, { 100, 260 }, { 143, 136 }, { 150, 136 } };
+                                  { 5, 300 }, { 100, 260 }, { 143, 136 }, { 150, 136 },
+                                  /* rows % 16 == 0, cols % 8 != 0: the word loads next to
+                                   * whole 16-B transposed stores (the w_ form) */
+                                  { 256, 1031 }, { 384, 130 } };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int hi = 0; hi < 3; hi++)
             gpu_ct_case(g, h, r, shapes[k][0], shapes[k][1], HPS[hi], FMTS[(k + (size_t)hi) % 2],
