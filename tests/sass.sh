@@ -60,11 +60,33 @@ else bad "summary differs"; diff "$tmp/want.txt" "$tmp/got.txt"; fi
 if $sp --sass "$tmp/d.sass" --entry k2 > "$tmp/got.txt" 2>&1 && grep -q '^k2: 4 instructions' "$tmp/got.txt" &&
    ! grep -q '^k1' "$tmp/got.txt"; then ok "--entry k2 prints that entry alone"
 else bad "--entry k2"; cat "$tmp/got.txt"; fi
+# --base: a second build where k1 loses its shared store and barrier (its
+# batches 2 1 3 become 2 4) and spills once, k2 is the same code, k3 is new
+sed -e '/STS.64/d' -e '/BAR.SYNC/d' -e 's#/\*00d0\*/                   EXIT#/*00d0*/                   STL [R1], R5 ;  /* 0x0 */\n        /*00e0*/                   EXIT#' \
+    "$tmp/d.sass" > "$tmp/n.sass"
+printf '\t\tFunction : k3\n        /*0000*/                   EXIT ;  /* 0x0 */\n' >> "$tmp/n.sass"
+cat > "$tmp/want_b.txt" <<'W'
+k1: instructions 14 -> 13, spill instructions 0 -> 1
+  load batches: base 2 1 3
+                this 2 4
+k2: the same code: instructions 4, spill instructions 1
+  load batches: 1 1 (unchanged)
+k3: only in this build
+W
+if $sp --sass "$tmp/n.sass" --base "$tmp/d.sass" > "$tmp/got.txt" 2>&1 && cmp -s "$tmp/want_b.txt" "$tmp/got.txt"; then
+    ok "--base: changed batches and spills, the same code, an entry only in one build"
+else bad "--base differs"; diff "$tmp/want_b.txt" "$tmp/got.txt"; fi
+if $sp --sass "$tmp/n.sass" --base "$tmp/d.sass" --entry k2 > "$tmp/got.txt" 2>&1 &&
+   [ "$(head -1 "$tmp/got.txt")" = "k2: the same code: instructions 4, spill instructions 1" ] &&
+   [ "$(wc -l < "$tmp/got.txt")" = 2 ]; then ok "--base --entry k2 compares that entry alone"
+else bad "--base --entry k2"; cat "$tmp/got.txt"; fi
 # errors: a message naming the problem, exit 1, no traceback
 echo "hello" > "$tmp/junk.txt"
 for c in "--sass $tmp/none.txt:No such file" "--sass $tmp/junk.txt:no SASS functions" \
          "--sass $tmp/d.sass --entry k9:no entry k9 (entries: k1, k2)" "$tmp/none.ptx:No such file" \
-         "--bogus:unknown option --bogus" "--sass $tmp/d.sass --entry:--entry wants a kernel name"; do
+         "--bogus:unknown option --bogus" "--sass $tmp/d.sass --entry:--entry wants a kernel name" \
+         "--sass $tmp/d.sass --base $tmp/none.txt:No such file" "--sass $tmp/d.sass --base:--base wants a file" \
+         "--sass $tmp/n.sass --base $tmp/d.sass --entry k3:no entry k3 in both (entries in both: k1, k2)"; do
     args=${c%%:*}; want=${c#*:}
     $sp $args > "$tmp/o.txt" 2>&1; rc=$?
     if [ $rc = 1 ] && grep -q -- "$want" "$tmp/o.txt" && ! grep -q Traceback "$tmp/o.txt"; then ok "$(basename -- "${args##* }"): '$want', exit 1"

@@ -13,6 +13,13 @@ instructions after its tile loop (0 spills, 20-28% slower) as 2 + 3 + 1 + 2.
   python3 tools/sass.py build/ptx/cast_transpose.ptx [--entry NAME] [--arch sm_90]
   python3 tools/sass.py kernel.cubin [--entry NAME]
   python3 tools/sass.py --sass dump.txt [--entry NAME]   (cuobjdump -sass output)
+  python3 tools/sass.py NEW.ptx --base OLD.ptx [--entry NAME]
+
+--base compares two builds of a module entry by entry (registers, stack,
+instructions, spill instructions, load batches), the check to make before
+spending GPU time on a kernel change: an entry whose batches split or whose
+stack grew where the change did not mean to touch it. With --sass, --base
+names a second listing.
 
 A .ptx goes through ptxas (CUDA_HOME/bin or PATH) into a cubin, a cubin
 through `cuobjdump -sass` and `cuobjdump -res-usage`. cuobjdump needs
@@ -144,11 +151,67 @@ def summary(name, ops, res):
     return lines
 
 
+def load(src, arch, listing):
+    """({entry: [opcode, ...]}, {entry: (registers, stack, shared)}) of a
+    .ptx (through ptxas), a .cubin, or with listing a cuobjdump -sass text."""
+    if listing:
+        try:
+            with open(src) as f:
+                text = f.read()
+        except OSError as e:
+            raise Fail('%s: %s' % (src, e.strerror))
+        res = {}
+    else:
+        if not os.path.isfile(src):
+            raise Fail('%s: No such file' % src)
+        objdump = tool('cuobjdump', 'CUOBJDUMP')
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = src
+            if src.endswith('.ptx'):
+                cubin = os.path.join(tmp, 'k.cubin')
+                run([tool('ptxas'), '-arch=' + arch, src, '-o', cubin])
+            text = run([objdump, '-sass', cubin])
+            res = parse_res(run([objdump, '-res-usage', cubin]))
+    funs = parse_sass(text)
+    if not funs:
+        raise Fail('no SASS functions found in %s' % src)
+    return funs, res
+
+
+def compare(name, old, new, res_old, res_new):
+    """The lines of --base for one entry present in both builds."""
+    def spills(ops):
+        return sum(1 for op in ops if kind(op) in ('LDL', 'STL'))
+    parts = []
+    for label, a, b in (('instructions', len(old), len(new)),
+                        ('spill instructions', spills(old), spills(new))):
+        parts.append('%s %d' % (label, b) if a == b else '%s %d -> %d' % (label, a, b))
+    if name in res_old and name in res_new:
+        for label, i, unit in (('registers', 0, ''), ('stack', 1, ' B')):
+            a, b = res_old[name][i], res_new[name][i]
+            parts.append('%s %d%s' % (label, b, unit) if a == b else
+                         '%s %d -> %d%s' % (label, a, b, unit))
+    bo, bn = batches(old), batches(new)
+    same = bo == bn and (name not in res_old or res_old.get(name) == res_new.get(name)) and \
+        old == new
+    lines = ['%s: %s%s' % (name, 'the same code: ' if same else '', ', '.join(parts))]
+    if bo == bn:
+        lines.append('  load batches: %s (unchanged)' % (' '.join(map(str, bn)) or '-'))
+    else:
+        lines.append('  load batches: base %s' % (' '.join(map(str, bo)) or '-'))
+        lines.append('                this %s' % (' '.join(map(str, bn)) or '-'))
+    return lines
+
+
 def main(argv):
-    args, entry, arch, sass_file = [], None, 'sm_90', None
+    args, entry, arch, sass_file, base = [], None, 'sm_90', None, None
     it = iter(argv)
     for a in it:
-        if a == '--entry':
+        if a == '--base':
+            base = next(it, None)
+            if not base:
+                raise Fail('--base wants a file')
+        elif a == '--entry':
             entry = next(it, None)
             if not entry:
                 raise Fail('--entry wants a kernel name')
@@ -167,31 +230,31 @@ def main(argv):
             raise Fail('unknown option %s (see --help)' % a)
         else:
             args.append(a)
-    res = {}
     if sass_file:
         if args:
             raise Fail('--sass takes no other input file')
-        try:
-            text = open(sass_file).read()
-        except OSError as e:
-            raise Fail('%s: %s' % (sass_file, e.strerror))
+        src = sass_file
     else:
         if len(args) != 1:
             raise Fail('one .ptx or .cubin file wanted (see --help)')
         src = args[0]
-        if not os.path.isfile(src):
-            raise Fail('%s: No such file' % src)
-        objdump = tool('cuobjdump', 'CUOBJDUMP')
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin = src
-            if src.endswith('.ptx'):
-                cubin = os.path.join(tmp, 'k.cubin')
-                run([tool('ptxas'), '-arch=' + arch, src, '-o', cubin])
-            text = run([objdump, '-sass', cubin])
-            res = parse_res(run([objdump, '-res-usage', cubin]))
-    funs = parse_sass(text)
-    if not funs:
-        raise Fail('no SASS functions found in the input')
+    funs, res = load(src, arch, bool(sass_file))
+    if base is not None:
+        bfuns, bres = load(base, arch, bool(sass_file))
+        names = [n for n in funs if n in bfuns]
+        if entry:
+            if entry not in names:
+                raise Fail('no entry %s in both (entries in both: %s)' % (
+                    entry, ', '.join(sorted(names)) or 'none'))
+            names = [entry]
+        for name in names:
+            print('\n'.join(compare(name, bfuns[name], funs[name], bres, res)))
+        if not entry:
+            for name in sorted(set(funs) - set(bfuns)):
+                print('%s: only in this build' % name)
+            for name in sorted(set(bfuns) - set(funs)):
+                print('%s: only in the base' % name)
+        return 0
     if entry:
         if entry not in funs:
             raise Fail('no entry %s (entries: %s)' % (entry, ', '.join(sorted(funs))))
