@@ -175,7 +175,7 @@ def main(argv):
         return 1
     uses = sum(len(names) for _, names, _ in pending)
     names = len({n for _, ns, _ in pending for n in ns})
-    print('  ENTRIES the %d kernels %d C files name (%d uses) are in their PTX modules' % (
+    print('  ENTRIES %d kernels named in %d C files (%d uses), each in its PTX module' % (
         names, len(c_files), uses))
     return 0
 
