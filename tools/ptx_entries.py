@@ -27,7 +27,7 @@ import sys
 
 ENTRY_DEF = re.compile(r'^\s*\.visible\s+\.entry\s+(\w+)\s*\(', re.M)
 CALL = re.compile(r'\bl8i_kernel\s*\(')
-ARRAY = re.compile(r'static\s+const\s+char\s*\*\s*const\s+(\w+)\s*((?:\[[^\]]*\])+)\s*=\s*\{',
+ARRAY = re.compile(r'static\s+const\s+char\s*\*\s*const\s+(\w+)\s*(?:\[[^\]]*\])+\s*=\s*\{',
                    re.S)
 LIT = re.compile(r'"([^"\\]*)"')
 FUNC = re.compile(r'^[a-z][\w \t\*]*?\b(\w+)\s*\(([^;{]*?)\)\s*\{', re.M)
@@ -123,9 +123,9 @@ def main(argv):
         funcs = [(m.start(), m.group(1), re.findall(r'(\w+)\s*(?:,|$)', m.group(2)))
                  for m in FUNC.finditer(text)]
         for m in CALL.finditer(text):
-            if text[:m.start()].rstrip().endswith('l8_status'):
+            args, end = args_of(text, m.end())
+            if re.match(r'\s*\{', text[end:]):
                 continue                                  # the definition
-            args, _ = args_of(text, m.end())
             line = text.count('\n', 0, m.start()) + 1
             where = '%s:%d' % (path, line)
             if len(args) != 4:

@@ -192,8 +192,7 @@ def compare(name, old, new, res_old, res_new):
             parts.append('%s %d%s' % (label, b, unit) if a == b else
                          '%s %d -> %d%s' % (label, a, b, unit))
     bo, bn = batches(old), batches(new)
-    same = bo == bn and (name not in res_old or res_old.get(name) == res_new.get(name)) and \
-        old == new
+    same = old == new and res_old.get(name) == res_new.get(name)
     lines = ['%s: %s%s' % (name, 'the same code: ' if same else '', ', '.join(parts))]
     if bo == bn:
         lines.append('  load batches: %s (unchanged)' % (' '.join(map(str, bn)) or '-'))
