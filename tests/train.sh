@@ -84,6 +84,22 @@ for mode in fp8 fp8-head bf16; do
     done
     cp "$tmp/g.txt" "$tmp/g-$mode.txt"
 done
+# --step-times: after each epoch line, the GPU's time per step by kind of call:
+# 7 launches of 4 full steps, then 4 single steps (3 full and the partial
+# batch; in the first epoch 2 full, and the warm-up of each batch size); the
+# losses those of the same run without it. The host backend says it does not
+# time (its events have no clock).
+"$bin" "${args[@]}" --fp8 --limit 2000 --epochs 3 --step-times > "$tmp/st.txt" 2>&1 ||
+    bad "--step-times run exited non-zero"
+t='[0-9]+\.[0-9]{2} us a step \(slowest [0-9]+\.[0-9]{2}\)'
+if [ "$dev" = host ]; then want='^  steps on the GPU: not timed \(host backend\)$'
+else want="^  steps on the GPU: 7 x 4 at $t; 4 x 1 at $t\$"; fi
+if [ "$(grep -A1 '^epoch' "$tmp/st.txt" | grep -cE "$want")" = 3 ] &&
+   [ "$(grep -c '^  steps on the GPU' "$tmp/st.txt")" = 3 ] &&
+   [ "$(core "$tmp/st.txt")" = "$(core "$tmp/g-fp8.txt")" ]; then
+    ok "--step-times: a line of GPU times after each epoch ($(grep -m1 '^  steps' "$tmp/st.txt" | sed 's/^  steps on the GPU: //')), the same losses"
+else bad "--step-times"; cat "$tmp/st.txt"; fi
+
 # FP8 mode's head is in bf16 unless --fp8-head: the banners say so, and the losses differ
 if grep -q '^lean8-train: FP8 (HYBRID delayed scaling; head bf16)' "$tmp/g-fp8.txt" &&
    grep -q '^lean8-train: FP8 (HYBRID delayed scaling) ' "$tmp/g-fp8-head.txt" &&

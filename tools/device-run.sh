@@ -181,18 +181,17 @@ fi
 if want modes && [ -d .data ]; then
     # FP8 mode against bf16 mode (issue 13: FP8 >= bf16), CUDA graphs on (the
     # default), the default model and 784-512-512-10 at batch 256, 3 epochs each;
-    # FP8 mode as it runs by default (head in bf16) and with --fp8-head
+    # FP8 mode as it runs by default (head in bf16) and with --fp8-head; with
+    # --step-times, the GPU's time per step beside each epoch's images/s
+    lt="build/bin/lean8-train --data .data --quiet --step-times --epochs 3"
+    m512="--hidden 512,512 --batch 256"
     for rr in 1 2; do
-        step "modes default fp8 #$rr" modes-def-fp8-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3
-        step "modes default bf16 #$rr" modes-def-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 --bf16
-        step "modes 512x512 fp8 #$rr" modes-512-fp8-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 \
-            --hidden 512,512 --batch 256
-        step "modes 512x512 bf16 #$rr" modes-512-bf16-$rr.log build/bin/lean8-train --data .data --quiet --epochs 3 \
-            --hidden 512,512 --batch 256 --bf16
-        step "modes default fp8-head #$rr" modes-def-fp8h-$rr.log build/bin/lean8-train --data .data --quiet \
-            --epochs 3 --fp8-head
-        step "modes 512x512 fp8-head #$rr" modes-512-fp8h-$rr.log build/bin/lean8-train --data .data --quiet \
-            --epochs 3 --hidden 512,512 --batch 256 --fp8-head
+        step "modes default fp8 #$rr" modes-def-fp8-$rr.log $lt
+        step "modes default bf16 #$rr" modes-def-bf16-$rr.log $lt --bf16
+        step "modes 512x512 fp8 #$rr" modes-512-fp8-$rr.log $lt $m512
+        step "modes 512x512 bf16 #$rr" modes-512-bf16-$rr.log $lt $m512 --bf16
+        step "modes default fp8-head #$rr" modes-def-fp8h-$rr.log $lt --fp8-head
+        step "modes 512x512 fp8-head #$rr" modes-512-fp8h-$rr.log $lt $m512 --fp8-head
     done
 fi
 if want timeline && [ -d .data ]; then
@@ -264,7 +263,9 @@ for f in graphs-fp8 graphs-fp8-eager graphs-bf16 graphs-bf16-eager graphs-torch;
 done
 for f in "$OUT"/ktrace-*.log; do [ -f "$f" ] && { echo "-- $(basename "$f" .log)"; cat "$f"; }; done
 for f in "$OUT"/modes-*.log; do
-    [ -f "$f" ] && printf '%-24s %s\n' "$(basename "$f" .log)" "$(grep -E '^ *[0-9.]+ +epoch' "$f" | tail -n 1)"
+    [ -f "$f" ] && printf '%-24s %s\n%-24s %s\n' "$(basename "$f" .log)" \
+        "$(grep -E '^ *[0-9.]+ +epoch' "$f" | tail -n 1)" "" \
+        "$(grep -E '^ *[0-9.]+ +steps on the GPU' "$f" | tail -n 1 | sed -E 's/^ *[0-9.]+ +//')"
 done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
 [ -f "$OUT/gemm-cache-ratio.log" ] && cat "$OUT/gemm-cache-ratio.log"

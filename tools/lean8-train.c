@@ -90,6 +90,7 @@ typedef struct opts {
     int batch, epochs, fp8, quiet, limit, stop_after, tp, dp, zero1, no_graph;
     int fp8_head;                 /* --fp8-head: the head in FP8 too */
     int graph_steps;              /* --graph-steps: full steps a graph launch runs */
+    int step_times;               /* --step-times: the GPU's time per training step */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -181,9 +182,12 @@ static void usage(FILE *f)
             "                   [--fp8|--bf16] [--fp8-head] [--device host|cuda:N] [--seed N]\n"
             "                   [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]\n"
             "                   [--limit N] [--quiet] [--tp N] [--dp N [--zero1]] [--no-graph]\n"
-            "                   [--graph-steps N] [--help] [--version] [--offload[=K]]\n"
+            "                   [--graph-steps N] [--step-times] [--help] [--version]\n"
+            "                   [--offload[=K]]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 4)\n"
+            "  --step-times  after each epoch, the GPU's time per training step (events\n"
+            "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
             "          fc2 row-parallel, the rest replicated\n"
             "  --dp N  data parallel over N ranks (lean8-run -n N, or -n TP*DP with --tp):\n"
@@ -249,6 +253,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--fp8-head")) o->fp8_head = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
+        else if (!strcmp(a, "--step-times")) o->step_times = 1;
         else if (!strcmp(a, "--graph-steps")) { if (parse_int(a, v, 1, 64, &o->graph_steps)) return -1; i++; }
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
@@ -1052,6 +1057,71 @@ static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows, 
     return L8_OK;
 }
 
+/* --step-times: the GPU's time for each training call of an epoch (a graph
+ * launch of k steps, or one eager step), from timing events recorded on the
+ * step's stream just before and after the call. The epoch's images/s also
+ * count the host's gaps and the wait at the epoch's end; these are the GPU's
+ * alone, and steady to a few tenths of a percent from run to run where
+ * images/s move by more (docs/perf.md, 2026-12-04 fifteenth session). */
+typedef struct step_clock {
+    int n, cap;                   /* calls timed this epoch; room for */
+    l8_event **ev;                /* 2 cap: before and after call i */
+    int *steps;                   /* the steps call i ran */
+} step_clock;
+
+static void clock_free(step_clock *c)
+{
+    for (int i = 0; c->ev && i < 2 * c->cap; i++) l8_event_destroy(c->ev[i]);
+    free(c->ev);
+    free(c->steps);
+    memset(c, 0, sizeof *c);
+}
+
+static l8_status clock_init(step_clock *c, l8_ctx *ctx, int cap)
+{
+    c->ev = calloc((size_t)2 * cap, sizeof *c->ev);
+    c->steps = calloc((size_t)cap, sizeof *c->steps);
+    if (!c->ev || !c->steps) return L8_FAIL(L8_ERR_OOM, "lean8-train: --step-times: out of memory");
+    c->cap = cap;
+    for (int i = 0; i < 2 * cap; i++) L8_CHECK(l8_event_create(ctx, 1, &c->ev[i]));
+    return L8_OK;
+}
+
+/* The line for the epoch's calls (after the last one's end event): per
+ * kind of call (k steps a launch), how many, the mean per step, the slowest
+ * call per step. */
+static l8_status clock_line(step_clock *c, int host, char *buf, size_t size)
+{
+    if (host) {
+        snprintf(buf, size, "  steps on the GPU: not timed (host backend)");
+        c->n = 0;
+        return L8_OK;
+    }
+    if (c->n) L8_CHECK(l8_event_synchronize(c->ev[2 * c->n - 1]));
+    int kinds[2] = { 0, 0 }, calls[2] = { 0, 0 }, steps[2] = { 0, 0 };
+    double ms[2] = { 0, 0 }, worst[2] = { 0, 0 };
+    for (int i = 0; i < c->n; i++) {
+        float t = 0;
+        L8_CHECK(l8_event_elapsed_ms(c->ev[2 * i], c->ev[2 * i + 1], &t));
+        int j = c->steps[i] > 1 ? 0 : 1;   /* chains first, then single steps */
+        kinds[j] = c->steps[i];
+        calls[j]++;
+        steps[j] += c->steps[i];
+        ms[j] += t;
+        if (t / c->steps[i] > worst[j]) worst[j] = t / c->steps[i];
+    }
+    size_t used = (size_t)snprintf(buf, size, "  steps on the GPU:");
+    for (int j = 0, first = 1; j < 2 && used < size; j++) {
+        if (!calls[j]) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s %d x %d at %.2f us a step (slowest %.2f)",
+                                 first ? "" : ";", calls[j], kinds[j], 1e3 * ms[j] / steps[j],
+                                 1e3 * worst[j]);
+        first = 0;
+    }
+    c->n = 0;
+    return L8_OK;
+}
+
 /* The rate of the step at row b of this rank's order in epoch e: cosine
  * decay from --lr to 0 over the whole run, by global step. */
 static float rate_at(const opts *o, int e, int64_t b, int64_t ntrain)
@@ -1427,6 +1497,7 @@ int main(int argc, char **argv)
     int64_t *perm = NULL;
     int32_t *order = NULL, *hh = NULL;
     graph_run gr = {0};
+    step_clock clk = {0};
     float *lh = NULL;
     int rc = 1, start_epoch = 0;
     l8_status st = L8_OK;
@@ -1503,6 +1574,8 @@ int main(int argc, char **argv)
         printf("lean8-train: each training step runs as a CUDA graph (--no-graph: eagerly)\n");
     int bar = !o.quiet && isatty(STDERR_FILENO);
     double test_acc = 0;
+    /* --step-times: a pair of events for each call of an epoch (its batches) */
+    if (o.step_times) CK(clock_init(&clk, m.ctx, (int)(ntrain / m.lb + 2)));
     for (int e = start_epoch; e < o.epochs; e++) {
         permutation(perm, (int64_t)train.n, o.seed, e);
         /* this rank's images: its 1/dp of each global batch (full batches, then
@@ -1524,7 +1597,13 @@ int main(int argc, char **argv)
                     ? o.graph_steps : 1;
             /* eager steps take the rate from the host; graphs read the table */
             if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
+            const int timed = clk.n < clk.cap;   /* room for every batch of an epoch */
+            if (timed) CK(l8_event_record(clk.ev[2 * clk.n], m.s));
             CK(train_batch(&m, &gr, b, rows, k));
+            if (timed) {
+                CK(l8_event_record(clk.ev[2 * clk.n + 1], m.s));
+                clk.steps[clk.n++] = k;
+            }
             /* a step mark in the memory trace (L8_TRACE; lean8-trace draws it): counted on
              * the host - reading the optimizer's device step would wait for the GPU - and
              * here, not in the step itself, which a CUDA graph replays without host code
@@ -1541,6 +1620,8 @@ int main(int argc, char **argv)
         CK(dp_sum(&m, &loss, &hits));
         seen *= o.dp;
         double dt = now_s() - t0;
+        char times[160] = "";
+        if (clk.cap) CK(clock_line(&clk, l8_ctx_backend(m.ctx) == L8_BACKEND_HOST, times, sizeof times));
         if (bar) fprintf(stderr, "\r%*s\r", 79, "");
         double tl = 0;
         int64_t th = 0;
@@ -1558,6 +1639,7 @@ int main(int argc, char **argv)
         printf("epoch %2d  loss %.4f  train %.4f  test acc %.4f  %7.0f img/s  %5.0f MiB\n",
                e + 1, loss / (double)seen, (double)hits / (double)seen, test_acc, (double)seen / dt,
                as.allocated_peak / 1048576.0);
+        if (times[0]) printf("%s\n", times);
         fflush(stdout);
         if (o.save && (m.zero1 || !m.wrank)) CK(save_ckpt(&m, &o, e + 1, save_p));   /* --dp: rank 0 */
         if (o.stop_after && e + 1 >= o.stop_after) break;    /* an interruption, for resume */
@@ -1591,6 +1673,7 @@ fail:
     free(lh);
     free(hh);
     for (int k = 0; k < 2; k++) l8_graph_destroy(gr.slot[k].g);
+    clock_free(&clk);
     model_free(&m);
     fmnist_free(&train);
     fmnist_free(&test);
