@@ -18,7 +18,8 @@
 #      uninterrupted one; --tp without the ranks is a clear error. On a
 #      one-GPU device this part is skipped (NCCL refuses two ranks on one GPU).
 #   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise
-#      (FP8 with the head in bf16, the default; --fp8-head; bf16).
+#      (FP8 with the head in bf16, the default; --fp8-head; bf16); --graph-steps,
+#      --step-times and --drop-last.
 #   7. --offload (every layer, and all but the last) gives bitwise the losses
 #      of the run without it, and really gives device memory back. Without
 #      offload an FP8 run splits its dGELU casts (the bias gradient on the
@@ -99,6 +100,24 @@ if [ "$(grep -A1 '^epoch' "$tmp/st.txt" | grep -cE "$want")" = 3 ] &&
    [ "$(core "$tmp/st.txt")" = "$(core "$tmp/g-fp8.txt")" ]; then
     ok "--step-times: a line of GPU times after each epoch ($(grep -m1 '^  steps' "$tmp/st.txt" | sed 's/^  steps on the GPU: //')), the same losses"
 else bad "--step-times"; cat "$tmp/st.txt"; fi
+
+# --drop-last: whole batches only (2000 -> 1984 = 31 x 64): the run of --limit 1984
+# bitwise, one capture (no partial batch's graph), 3 x 31 step executions less
+# the warm-up, as many chained as with the partial batch; a batch above the
+# data set leaves nothing: a usage error
+"$bin" "${args[@]}" --fp8 --limit 2000 --epochs 3 --drop-last > "$tmp/dl.txt" 2>&1 ||
+    bad "--drop-last run exited non-zero"
+"$bin" "${args[@]}" --fp8 --limit 1984 --epochs 3 > "$tmp/l1984.txt" 2>&1 ||
+    bad "--limit 1984 run exited non-zero"
+if [ -n "$(core "$tmp/dl.txt")" ] && [ "$(core "$tmp/dl.txt")" = "$(core "$tmp/l1984.txt")" ] &&
+   grep -q ' 1984+10000 images' "$tmp/dl.txt" &&
+   grep -qx "graphs: 1 captures, 92 launches, $(chained 4) chained" "$tmp/dl.txt"; then
+    ok "--drop-last: the run of --limit 1984 bitwise, one capture, 92 step executions"
+else bad "--drop-last"; diff <(core "$tmp/dl.txt") <(core "$tmp/l1984.txt"); grep 'images\|^graphs' "$tmp/dl.txt"; fi
+"$bin" --device "$dev" --data "$data" --quiet --batch 65536 --drop-last --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?
+if [ $rc = 2 ] && grep -q -- '--drop-last leaves no whole batch' "$tmp/o.txt"; then
+    ok "--drop-last with --batch above the data set: exit 2, a clear message"
+else bad "--drop-last --batch 65536: exit $rc"; cat "$tmp/o.txt"; fi
 
 # FP8 mode's head is in bf16 unless --fp8-head: the banners say so, and the losses differ
 if grep -q '^lean8-train: FP8 (HYBRID delayed scaling; head bf16)' "$tmp/g-fp8.txt" &&

@@ -6,7 +6,12 @@
  *   lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3]
  *               [--wd 0.01] [--fp8|--bf16] [--fp8-head] [--device D] [--seed N]
  *               [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]
- *               [--limit N] [--quiet] [--no-graph] [--offload[=K]]
+ *               [--limit N] [--drop-last] [--quiet] [--no-graph] [--offload[=K]]
+ *
+ * --drop-last: whole batches only. Each epoch leaves out its last, partial
+ * batch (other images each epoch: the order is a new permutation), as
+ * --limit at the last whole batch would; on a GPU the run then has one
+ * CUDA graph, not a second one for the partial batch (docs/train.md).
  *
  * --offload[=K]: every layer's saved activation except the last K layers'
  * (default 1) goes to pinned host memory during the forward and comes back
@@ -91,6 +96,7 @@ typedef struct opts {
     int fp8_head;                 /* --fp8-head: the head in FP8 too */
     int graph_steps;              /* --graph-steps: full steps a graph launch runs */
     int step_times;               /* --step-times: the GPU's time per training step */
+    int drop_last;                /* --drop-last: whole batches only */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -181,10 +187,12 @@ static void usage(FILE *f)
             "usage: lean8-train [--hidden 256,128] [--batch 128] [--epochs 10] [--lr 1e-3] [--wd 0.01]\n"
             "                   [--fp8|--bf16] [--fp8-head] [--device host|cuda:N] [--seed N]\n"
             "                   [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]\n"
-            "                   [--limit N] [--quiet] [--tp N] [--dp N [--zero1]] [--no-graph]\n"
-            "                   [--graph-steps N] [--step-times] [--help] [--version]\n"
-            "                   [--offload[=K]]\n"
+            "                   [--limit N] [--drop-last] [--quiet] [--tp N] [--dp N [--zero1]]\n"
+            "                   [--no-graph] [--graph-steps N] [--step-times] [--help]\n"
+            "                   [--version] [--offload[=K]]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
+            "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
+            "          (as --limit at the last whole batch; on a GPU no second CUDA graph)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 4)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
@@ -254,6 +262,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!strcmp(a, "--step-times")) o->step_times = 1;
+        else if (!strcmp(a, "--drop-last")) o->drop_last = 1;
         else if (!strcmp(a, "--graph-steps")) { if (parse_int(a, v, 1, 64, &o->graph_steps)) return -1; i++; }
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
@@ -1510,6 +1519,16 @@ int main(int argc, char **argv)
     CK(fmnist_load(o.data, "train", &train));
     CK(fmnist_load(o.data, "t10k", &test));
     int64_t ntrain = o.limit && (size_t)o.limit < train.n ? o.limit : (int64_t)train.n;
+    if (o.drop_last) {            /* = --limit at the last whole batch, in checkpoints too */
+        ntrain = ntrain / o.batch * o.batch;
+        if (!ntrain) {
+            fprintf(stderr, "lean8-train: --drop-last leaves no whole batch: --batch %d is more "
+                    "than the %zu training images\n", o.batch, train.n);
+            rc = 2;
+            goto fail;
+        }
+        o.limit = (int)ntrain;
+    }
     int64_t ntest = (int64_t)test.n;
     CK(model_build(&m, &o));
     if (m.wrank) {                /* --tp/--dp: rank 0 speaks for the job */
