@@ -213,6 +213,18 @@ else bad "head mismatch message unclear"; cat "$tmp/o.txt"; fi
 if "$bin" "${args[@]}" --fp8 --epochs 2 --batch 32 --resume "$tmp/fp8.ckpt" > "$tmp/o.txt" 2>&1; then bad "resume with another --batch accepted"
 elif grep -q -- "--batch 64, this run 32" "$tmp/o.txt"; then ok "resume with another --batch refused, naming it"
 else bad "resume mismatch message unclear"; cat "$tmp/o.txt"; fi
+# a --drop-last run's checkpoint holds it as --limit at the last whole batch
+# (2000 -> 1984): a resume without --drop-last is refused, saying so; with it,
+# the run continues
+"$bin" "${args[@]}" --limit 2000 --drop-last --epochs 2 --stop-after 1 --save "$tmp/dl.ckpt" > "$tmp/o.txt" 2>&1 ||
+    bad "--drop-last --save exited non-zero"
+if "$bin" "${args[@]}" --limit 2000 --epochs 2 --resume "$tmp/dl.ckpt" > "$tmp/o.txt" 2>&1; then bad "a --drop-last checkpoint resumed without it"
+elif grep -q -- "--limit 1984, this run 2000 (--drop-last counts as --limit" "$tmp/o.txt"; then
+    ok "a --drop-last checkpoint resumed without it: refused, naming --drop-last"
+else bad "--drop-last resume message unclear"; cat "$tmp/o.txt"; fi
+"$bin" "${args[@]}" --limit 2000 --drop-last --epochs 2 --resume "$tmp/dl.ckpt" > "$tmp/o.txt" 2>&1 &&
+    [ -n "$(core "$tmp/o.txt")" ] && ok "a --drop-last checkpoint resumed with --drop-last" ||
+    { bad "--drop-last resume"; cat "$tmp/o.txt"; }
 cmp -s "$tmp/fp8.ckpt" "$tmp/keep.ckpt" && ok "--save target untouched by runs whose resume failed" || bad "--save target changed by a failed run"
 same=1
 for c in trunc corrupt bf16; do cmp -s "$tmp/$c.ckpt" "$tmp/keep/$c.ckpt" || same=0; done

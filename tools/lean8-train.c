@@ -1424,7 +1424,8 @@ static l8_status check_run(const l8_ckpt_reader *r, const run_state *rs, const m
     if (h.epochs != want.epochs && n < sizeof why)
         n += (size_t)snprintf(why + n, sizeof why - n, "; --epochs %d, this run %d", h.epochs, want.epochs);
     if (h.limit != want.limit && n < sizeof why)
-        n += (size_t)snprintf(why + n, sizeof why - n, "; --limit %d, this run %d", h.limit, want.limit);
+        n += (size_t)snprintf(why + n, sizeof why - n, "; --limit %d, this run %d (--drop-last"
+                              " counts as --limit at the last whole batch)", h.limit, want.limit);
     if (h.lr != want.lr && n < sizeof why)
         n += (size_t)snprintf(why + n, sizeof why - n, "; --lr %g, this run %g", (double)h.lr, (double)want.lr);
     if (h.wd != want.wd && n < sizeof why)
