@@ -1,6 +1,6 @@
 #!/bin/bash
 # ktrace.sh - tools/ktrace.py on a made-up trace (make test-ktrace): the
-# steady-state timeline it prints, the graph it picks, --graph, and clear
+# steady-state timeline it prints, the graph it picks, --graph, --all, and clear
 # errors for a missing, malformed or graph-less file; and, where the CUDA
 # toolkit has CUPTI, that libl8ktrace.so exports the driver's entry point.
 # Usage: tests/ktrace.sh BUILD_DIR
@@ -39,13 +39,19 @@ else bad "timeline differs"; diff "$tmp/want.txt" "$tmp/got.txt"; fi
 if $kt "$tmp/t.csv" --graph 4 > "$tmp/got.txt" 2>&1 && grep -q '^graph 4: 2 launches, 1 in steady state' "$tmp/got.txt" &&
    grep -q 'other' "$tmp/got.txt"; then ok "--graph 4 picks that graph"
 else bad "--graph 4"; cat "$tmp/got.txt"; fi
+# --all: every graph in id order, graph 3's timeline as above, a blank line, graph 4's
+if $kt "$tmp/t.csv" --all > "$tmp/got.txt" 2>&1 &&
+   head -n 5 "$tmp/got.txt" | cmp -s "$tmp/want.txt" - && [ "$(sed -n 6p "$tmp/got.txt")" = "" ] &&
+   sed -n 7p "$tmp/got.txt" | grep -q '^graph 4: 2 launches' &&
+   [ "$(grep -c '^graph ' "$tmp/got.txt")" = 2 ]; then ok "--all: graph 3, then graph 4"
+else bad "--all"; cat "$tmp/got.txt"; fi
 # errors: a message naming the problem, exit 1, no traceback
 grep -v ',3,\|,4,' "$tmp/t.csv" > "$tmp/eager.csv"
 echo "K,7,1,x,3,1,10,bad" > "$tmp/bad.csv"
 echo "hello" > "$tmp/junk.csv"
 for c in "$tmp/none.csv:No such file" "$tmp/eager.csv:none from a CUDA graph" "$tmp/bad.csv:bad.csv:1: a number" \
          "$tmp/junk.csv:junk.csv:1: not a libl8ktrace line" "$tmp/t.csv --graph 9:no graph 9 (graphs: 3, 4)" \
-         "$tmp/t.csv --graph x:--graph wants a graph id"; do
+         "$tmp/t.csv --graph x:--graph wants a graph id" "$tmp/t.csv --al:usage: ktrace.py"; do
     args=${c%%:*}; want=${c#*:}
     $kt $args > "$tmp/o.txt" 2>&1; rc=$?
     label=$(basename "${args%% *}"); [ "$args" != "${args#* }" ] && label="$label ${args#* }"

@@ -30,6 +30,10 @@
 #             784-512-512-10, batch 256, traced by build/libl8ktrace.so (the
 #             README's command) in FP8 (head bf16), --fp8-head and bf16 mode, and
 #             tools/ktrace.py's timeline of each
+#   lineartl  (not in the default set) lean8-bench linear --quick traced by
+#             build/libl8ktrace.so, and tools/ktrace.py --all: the timeline of each
+#             of its CUDA graphs, in the order the bench makes them - per shape
+#             (16384 -> 4096, -> 16384, 16383 -> 4096) fp8, fp8 tuned, bf16, bf16 tuned
 #   graphs    (not in the default set) the graph comparison on 784-512-512-10,
 #             batch 256: lean8-train fp8 and bf16 with CUDA graphs and with
 #             --no-graph, PyTorch with the whole step in one CUDA graph
@@ -201,6 +205,12 @@ if want timeline && [ -d .data ]; then
             --hidden 512,512 --batch 256 --$mode
         step "ktrace.py $mode" ktrace-$mode.log python3 tools/ktrace.py "$OUT/ktrace-$mode.csv"
     done
+fi
+if want lineartl; then
+    step "linear timeline" linear-timeline.log env CUDA_INJECTION64_PATH=build/libl8ktrace.so \
+        L8_KTRACE="$OUT/ktrace-linear.csv" build/bin/lean8-bench linear --quick
+    step "ktrace.py linear" ktrace-linear.log \
+        python3 tools/ktrace.py "$OUT/ktrace-linear.csv" --all
 fi
 if want trace && [ -d .data ]; then
     # the recorder's cost per event (this machine's CPU), lean8-trace over 10 M events, and a

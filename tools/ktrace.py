@@ -2,9 +2,11 @@
 """ktrace.py - the steady-state timeline of a CUDA graph step, from the trace
 libl8ktrace.so writes (tools/ktrace.c):
 
-    python3 tools/ktrace.py TRACE.csv [--graph ID]
+    python3 tools/ktrace.py TRACE.csv [--graph ID | --all]
 
-Takes the graph launched most often (or --graph ID), splits its records into
+Takes the graph launched most often (or --graph ID; --all: every graph of the
+file in the order of their ids, which is the order the program instantiated
+them in, each timeline after a blank line), splits its records into
 launches (one correlation id per cuGraphLaunch), keeps the middle third of
 them (steady state: past the warm-up, before the end), and prints per graph
 node the median start and end in microseconds from the launch's first start,
@@ -45,25 +47,7 @@ def read(path):
     return rows
 
 
-def main(argv):
-    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--graph"):
-        fail("usage: ktrace.py TRACE.csv [--graph ID]")
-    rows = read(argv[1])
-    graphs = collections.Counter()
-    for r in rows:
-        if r[3]:
-            graphs[r[3]] += 1
-    if not graphs:
-        fail("%s: %d records, none from a CUDA graph launch" % (argv[1], len(rows)))
-    if len(argv) == 4:
-        try:
-            gid = int(argv[3])
-        except ValueError:
-            fail("--graph wants a graph id (a number), not '%s'" % argv[3])
-        if gid not in graphs:
-            fail("%s: no graph %d (graphs: %s)" % (argv[1], gid, ", ".join(map(str, sorted(graphs)))))
-    else:
-        gid = max(graphs, key=lambda g: (graphs[g], -g))
+def timeline(rows, gid):
     launches = collections.defaultdict(list)
     for r in rows:
         if r[3] == gid:
@@ -88,6 +72,35 @@ def main(argv):
             nodes.items(), key=lambda kv: (statistics.median(kv[1][0]), kv[0])):
         s, e = statistics.median(starts), statistics.median(ends)
         print("  %8.2f %8.2f %7.2f  s%-5d %s" % (s, e, e - s, streams.index(stream), name[:NAME_COLUMNS]))
+
+
+def main(argv):
+    if not (len(argv) == 2 or (len(argv) == 3 and argv[2] == "--all") or
+            (len(argv) == 4 and argv[2] == "--graph")):
+        fail("usage: ktrace.py TRACE.csv [--graph ID | --all]")
+    rows = read(argv[1])
+    graphs = collections.Counter()
+    for r in rows:
+        if r[3]:
+            graphs[r[3]] += 1
+    if not graphs:
+        fail("%s: %d records, none from a CUDA graph launch" % (argv[1], len(rows)))
+    if len(argv) == 3:
+        for n, gid in enumerate(sorted(graphs)):
+            if n:
+                print()
+            timeline(rows, gid)
+        return 0
+    if len(argv) == 4:
+        try:
+            gid = int(argv[3])
+        except ValueError:
+            fail("--graph wants a graph id (a number), not '%s'" % argv[3])
+        if gid not in graphs:
+            fail("%s: no graph %d (graphs: %s)" % (argv[1], gid, ", ".join(map(str, sorted(graphs)))))
+    else:
+        gid = max(graphs, key=lambda g: (graphs[g], -g))
+    timeline(rows, gid)
     return 0
 
 
