@@ -87,6 +87,7 @@ int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
  * 512 x 784 (400) 1.84 / 2.13. */
 int l8i_cast_sm_eighth_max_ctas = -1;
 int l8i_cast_split = 1;
+int l8i_cast_strip = 1;
 int l8i_transpose_max_ctas = 0;
 
 /* The kernels take l8_dtype values as their type codes. */
@@ -566,6 +567,60 @@ static int split_wins(const ct_job *j, int dbias)
     return j->idt != L8_F32 && j->R % 16 != 0 && j->C % 16 != 0;
 }
 
+/* A dense out_t whose rows are not 16-byte multiples (rows % 16 != 0) from
+ * a 2-byte input with columns % 8 == 0 (VEC_ROW: 16-B loads, 8-B out
+ * stores), no dbias: the strip kernel, which writes out_t in whole 128-B
+ * lines (ptx/cast_transpose_strip.ptx.in says how and what it measured).
+ * FEW_SMS keeps the tile kernel: the strip kernel wants every SM. */
+static int strip_can(const ct_job *j, int dbias, unsigned flags)
+{
+    return l8i_cast_strip && !dbias && !(flags & L8_CAST_FEW_SMS) && j->C > 0 &&
+           (j->idt == L8_BF16 || j->idt == L8_F16) && (j->kf & KF_VEC_ROW) && j->R % 16 != 0 &&
+           j->ldt == j->R && (!j->y || j->ldo == j->C);
+}
+
+/* The strip kernel's grid on sms multiprocessors: ceil(C / 128) strips,
+ * each cut into *gy segments of *seg rows (a multiple of 128) so that
+ * strips x segments is at most one CTA per multiprocessor (one segment a
+ * strip when there are more strips than multiprocessors). Returns whether
+ * the kernel pays there: each segment past the first loads 128 rows of the
+ * next one again (the halo), so with more than one segment each must be at
+ * least 8 steps of 128 rows (the halo at most 1/8 of its reads); shorter
+ * ones stay with the tile kernel (l8i_cast_strip = 2 takes them too). */
+static int strip_grid(const ct_job *j, unsigned sms, unsigned *gx, unsigned *gy, uint32_t *seg)
+{
+    uint64_t strips = ((uint64_t)j->C + 127) / 128, steps = ((uint64_t)j->R + 127) / 128;
+    uint64_t segs = sms / strips;
+    if (segs < 1) segs = 1;
+    if (segs > steps) segs = steps;
+    uint64_t seg_steps = (steps + segs - 1) / segs;
+    *gx = (unsigned)strips;
+    *gy = (unsigned)((steps + seg_steps - 1) / seg_steps);
+    *seg = (uint32_t)(seg_steps * 128);
+    return *gy == 1 || seg_steps >= 8 || l8i_cast_strip == 2;
+}
+
+/* The strip kernel's launch (strip_grid's); the amax word is zeroed first
+ * unless accumulating. */
+static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy, uint32_t seg,
+                                      unsigned flags, l8_stream *s)
+{
+    static const char *const entry[3] = { NULL, "l8_cast_transpose_strip_bf16",
+                                          "l8_cast_transpose_strip_f16" };
+    CUfunction f;
+    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[j->idt], &f));
+    float *amax = l8_fp8_meta_amax(j->m);
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+        L8_CHECK(zero_amax(s, amax));
+    uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
+    uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
+    uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m));
+    uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
+    void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &rows, &cols, &seg,
+                     &ofmt };
+    return l8i_launch(s, f, gx, gy, 1, 512, 1, 1, 0, args);
+}
+
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
                                      l8_tensor *out_t, l8_tensor *dbias, unsigned flags,
                                      l8_stream *s)
@@ -590,6 +645,13 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     L8_CHECK(l8i_ctx_bind(ctx));
     if (sm_fits(&j, dbias, flags))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
+    if (strip_can(&j, dbias != NULL, flags)) {
+        unsigned sms = 0, gx = 0, gy = 0;
+        uint32_t seg = 0;
+        L8_CHECK(l8i_sm_count(ctx, &sms));
+        if (strip_grid(&j, sms, &gx, &gy, &seg))
+            return cast_transpose_strip(&j, gx, gy, seg, flags, s);
+    }
     /* the split: the cast (with dbias, the tile kernel without its
      * transposed output, where columns % 8 == 0), then the byte transpose of
      * out */

@@ -1541,12 +1541,81 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
     for (int sd = 0; sd < 2; sd++) { free(y[sd][0]); free(y[sd][1]); free(db[sd]); }
 }
 
+/* The strip kernel (ptx/cast_transpose_strip.ptx.in) where its lines meet
+ * what is not its own: out_t at byte offsets 0, 5, 10, 15 past 32 guard
+ * bytes of its storage (its 128-B lines are aligned in memory, not in the
+ * tensor), out at +32, both with 32 guard bytes after them too that must
+ * keep their poison, with and without out; shapes of one and of many
+ * segments (the halo rows), a last segment of several steps, the last one
+ * partial (131 x 17000, 1003 x 8200, 300 x 17000: out's rows past the
+ * matrix must not be written), strips past the last column, more strips
+ * than multiprocessors (17000 columns: one segment each). */
+static void gpu_strip_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
+                           int64_t toff, int with_out)
+{
+    size_t n = (size_t)(R * C), esz = hp_size(dt);
+    int64_t dims[2] = { R, C }, tdims[2] = { C, R }, nb = (int64_t)n + 64 + toff;
+    int64_t no = (int64_t)n + 64;              /* out: 32 guard bytes on both sides */
+    void *x = xmalloc(n * esz);
+    fill_hp(r, x, dt, n, 1, 400.0f);
+    float scale = random_scale(r);
+    uint8_t *y[2] = { xmalloc((size_t)no), xmalloc((size_t)no) },
+            *yt[2] = { xmalloc((size_t)nb), xmalloc((size_t)nb) };
+    float meta[2][3];
+    for (int side = 0; side < 2; side++) {
+        l8_ctx *ctx = side ? h : g;
+        l8_tensor *in = mk2(ctx, dt, R, C);
+        l8_tensor *out = mk_at(ctx, (size_t)no, 32, L8_E4M3, 2, dims);
+        l8_tensor *ot = mk_at(ctx, (size_t)nb, (size_t)(32 + toff), L8_E4M3, 2, tdims);
+        l8_tensor *wo = view_of(out, 0, L8_E4M3, 1, &no), *wt = view_of(ot, 0, L8_E4M3, 1, &nb);
+        l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
+        L8_CK(l8_tensor_set_fp8_meta(out, m));
+        put(in, x);
+        poison(wo, 0x5a);
+        poison(wt, 0x5a);
+        ct_call(in, with_out ? out : NULL, ot, NULL);
+        get(wo, y[side]);
+        get(wt, yt[side]);
+        L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
+        l8_tensor *all[] = { in, out, ot, wo, wt };
+        for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
+    }
+    int64_t i = 0, k = 0;
+    while (i < no && y[0][i] == y[1][i]) i++;
+    while (k < nb && yt[0][k] == yt[1][k]) k++;
+    ck_assert_msg(i == no, "strip [%lld x %lld] dt %d, out at +32: byte %lld of its storage:"
+                  " gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt, (long long)i,
+                  y[0][i], y[1][i]);
+    ck_assert_msg(k == nb, "strip [%lld x %lld] dt %d, out_t at +%lld: byte %lld of its storage:"
+                  " gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt,
+                  (long long)(32 + toff), (long long)k, yt[0][k], yt[1][k]);
+    ck_assert_msg(same_float(meta[0][2], meta[1][2]), "strip amax gpu %g host %g", meta[0][2],
+                  meta[1][2]);
+    ck_assert(fbits(meta[0][1]) == fbits(meta[1][1]));
+    free(x);
+    for (int sd = 0; sd < 2; sd++) { free(y[sd]); free(yt[sd]); }
+}
+
+static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
+{
+    const int64_t shapes[][2] = { { 1, 8 }, { 3, 136 }, { 129, 8 }, { 1003, 520 }, { 4133, 264 },
+                                  { 2049, 1160 }, { 131, 17000 }, { 8191, 256 }, { 1003, 8200 },
+                                  { 300, 17000 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int64_t toff = 0; toff < 16; toff += 5)
+            gpu_strip_case(g, h, r, shapes[k][0], shapes[k][1], toff % 2 ? L8_F16 : L8_BF16,
+                           toff, (int)((k + (size_t)toff) % 2));
+}
+
 /* Every shape below through both kernels: the tile kernel alone
- * (l8i_cast_sm_max_tiles = 0, l8i_cast_split = 0), then with the split of
- * the shapes the tile kernel takes slowly into a cast and a byte transpose
- * (columns % 8 != 0, or odd rows with columns % 16 != 0 for 2-byte inputs;
- * with dbias, where columns % 8 == 0, the cast is the tile kernel without
- * its transposed output),
+ * (l8i_cast_sm_max_tiles = 0, l8i_cast_split = 0, l8i_cast_strip = 0), then
+ * with the split of the shapes the tile kernel takes slowly into a cast and
+ * a byte transpose (columns % 8 != 0, or odd rows with columns % 16 != 0 for
+ * 2-byte inputs; with dbias, where columns % 8 == 0, the cast is the tile
+ * kernel without its transposed output), then with the strip kernel for
+ * 2-byte inputs without dbias whose out_t rows are not 16-B multiples
+ * (rows % 16 != 0, columns % 8 == 0; l8i_cast_strip = 2: also where its
+ * segments are short; and gpu_strip_cases),
  * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread, once with 4 rows a thread (the quarter entries without dbias,
@@ -1620,9 +1689,14 @@ START_TEST(test_gpu_cast_transpose)
     const int d8 = l8i_cast_sm_eighth_max_ctas;
     l8i_cast_sm_max_tiles = 0;
     l8i_cast_split = 0;                             /* the tile kernel alone */
+    l8i_cast_strip = 0;
     gpu_ct_shapes(g, h, &r);
     l8i_cast_split = 1;                             /* the slow shapes' cast + transpose */
     gpu_ct_shapes(g, h, &r);
+    l8i_cast_strip = 2;                             /* dense out_t, rows % 16 != 0: the strip kernel */
+    gpu_ct_shapes(g, h, &r);
+    gpu_strip_cases(g, h, &r);
+    l8i_cast_strip = 1;
     l8i_cast_sm_max_tiles = dflt;
     l8i_cast_sm_half_min_rows = INT_MAX;            /* the small-tile kernel, 8 rows a thread */
     gpu_ct_shapes(g, h, &r);
