@@ -85,7 +85,9 @@ l8_status l8_trace_reader_open(const char *path, l8_trace_reader **out)
         goto fail;
     }
     memcpy(r->path, path, len + 1);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO at path must not hang the open; the reader preads,
+     * so a FIFO then fails its first read (ESPIPE). No effect on files. */
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (r->fd < 0) {
         st = l8i_trace_io_error(errno, "open", __FILE__, __LINE__, "cannot open trace file", path);
         goto fail;
@@ -123,6 +125,18 @@ l8_status l8_trace_reader_open(const char *path, l8_trace_reader **out)
         st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s': bad trace header: record size %u (expected "
                      "%u), header size %u (expected at least %u)", path, h.record_size,
                      TRACE_RECORD, h.header_size, TRACE_HEADER);
+        goto fail;
+    }
+    /* The writer writes the whole header before l8_trace_create returns, so
+     * a file shorter than its header_size was cut, not caught mid-write. */
+    got = reader_fill(r, h.header_size);
+    if (got < 0) {
+        st = L8_ERR_IO;
+        goto fail;
+    }
+    if (!got) {
+        st = L8_FAIL(L8_ERR_INVALID_ARG, "'%s': truncated trace header (%zu of the %u bytes its "
+                     "header_size says)", path, r->buf_len, h.header_size);
         goto fail;
     }
     r->off = h.header_size;

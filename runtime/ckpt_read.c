@@ -170,16 +170,27 @@ static l8_status check_entries(l8_ckpt_reader *r)
             if (extra) { ret = BAD(path, "is malformed: byte %s has tensor fields set", label); goto out; }
         } else if (e->type == ENTRY_TENSOR) {
             size_t es = e->dtype < L8_DTYPE_COUNT ? l8_dtype_size((l8_dtype)e->dtype) : 0;
-            int okay = es && e->ndim <= L8_MAX_DIMS;
-            uint64_t bytes = es;
+            int okay = es && e->ndim <= L8_MAX_DIMS, huge = 0, empty = 0;
+            /* dense: the bytes with zero dimensions counted as 1, as a tensor's
+             * layout counts them; past INT64_MAX no tensor could receive the
+             * section, however empty it is. */
+            uint64_t dense = es;
             for (uint32_t d = 0; okay && d < 4; d++) {
                 if (d >= e->ndim) { okay = e->shape[d] == 0; continue; }
                 if (e->shape[d] < 0) { okay = 0; break; }
-                if (e->shape[d] == 0) bytes = 0;
-                else if (bytes && (uint64_t)e->shape[d] > UINT64_MAX / bytes) okay = 0;
-                else bytes *= (uint64_t)e->shape[d];
+                uint64_t dim = e->shape[d] ? (uint64_t)e->shape[d] : 1;
+                if (dim > (uint64_t)INT64_MAX / dense) { huge = 1; break; }
+                dense *= dim;
+                empty |= e->shape[d] == 0;
             }
-            if (!okay || bytes != e->length) {
+            if (huge) {
+                char shape[128];
+                ret = BAD(path, "is malformed: tensor %s of shape %s (%s) spans more than int64"
+                          " bytes", label, l8i_ckpt_fmt_shape(shape, sizeof shape, (int)e->ndim,
+                          e->shape), l8_dtype_name((l8_dtype)e->dtype));
+                goto out;
+            }
+            if (!okay || (empty ? 0 : dense) != e->length) {
                 ret = BAD(path, "is malformed: tensor %s (dtype %u, %u dims) does not match its"
                           " %" PRIu64 " bytes", label, e->dtype, e->ndim, e->length);
                 goto out;

@@ -640,6 +640,7 @@ START_TEST(test_malformed_index)
         { "index does not end the file", "does not end" },
         { "bad kind", "kind" },
         { "reserved header field", "reserved" },
+        { "empty tensor of a shape beyond int64 bytes", "more than int64 bytes" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         memcpy(c, b, size);
@@ -660,6 +661,7 @@ START_TEST(test_malformed_index)
         case 10: put32(c + 32, 2); break;
         case 11: c[48] = '\0'; break;
         case 12: put32(c + 120, 1); break;
+        case 13: put64(e2 + 160, 0); put64(e2 + 168, INT64_MAX); put64(e2 + 136, 0); break;
         }
         refresh_crcs(c, size);
         spit(bad, c, size);

@@ -491,8 +491,23 @@ START_TEST(test_bad_files)
     append(empty, h, 0);
     expect_open_fails(empty, L8_ERR_INVALID_ARG, "truncated");
 
+    /* a header_size past the end of the file: a cut header, not a file that shrank */
+    const char *longhdr = tmp_file(&d, "longhdr");
+    make_header(h, 2, 48);
+    put32(h + 16, 96);
+    append(longhdr, h, 48);
+    append(longhdr, h, 20);
+    expect_open_fails(longhdr, L8_ERR_INVALID_ARG, "truncated trace header (68 of the 96 bytes");
+    make_header(h, 1, 48);
+
     expect_open_fails("/nonexistent-l8/x.l8trace", L8_ERR_IO, "cannot open");
     ck_assert_str_eq(l8_last_error()->foreign_name, "ENOENT");
+
+    /* a FIFO: refused at once (the reader preads), not an open that waits for a writer */
+    const char *fifo = tmp_file(&d, "fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    expect_open_fails(fifo, L8_ERR_IO, "cannot read trace file");
+    ck_assert_int_eq(l8_last_error()->foreign_code, ESPIPE);
 
     /* garbage kinds: an error that names the kind, and stays */
     const char *kind = tmp_file(&d, "kind");
