@@ -86,6 +86,7 @@ int main(int argc, char **argv)
     srunner_add_suite(sr, l8_offload_suite());
     srunner_add_suite(sr, l8_zero_suite());
     srunner_add_suite(sr, l8_streams_suite());
+    srunner_add_suite(sr, l8_fuzz_suite());
     /* Never initialize CUDA before a fork: GPU suites run in this process. */
     if (gpu) srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_tagged(sr, NULL, NULL, tags, NULL, CK_NORMAL);

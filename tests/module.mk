@@ -38,3 +38,5 @@ TEST_SRCS += tests/test_graph.c
 TEST_SRCS += tests/test_offload.c
 TEST_SRCS += tests/test_zero.c
 TEST_SRCS += tests/test_streams.c
+# every file reader under mutated input (tests/test_fuzz.c)
+TEST_SRCS += tests/test_fuzz.c

@@ -49,6 +49,7 @@ Suite *l8_graph_suite(void);
 Suite *l8_offload_suite(void);
 Suite *l8_zero_suite(void);
 Suite *l8_streams_suite(void);
+Suite *l8_fuzz_suite(void);
 
 /* The run's random seed: L8_TEST_SEED or time-based; printed once by main. */
 uint64_t l8_test_seed(void);
