@@ -1489,51 +1489,61 @@ static void gpu_ct_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l
     for (int s = 0; s < 2; s++) { free(y[s]); free(yt[s]); free(db[s]); }
 }
 
-/* cast_transpose (+ dbias) with views at byte offsets: the input at 2, 4, 6 or
- * 8 bytes (no VEC_ROW: rows through the word loads, funnel-shifted when the
- * offset is 2 mod 4), out and out_t at odd offsets (the row-major chunks as
- * 1/2/4-B pieces, the transposed rows through P2_SHIFT), every output with 32
- * guard bytes on both sides that must keep their poison; against the host. */
-static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
-                               int64_t xoff, int64_t yoff, int with_dbias)
+/* cast_transpose (+ dbias) with views at byte offsets, against the host:
+ * the input at xoff (2, 4, 6 or 8 bytes: no VEC_ROW, rows through the word
+ * loads, funnel-shifted when the offset is 2 mod 4), out at 32 + yoff and
+ * out_t at 32 + toff of their storages (odd: the row-major chunks as
+ * 1/2/4-B pieces, the transposed rows through P2_SHIFT, or the strip
+ * kernel's lines aligned in memory, not in the tensor), each output with 32
+ * guard bytes on both sides that must keep their poison (out's too when it
+ * is not passed); amax and scale_inv too. Without dbias the input holds
+ * NaN, Inf and large values. */
+static void gpu_ct_view_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
+                             int64_t xoff, int64_t yoff, int64_t toff, int with_out,
+                             int with_dbias)
 {
     size_t n = (size_t)(R * C), esz = hp_size(dt);
-    int64_t dims[2] = { R, C }, tdims[2] = { C, R }, nb = (int64_t)n + 64 + yoff, c1 = C;
+    int64_t dims[2] = { R, C }, tdims[2] = { C, R }, c1 = C;
+    int64_t nb[2] = { (int64_t)n + 64 + yoff, (int64_t)n + 64 + toff };   /* out, out_t */
     void *x = xmalloc(n * esz);
-    fill_hp(r, x, dt, n, 0, 8.0f);
-    float scale = random_scale(r);
+    fill_hp(r, x, dt, n, !with_dbias, with_dbias ? 8.0f : 400.0f);
+    float scale = random_scale(r), meta[2][3];
     uint8_t *y[2][2];
     float *db[2] = { xmalloc((size_t)C * 4), xmalloc((size_t)C * 4) };
     for (int side = 0; side < 2; side++) {
         l8_ctx *ctx = side ? h : g;
         l8_tensor *in = mk_at(ctx, n * esz + 16, (size_t)xoff, dt, 2, dims);
-        l8_tensor *out = mk_at(ctx, (size_t)nb, (size_t)(32 + yoff), L8_E4M3, 2, dims);
-        l8_tensor *ot = mk_at(ctx, (size_t)nb, (size_t)(32 + yoff), L8_E4M3, 2, tdims);
-        l8_tensor *wo = view_of(out, 0, L8_E4M3, 1, &nb), *wt = view_of(ot, 0, L8_E4M3, 1, &nb);
+        l8_tensor *out = mk_at(ctx, (size_t)nb[0], (size_t)(32 + yoff), L8_E4M3, 2, dims);
+        l8_tensor *ot = mk_at(ctx, (size_t)nb[1], (size_t)(32 + toff), L8_E4M3, 2, tdims);
+        l8_tensor *wo = view_of(out, 0, L8_E4M3, 1, &nb[0]);
+        l8_tensor *wt = view_of(ot, 0, L8_E4M3, 1, &nb[1]);
         l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
         L8_CK(l8_tensor_set_fp8_meta(out, m));
         put(in, x);
         poison(wo, 0x5a);
         poison(wt, 0x5a);
         l8_tensor *tdb = with_dbias ? mk1(ctx, L8_F32, c1) : NULL;
-        ct_call(in, out, ot, tdb);
+        ct_call(in, with_out ? out : NULL, ot, tdb);
         if (tdb) get(tdb, db[side]);
         l8_tensor_destroy(tdb);
-        y[side][0] = xmalloc((size_t)nb);
-        y[side][1] = xmalloc((size_t)nb);
+        for (int o = 0; o < 2; o++) y[side][o] = xmalloc((size_t)nb[o]);
         get(wo, y[side][0]);
         get(wt, y[side][1]);
+        L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
         l8_tensor *all[] = { in, out, ot, wo, wt };
         for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
     }
     for (int o = 0; o < 2; o++) {
         int64_t i = 0;
-        while (i < nb && y[0][o][i] == y[1][o][i]) i++;
-        ck_assert_msg(i == nb, "ct [%lld x %lld] dt %d, input at +%lld, %s at +%lld: byte %lld of its"
-                      " storage: gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt,
-                      (long long)xoff, o ? "out_t" : "out", (long long)(32 + yoff), (long long)i,
-                      y[0][o][i], y[1][o][i]);
+        while (i < nb[o] && y[0][o][i] == y[1][o][i]) i++;
+        ck_assert_msg(i == nb[o], "ct [%lld x %lld] dt %d, input at +%lld, %s at +%lld: byte %lld"
+                      " of its storage: gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt,
+                      (long long)xoff, o ? "out_t" : "out", (long long)(32 + (o ? toff : yoff)),
+                      (long long)i, y[0][o][i], y[1][o][i]);
     }
+    ck_assert_msg(same_float(meta[0][2], meta[1][2]), "ct view amax gpu %g host %g", meta[0][2],
+                  meta[1][2]);
+    ck_assert(fbits(meta[0][1]) == fbits(meta[1][1]));
     for (int64_t c = 0; with_dbias && c < C; c++)
         ck_assert_msg(same_float(db[0][c], db[1][c]), "ct offset dbias col %lld: gpu %.9g host %.9g",
                       (long long)c, db[0][c], db[1][c]);
@@ -1543,59 +1553,12 @@ static void gpu_ct_offset_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64
 
 /* The strip kernel (ptx/cast_transpose_strip.ptx.in) where its lines meet
  * what is not its own: out_t at byte offsets 0, 5, 10, 15 past 32 guard
- * bytes of its storage (its 128-B lines are aligned in memory, not in the
- * tensor), out at +32, both with 32 guard bytes after them too that must
- * keep their poison, with and without out; shapes of one and of many
- * segments (the halo rows), a last segment of several steps, the last one
- * partial (131 x 17000, 1003 x 8200, 300 x 17000: out's rows past the
- * matrix must not be written), strips past the last column, more strips
- * than multiprocessors (17000 columns: one segment each). */
-static void gpu_strip_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t C, l8_dtype dt,
-                           int64_t toff, int with_out)
-{
-    size_t n = (size_t)(R * C), esz = hp_size(dt);
-    int64_t dims[2] = { R, C }, tdims[2] = { C, R }, nb = (int64_t)n + 64 + toff;
-    int64_t no = (int64_t)n + 64;              /* out: 32 guard bytes on both sides */
-    void *x = xmalloc(n * esz);
-    fill_hp(r, x, dt, n, 1, 400.0f);
-    float scale = random_scale(r);
-    uint8_t *y[2] = { xmalloc((size_t)no), xmalloc((size_t)no) },
-            *yt[2] = { xmalloc((size_t)nb), xmalloc((size_t)nb) };
-    float meta[2][3];
-    for (int side = 0; side < 2; side++) {
-        l8_ctx *ctx = side ? h : g;
-        l8_tensor *in = mk2(ctx, dt, R, C);
-        l8_tensor *out = mk_at(ctx, (size_t)no, 32, L8_E4M3, 2, dims);
-        l8_tensor *ot = mk_at(ctx, (size_t)nb, (size_t)(32 + toff), L8_E4M3, 2, tdims);
-        l8_tensor *wo = view_of(out, 0, L8_E4M3, 1, &no), *wt = view_of(ot, 0, L8_E4M3, 1, &nb);
-        l8_fp8_meta *m = add_meta(ot, scale, 0.0f);
-        L8_CK(l8_tensor_set_fp8_meta(out, m));
-        put(in, x);
-        poison(wo, 0x5a);
-        poison(wt, 0x5a);
-        ct_call(in, with_out ? out : NULL, ot, NULL);
-        get(wo, y[side]);
-        get(wt, yt[side]);
-        L8_CK(l8_fp8_meta_get(m, &meta[side][0], &meta[side][1], &meta[side][2]));
-        l8_tensor *all[] = { in, out, ot, wo, wt };
-        for (size_t i = 0; i < 5; i++) l8_tensor_destroy(all[i]);
-    }
-    int64_t i = 0, k = 0;
-    while (i < no && y[0][i] == y[1][i]) i++;
-    while (k < nb && yt[0][k] == yt[1][k]) k++;
-    ck_assert_msg(i == no, "strip [%lld x %lld] dt %d, out at +32: byte %lld of its storage:"
-                  " gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt, (long long)i,
-                  y[0][i], y[1][i]);
-    ck_assert_msg(k == nb, "strip [%lld x %lld] dt %d, out_t at +%lld: byte %lld of its storage:"
-                  " gpu 0x%02x host 0x%02x", (long long)R, (long long)C, dt,
-                  (long long)(32 + toff), (long long)k, yt[0][k], yt[1][k]);
-    ck_assert_msg(same_float(meta[0][2], meta[1][2]), "strip amax gpu %g host %g", meta[0][2],
-                  meta[1][2]);
-    ck_assert(fbits(meta[0][1]) == fbits(meta[1][1]));
-    free(x);
-    for (int sd = 0; sd < 2; sd++) { free(y[sd]); free(yt[sd]); }
-}
-
+ * bytes of its storage, out at +32, with and without out (gpu_ct_view_case);
+ * shapes of one and of many segments (the halo rows), a last segment of
+ * several steps, the last one partial (131 x 17000, 1003 x 8200, 300 x
+ * 17000: out's rows past the matrix must not be written), strips past the
+ * last column, more strips than multiprocessors (17000 columns: one segment
+ * each). */
 static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
 {
     const int64_t shapes[][2] = { { 1, 8 }, { 3, 136 }, { 129, 8 }, { 1003, 520 }, { 4133, 264 },
@@ -1605,8 +1568,8 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
     const size_t nq = l8_test_quick() ? 6 : sizeof shapes / sizeof shapes[0];
     for (size_t k = 0; k < nq; k++)
         for (int64_t toff = 0; toff < 16; toff += l8_test_quick() ? 15 : 5)
-            gpu_strip_case(g, h, r, shapes[k][0], shapes[k][1], toff % 2 ? L8_F16 : L8_BF16,
-                           toff, (int)((k + (size_t)toff) % 2));
+            gpu_ct_view_case(g, h, r, shapes[k][0], shapes[k][1], toff % 2 ? L8_F16 : L8_BF16,
+                             0, 0, toff, (int)((k + (size_t)toff) % 2), 0);
 }
 
 /* Every shape below through both kernels: the tile kernel alone
@@ -1896,9 +1859,9 @@ static void gpu_ct_shapes(l8_ctx *g, l8_ctx *h, l8_rng *r)
     const int64_t xoffs[] = { 2, 4, 6, 8 }, yoffs[] = { 1, 3, 5, 0 };
     for (size_t k = 0; k < sizeof oshapes / sizeof oshapes[0]; k++)
         for (size_t o = 0; o < 4; o++)
-            gpu_ct_offset_case(g, h, r, oshapes[k][0], oshapes[k][1], HPS[(k + o) % 3],
-                               xoffs[o] * (HPS[(k + o) % 3] == L8_F32 ? 2 : 1), yoffs[(o + k) % 4],
-                               (int)((k + o) % 2));
+            gpu_ct_view_case(g, h, r, oshapes[k][0], oshapes[k][1], HPS[(k + o) % 3],
+                             xoffs[o] * (HPS[(k + o) % 3] == L8_F32 ? 2 : 1), yoffs[(o + k) % 4],
+                             yoffs[(o + k) % 4], 1, (int)((k + o) % 2));
 }
 
 /* Transposes one random R x C byte matrix on the GPU and on the host and
