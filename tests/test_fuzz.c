@@ -53,7 +53,8 @@ typedef struct fuzz {
     uint64_t seed;
     long first, iters, it;
     char what[512];               /* the current iteration's mutations */
-    char dir[256];                /* the temporary directory */
+    l8t_tmpdir tmp;               /* the temporary directory and every file the test names */
+    int fd0;                      /* the lowest free descriptor at the start: none may leak */
 } fuzz;
 
 static fuzz *g_cur;               /* the running fuzz loop, for crash reports */
@@ -81,6 +82,14 @@ static void on_fatal(int sig)
 
 extern void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
 
+static int lowest_free_fd(void)
+{
+    int fd = dup(0);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    return fd;
+}
+
 static void fuzz_begin(fuzz *f, const char *reader, long default_iters)
 {
     memset(f, 0, sizeof *f);
@@ -105,9 +114,8 @@ static void fuzz_begin(fuzz *f, const char *reader, long default_iters)
         signal(SIGABRT, on_fatal);
     }
     signal(SIGALRM, on_fatal);
-    snprintf(f->dir, sizeof f->dir, "%s/l8fuzz.XXXXXX",
-             getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp");
-    ck_assert_msg(mkdtemp(f->dir) != NULL, "mkdtemp: %s", strerror(errno));
+    l8t_tmp_init(&f->tmp, "l8fuzz");
+    f->fd0 = lowest_free_fd();
 }
 
 /* After each test, passed or not (a failed one in CK_FORK=no mode must not
@@ -123,18 +131,15 @@ static void fuzz_teardown(void)
     signal(SIGALRM, SIG_DFL);
 }
 
-/* Every file in f->dir goes (a passing test leaves nothing behind). */
-static void fuzz_end(fuzz *f, const char *const *names, int n)
+/* No descriptor leaked, and every file the test named goes with its
+ * directory (a passing test leaves nothing behind); fuzz_teardown disarms. */
+static void fuzz_end(fuzz *f)
 {
-    alarm(0);
-    char p[400];
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s", f->dir, names[i]);
-        unlink(p);
-    }
-    ck_assert_msg(rmdir(f->dir) == 0, "rmdir %s: %s (a file was left behind)", f->dir,
+    ck_assert_msg(lowest_free_fd() == f->fd0, "fuzz %s: a file descriptor leaked (lowest free %d,"
+                  " %d at the start)", f->reader, lowest_free_fd(), f->fd0);
+    for (int i = 0; i < f->tmp.n; i++) unlink(f->tmp.path[i]);
+    ck_assert_msg(rmdir(f->tmp.dir) == 0, "rmdir %s: %s (a file was left behind)", f->tmp.dir,
                   strerror(errno));
-    g_cur = NULL;
 }
 
 /* The iteration's own stream: iteration i of a seed is always the same. */
@@ -276,14 +281,6 @@ static void slurp(const char *path, fzbuf *b)
 }
 
 /* The lowest free descriptor: a reader that leaks one moves it. */
-static int lowest_free_fd(void)
-{
-    int fd = dup(0);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    return fd;
-}
-
 /* ---- generic mutations ---- */
 
 /* A value for a field of w bytes that held old: the edges parsers get wrong. */
@@ -749,12 +746,10 @@ START_TEST(test_fuzz_checkpoint)
 {
     fuzz f;
     fuzz_begin(&f, "checkpoint", 3000);
-    int fd0 = lowest_free_fd();
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
-    char seed_path[320], path[320], empty_path[320];
-    snprintf(seed_path, sizeof seed_path, "%s/seed.l8ckpt", f.dir);
-    snprintf(empty_path, sizeof empty_path, "%s/empty.l8ckpt", f.dir);
-    snprintf(path, sizeof path, "%s/mutated.l8ckpt", f.dir);
+    const char *seed_path = l8t_tmp_file(&f.tmp, "seed.l8ckpt");
+    const char *empty_path = l8t_tmp_file(&f.tmp, "empty.l8ckpt");
+    const char *path = l8t_tmp_file(&f.tmp, "mutated.l8ckpt");
     ck_write_seed(ctx, seed_path);
     l8_ckpt_writer *w = NULL;
     L8_CK(l8_ckpt_writer_open(empty_path, CK_KIND, CK_USER, &w));
@@ -787,9 +782,7 @@ START_TEST(test_fuzz_checkpoint)
     b_free(&seeds[0]);
     b_free(&seeds[1]);
     l8t_ctx_finish(ctx);
-    ck_assert_int_eq(lowest_free_fd(), fd0);
-    static const char *const names[] = { "seed.l8ckpt", "empty.l8ckpt", "mutated.l8ckpt" };
-    fuzz_end(&f, names, 3);
+    fuzz_end(&f);
 }
 END_TEST
 
@@ -855,10 +848,8 @@ START_TEST(test_fuzz_gemm_cache)
 {
     fuzz f;
     fuzz_begin(&f, "gemm-cache", 1500);
-    int fd0 = lowest_free_fd();
-    char seed_path[320], path[320];
-    snprintf(seed_path, sizeof seed_path, "%s/seed.l8c", f.dir);
-    snprintf(path, sizeof path, "%s/mutated.l8c", f.dir);
+    const char *seed_path = l8t_tmp_file(&f.tmp, "seed.l8c");
+    const char *path = l8t_tmp_file(&f.tmp, "mutated.l8c");
     l8i_gemm_cache c = gc_at(seed_path);
     for (uint64_t s = 1; s <= 3; s++) {
         l8i_gemm_cache_entry e = gc_entry(s);
@@ -885,9 +876,7 @@ START_TEST(test_fuzz_gemm_cache)
     printf("fuzz gemm-cache: %ld of %ld mutated files loaded\n", loaded, f.iters);
     b_free(&b);
     b_free(&seed);
-    ck_assert_int_eq(lowest_free_fd(), fd0);
-    static const char *const names[] = { "seed.l8c", "mutated.l8c" };
-    fuzz_end(&f, names, 2);
+    fuzz_end(&f);
 }
 END_TEST
 
@@ -1071,10 +1060,8 @@ START_TEST(test_fuzz_trace)
 {
     fuzz f;
     fuzz_begin(&f, "trace", 3000);
-    int fd0 = lowest_free_fd();
-    char seed_path[320], path[320];
-    snprintf(seed_path, sizeof seed_path, "%s/seed.l8trace", f.dir);
-    snprintf(path, sizeof path, "%s/mutated.l8trace", f.dir);
+    const char *seed_path = l8t_tmp_file(&f.tmp, "seed.l8trace");
+    const char *path = l8t_tmp_file(&f.tmp, "mutated.l8trace");
     tr_write_seed(seed_path, 0);
     fzbuf seeds[3] = { { 0 }, { 0 }, { 0 } }, b = { 0 };
     slurp(seed_path, &seeds[0]);
@@ -1119,9 +1106,7 @@ START_TEST(test_fuzz_trace)
     printf("fuzz trace: %ld of %ld mutated files refused at open\n", corrupt, f.iters);
     b_free(&b);
     for (int k = 0; k < 3; k++) b_free(&seeds[k]);
-    ck_assert_int_eq(lowest_free_fd(), fd0);
-    static const char *const names[] = { "seed.l8trace", "mutated.l8trace" };
-    fuzz_end(&f, names, 2);
+    fuzz_end(&f);
 }
 END_TEST
 
@@ -1129,6 +1114,7 @@ END_TEST
 
 #define FM_N 3
 
+/* The test names these first, in this order: f->tmp.path[k] is k_fm_names[k]. */
 static const char *const k_fm_names[] = {
     "train-images-idx3-ubyte.gz", "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte",
@@ -1176,12 +1162,8 @@ static void fm_resize(fuzz *f, l8_rng *r, fzbuf *b, int images)
 /* Write one file of the pair: plain, or gzipped (fmnist_gz_write). */
 static void fm_put(fuzz *f, int images, int gz, const fzbuf *b)
 {
-    char p[400];
-    for (int k = 0; k < 2; k++) {
-        snprintf(p, sizeof p, "%s/%s", f->dir, k_fm_names[images ? k : 2 + k]);
-        unlink(p);
-    }
-    snprintf(p, sizeof p, "%s/%s", f->dir, k_fm_names[(images ? 0 : 2) + (gz ? 0 : 1)]);
+    for (int k = 0; k < 2; k++) unlink(f->tmp.path[images ? k : 2 + k]);
+    const char *p = f->tmp.path[(images ? 0 : 2) + (gz ? 0 : 1)];
     if (gz == 1) {
         l8_status st = fmnist_gz_write(p, b->p, b->n);
         FZ(f, st == L8_OK, "fmnist_gz_write: %s", l8_last_error_string());
@@ -1199,13 +1181,13 @@ static void fm_read(fuzz *f, int must_load)
     memset(&ds, 0xA5, sizeof ds);
     fmnist_data poison = ds;
     l8_error_clear();
-    l8_status st = fmnist_load(f->dir, "train", &ds);
+    l8_status st = fmnist_load(f->tmp.dir, "train", &ds);
     FZ(f, st == L8_OK || !must_load, "the seed files do not load: %s", l8_last_error_string());
     if (st != L8_OK) {
         fz_error(f, st, "fmnist_load", NULL);
         FZ(f, strstr(l8_last_error()->message, "Fashion-MNIST"), "message: %s",
            l8_last_error()->message);
-        FZ(f, strstr(l8_last_error()->message, f->dir), "the message names no file: %s",
+        FZ(f, strstr(l8_last_error()->message, f->tmp.dir), "the message names no file: %s",
            l8_last_error()->message);
         FZ(f, !memcmp(&ds, &poison, sizeof ds), "a failed load changed its output");
         return;
@@ -1228,15 +1210,13 @@ START_TEST(test_fuzz_fmnist)
 {
     fuzz f;
     fuzz_begin(&f, "fmnist", 1000);
-    int fd0 = lowest_free_fd();
+    for (int k = 0; k < 4; k++) l8t_tmp_file(&f.tmp, k_fm_names[k]);
     fzbuf idx[2] = { { 0 }, { 0 } }, gzs[2] = { { 0 }, { 0 } }, b = { 0 };
     fm_idx(&idx[0], 0x00000803u, 1);
     fm_idx(&idx[1], 0x00000801u, 0);
-    char p[400];
     for (int k = 0; k < 2; k++) {                         /* the gzip seeds, as zlib writes them */
         fm_put(&f, k == 0, 1, &idx[k]);
-        snprintf(p, sizeof p, "%s/%s", f.dir, k_fm_names[k == 0 ? 0 : 2]);
-        slurp(p, &gzs[k]);
+        slurp(f.tmp.path[k == 0 ? 0 : 2], &gzs[k]);
     }
     fm_read(&f, 1);
     size_t cuts[FM_N + 8];
@@ -1262,7 +1242,7 @@ START_TEST(test_fuzz_fmnist)
         fm_put(&f, !images, (int)l8_rng_below(&r, 2), &idx[images]);
         fm_read(&f, 0);
         fmnist_data ds;
-        if (fmnist_load(f.dir, "train", &ds) == L8_OK) {
+        if (fmnist_load(f.tmp.dir, "train", &ds) == L8_OK) {
             loaded++;
             fmnist_free(&ds);
         }
@@ -1273,8 +1253,7 @@ START_TEST(test_fuzz_fmnist)
         b_free(&idx[k]);
         b_free(&gzs[k]);
     }
-    ck_assert_int_eq(lowest_free_fd(), fd0);
-    fuzz_end(&f, k_fm_names, 4);
+    fuzz_end(&f);
 }
 END_TEST
 
