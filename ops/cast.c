@@ -568,14 +568,21 @@ static int split_wins(const ct_job *j, int dbias)
 }
 
 /* A dense out_t whose rows are not 16-byte multiples (rows % 16 != 0) from
- * a 2-byte input with columns % 8 == 0 (VEC_ROW: 16-B loads, 8-B out
- * stores), no dbias: the strip kernel, which writes out_t in whole 128-B
- * lines (ptx/cast_transpose_strip.ptx.in says how and what it measured).
- * FEW_SMS keeps the tile kernel: the strip kernel wants every SM. */
-static int strip_can(const ct_job *j, int dbias, unsigned flags)
+ * a 2-byte input: the strip kernel, which writes out_t in whole 128-B lines
+ * (ptx/cast_transpose_strip.ptx.in says how and what it measured), with or
+ * without dbias. Its w entries (any columns: word loads, the row-major out
+ * as aligned 8-B blocks) are correct but were not faster than what stands
+ * in for them (H200, 2026-12-04, lean8-bench cast --quick, x copy: bf16
+ * 8191 x 8191 cast_t 0.658 against the split's 0.662, cast_t_db 0.568
+ * against the tile kernel's 0.592), so only l8i_cast_strip = 2 (the tests)
+ * takes them; by default they need VEC_ROW. FEW_SMS keeps the tile kernel:
+ * the strip kernel wants every SM. */
+static int strip_can(const ct_job *j, unsigned flags)
 {
-    return l8i_cast_strip && !dbias && !(flags & L8_CAST_FEW_SMS) && j->C > 0 &&
-           (j->idt == L8_BF16 || j->idt == L8_F16) && (j->kf & KF_VEC_ROW) && j->R % 16 != 0 &&
+    if (!(j->kf & KF_VEC_ROW) && l8i_cast_strip != 2)
+        return 0;
+    return l8i_cast_strip && !(flags & L8_CAST_FEW_SMS) && j->C > 0 &&
+           (j->idt == L8_BF16 || j->idt == L8_F16) && aligned(j->x, 2) && j->R % 16 != 0 &&
            j->ldt == j->R && (!j->y || j->ldo == j->C);
 }
 
@@ -600,25 +607,61 @@ static int strip_grid(const ct_job *j, unsigned sms, unsigned *gx, unsigned *gy,
     return *gy == 1 || seg_steps >= 8 || l8i_cast_strip == 2;
 }
 
+/* The strip kernel's dbias entries' dynamic shared memory: the rings, the
+ * step's input rows and the chains' sums (the .ptx's layout). */
+#define STRIP_DB_SMEM (35456u + 128u * 256u + 16u * 128u * 4u)
+
 /* The strip kernel's launch (strip_grid's); the amax word is zeroed first
- * unless accumulating. */
+ * unless accumulating. With dbias the kernel writes one row of column
+ * partials per 128-row tile row (the tile kernel's, in its order) and
+ * l8_dbias_reduce sums them. */
 static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy, uint32_t seg,
-                                      unsigned flags, l8_stream *s)
+                                      l8_dtype ddt, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[3] = { NULL, "l8_cast_transpose_strip_bf16",
-                                          "l8_cast_transpose_strip_f16" };
-    CUfunction f;
-    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[j->idt], &f));
+    static const char *const entry[2][2][3] = {
+        { { NULL, "l8_cast_transpose_strip_bf16", "l8_cast_transpose_strip_f16" },
+          { NULL, "l8_cast_transpose_strip_w_bf16", "l8_cast_transpose_strip_w_f16" } },
+        { { NULL, "l8_cast_transpose_strip_db_bf16", "l8_cast_transpose_strip_db_f16" },
+          { NULL, "l8_cast_transpose_strip_db_w_bf16", "l8_cast_transpose_strip_db_w_f16" } } };
+    const int db = j->db != NULL, w = !(j->kf & KF_VEC_ROW);
+    CUfunction f, fr = NULL;
+    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[db][w][j->idt], &f));
+    if (db) {
+        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+        L8_CHECK(L8_CU(cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                       (int)STRIP_DB_SMEM));
+    }
+    l8_status st = L8_OK;
+    void *ws = NULL;
+    if (db)
+        L8_CHECK(l8_ctx_malloc(j->ctx, (size_t)(j->ntr * (uint64_t)j->C * sizeof(float)), s, &ws));
     float *amax = l8_fp8_meta_amax(j->m);
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-        L8_CHECK(zero_amax(s, amax));
-    uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
-    uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
-    uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m));
-    uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
-    void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &rows, &cols, &seg,
-                     &ofmt };
-    return l8i_launch(s, f, gx, gy, 1, 512, 1, 1, 0, args);
+        L8_TRY(st, zero_amax(s, amax), out);
+    {
+        uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
+        uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
+        uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m)), a_ws = dptr(ws);
+        uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
+        void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws, &rows, &cols,
+                         &seg, &ofmt };
+        L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 512, 1, 1, db ? STRIP_DB_SMEM : 0, args), out);
+    }
+    if (db) {
+        uint64_t a_ws = dptr(ws), a_db = dptr(j->db);
+        uint32_t n_tr = (uint32_t)j->ntr, cols = (uint32_t)j->C;
+        uint32_t otype = (uint32_t)ddt;
+        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
+        unsigned g = (unsigned)(((uint64_t)j->C + 63) / 64);   /* as the tile kernel's */
+        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
+    }
+out:
+    if (ws) {
+        l8_status fst = l8_ctx_free(j->ctx, ws);   /* stream-ordered, as below */
+        if (st == L8_OK)
+            st = fst;
+    }
+    return st;
 }
 
 static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_tensor *out,
@@ -645,12 +688,13 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     L8_CHECK(l8i_ctx_bind(ctx));
     if (sm_fits(&j, dbias, flags))
         return cast_transpose_sm(&j, L8_ACT_NONE, 0, NULL, dbias, flags, s);
-    if (strip_can(&j, dbias != NULL, flags)) {
+    if (strip_can(&j, flags)) {
         unsigned sms = 0, gx = 0, gy = 0;
         uint32_t seg = 0;
         L8_CHECK(l8i_sm_count(ctx, &sms));
         if (strip_grid(&j, sms, &gx, &gy, &seg))
-            return cast_transpose_strip(&j, gx, gy, seg, flags, s);
+            return cast_transpose_strip(&j, gx, gy, seg,
+                                        dbias ? l8_tensor_dtype(dbias) : L8_F32, flags, s);
     }
     /* the split: the cast (with dbias, the tile kernel without its
      * transposed output, where columns % 8 == 0), then the byte transpose of

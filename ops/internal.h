@@ -128,11 +128,12 @@ extern int l8i_cast_sm_eighth_max_ctas;
  * split_wins); tests set 0 to run the tile kernel alone on those shapes
  * too, then put the default back. */
 extern int l8i_cast_split;
-/* 1 (the default): a cast_transpose of a 2-byte input without dbias whose
- * dense out_t has rows % 16 != 0 (columns % 8 == 0, aligned) runs the strip
- * kernel (ptx/cast_transpose_strip.ptx.in) where its segments are long
- * enough to pay (ops/cast.c strip_grid); 2: wherever it can run; 0: never.
- * Tests set 0 or 2, then put the default back. */
+/* 1 (the default): a cast_transpose (with dbias or not) of a 2-byte input
+ * whose dense out_t has rows % 16 != 0 (columns % 8 == 0, aligned) runs the
+ * strip kernel (ptx/cast_transpose_strip.ptx.in) where its segments are
+ * long enough to pay (ops/cast.c strip_grid); 2: wherever it can run, its w
+ * entries (any columns, any 2-B alignment) too; 0: never. Tests set 0 or 2,
+ * then put the default back. */
 extern int l8i_cast_strip;
 /* The byte transpose runs on at most this many CTAs when > 0 (0, the
  * default: a CTA per tile), each CTA then taking more tiles in turn; tests

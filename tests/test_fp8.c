@@ -1553,23 +1553,42 @@ static void gpu_ct_view_case(l8_ctx *g, l8_ctx *h, l8_rng *r, int64_t R, int64_t
 
 /* The strip kernel (ptx/cast_transpose_strip.ptx.in) where its lines meet
  * what is not its own: out_t at byte offsets 0, 5, 10, 15 past 32 guard
- * bytes of its storage, out at +32, with and without out (gpu_ct_view_case);
- * shapes of one and of many segments (the halo rows), a last segment of
- * several steps, the last one partial (131 x 17000, 1003 x 8200, 300 x
- * 17000: out's rows past the matrix must not be written), strips past the
- * last column, more strips than multiprocessors (17000 columns: one segment
- * each). */
+ * bytes of its storage, with and without out, with and without dbias
+ * (gpu_ct_view_case); shapes of one and of many segments (the halo rows),
+ * a last segment of several steps, the last one partial (131 x 17000, 1003
+ * x 8200, 300 x 17000: out's rows past the matrix must not be written),
+ * strips past the last column, more strips than multiprocessors (17000
+ * columns: one segment each). First columns % 8 == 0 with the input and out
+ * aligned (the plain and db entries), then the w entries: any columns (odd,
+ * % 8 = 2, 4, 6; one column; a last strip of 1..7 columns, whose chunks end
+ * inside the row and whose lane 0 starts the row's last 8-B block), the
+ * input at offsets 0, 2, 4, 6 and out at 0, 5, 2, 7 (every lane's block
+ * and its pieces at each alignment). */
 static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
 {
     const int64_t shapes[][2] = { { 1, 8 }, { 3, 136 }, { 129, 8 }, { 1003, 520 }, { 4133, 264 },
                                   { 131, 17000 }, { 2049, 1160 }, { 8191, 256 }, { 1003, 8200 },
                                   { 300, 17000 } };
-    /* quick mode (compute-sanitizer): the first six shapes, offsets 0 and 15 */
-    const size_t nq = l8_test_quick() ? 6 : sizeof shapes / sizeof shapes[0];
+    const int64_t wshapes[][2] = { { 1, 7 }, { 3, 131 }, { 129, 1 }, { 1003, 517 },
+                                   { 4133, 262 }, { 131, 17001 }, { 2049, 1163 }, { 8191, 253 },
+                                   { 300, 132 }, { 1003, 8191 }, { 5, 133 }, { 77, 1030 } };
+    /* quick mode (compute-sanitizer): the first six shapes of each, offsets 0 and 15 */
+    const int q = l8_test_quick();
+    const size_t nq = q ? 6 : sizeof shapes / sizeof shapes[0];
+    const size_t nw = q ? 6 : sizeof wshapes / sizeof wshapes[0];
     for (size_t k = 0; k < nq; k++)
-        for (int64_t toff = 0; toff < 16; toff += l8_test_quick() ? 15 : 5)
+        for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5)
             gpu_ct_view_case(g, h, r, shapes[k][0], shapes[k][1], toff % 2 ? L8_F16 : L8_BF16,
-                             0, 0, toff, (int)((k + (size_t)toff) % 2), 0);
+                             0, 0, toff, (int)((k + (size_t)toff) % 2),
+                             (int)((k + (size_t)toff / 5) % 3 == 0));
+    for (size_t k = 0; k < nw; k++)
+        for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5) {
+            const int64_t o = toff / 5;                 /* 0..3 */
+            gpu_ct_view_case(g, h, r, wshapes[k][0], wshapes[k][1],
+                             (k + (size_t)o) % 2 ? L8_F16 : L8_BF16, 2 * ((o + (int64_t)k) % 4),
+                             toff % 8, toff, (int)((k + (size_t)o) % 4 != 3),
+                             (int)((k + (size_t)o) % 3 == 1));
+        }
 }
 
 /* Every shape below through both kernels: the tile kernel alone
@@ -1578,8 +1597,8 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
  * a byte transpose (columns % 8 != 0, or odd rows with columns % 16 != 0 for
  * 2-byte inputs; with dbias, where columns % 8 == 0, the cast is the tile
  * kernel without its transposed output), then with the strip kernel for
- * 2-byte inputs without dbias whose out_t rows are not 16-B multiples
- * (rows % 16 != 0, columns % 8 == 0; l8i_cast_strip = 2: also where its
+ * 2-byte inputs whose out_t rows are not 16-B multiples (rows % 16 != 0,
+ * any columns, with dbias or not; l8i_cast_strip = 2: also where its
  * segments are short; and gpu_strip_cases),
  * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
