@@ -607,6 +607,18 @@ static int strip_grid(const ct_job *j, unsigned sms, unsigned *gx, unsigned *gy,
     return *gy == 1 || seg_steps >= 8 || l8i_cast_strip == 2;
 }
 
+/* dbias[c] = sum over the ntr rows of ws[ntr][C] (l8_dbias_reduce, fr): the
+ * second launch of every dbias that goes through column partials. */
+static l8_status dbias_reduce(l8_stream *s, CUfunction fr, void *ws, void *db, uint64_t ntr,
+                              int64_t C, l8_dtype ddt)
+{
+    uint64_t a_ws = dptr(ws), a_db = dptr(db);
+    uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)ddt;
+    void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
+    unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* 64 threads a CTA: see the .ptx */
+    return l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args);
+}
+
 /* The strip kernel's dbias entries' dynamic shared memory: the rings, the
  * step's input rows and the chains' sums (the .ptx's layout). */
 #define STRIP_DB_SMEM (35456u + 128u * 256u + 16u * 128u * 4u)
@@ -647,14 +659,8 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
                          &seg, &ofmt };
         L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 512, 1, 1, db ? STRIP_DB_SMEM : 0, args), out);
     }
-    if (db) {
-        uint64_t a_ws = dptr(ws), a_db = dptr(j->db);
-        uint32_t n_tr = (uint32_t)j->ntr, cols = (uint32_t)j->C;
-        uint32_t otype = (uint32_t)ddt;
-        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
-        unsigned g = (unsigned)(((uint64_t)j->C + 63) / 64);   /* as the tile kernel's */
-        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
-    }
+    if (db)
+        L8_TRY(st, dbias_reduce(s, fr, ws, j->db, j->ntr, j->C, ddt), out);
 out:
     if (ws) {
         l8_status fst = l8_ctx_free(j->ctx, ws);   /* stream-ordered, as below */
@@ -741,13 +747,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
                          &rows, &cols, &kf, &ofmt, &ldt, &ldo };
         L8_TRY(st, l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
     }
-    if (dbias && !direct && C > 0) {
-        uint64_t a_ws = dptr(ws), a_db = dptr(db);
-        uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)l8_tensor_dtype(dbias);
-        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
-        unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* 64 threads a CTA: see the .ptx */
-        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
-    }
+    if (dbias && !direct && C > 0)
+        L8_TRY(st, dbias_reduce(s, fr, ws, db, ntr, C, l8_tensor_dtype(dbias)), out);
     if (split)
         st = l8_fp8_transpose(out, out_t, s);
 out:
@@ -920,13 +921,8 @@ static l8_status dbias_launch(l8_ctx *ctx, l8_dtype idt, const void *x, int64_t 
         void *args[] = { &a_in, &a_out, &rows, &cols, &kf, &trpb };
         L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 1024, 1, 1, 0, args), out);
     }
-    if (ws_mode) {
-        uint64_t a_ws = dptr(ws), a_db = dptr(db);
-        uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)ddt;
-        void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
-        unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* as cast_transpose_impl's */
-        L8_TRY(st, l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args), out);
-    }
+    if (ws_mode)
+        L8_TRY(st, dbias_reduce(s, fr, ws, db, ntr, C, ddt), out);
 out:
     if (ws) {
         l8_status fst = l8_ctx_free(ctx, ws);   /* stream-ordered, as above */
