@@ -4,7 +4,8 @@
 #   make test       build and run every Check suite (installs Check if missing),
 #                   host suites again under valgrind, GPU suites when a GPU is
 #                   present, and ptxas over every PTX module (ptx/*.ptx and
-#                   the build/ptx/*.ptx generated from ptx/*.ptx.in)
+#                   the build/ptx/*.ptx generated from ptx/*.ptx.in), and
+#                   the PTX kernels' logic on the CPU (tools/ptxsim.py)
 #   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
 #   make info       lean8-info: devices, libraries, allocator self-check
 #   make bench      lean8-bench alloc, cast, gemm, offload
@@ -173,6 +174,17 @@ test-ktrace: $(KTRACE_LIB)
 # tools/sass.py on a made-up SASS listing, and README's command
 test-sass:
 	$(Q)tests/sass.sh
+# The PTX kernels' logic on the CPU (tools/ptxsim.py, a functional PTX interpreter): its
+# self-test, the strip kernel, the byte transpose and the tile kernel (with
+# l8_dbias_reduce) against references, then each test over a copy of its module with
+# one instruction broken, which must fail
+.PHONY: test-ptxsim
+test-ptxsim: $(PTX_GEN) $(BUILD)/liblean8.so
+	$(Q)python3 tools/ptxsim.py --selftest
+	$(Q)python3 tests/ptxsim_strip.py --ptx $(BUILD)/ptx/cast_transpose_strip.ptx
+	$(Q)python3 tests/ptxsim_transpose.py --ptx $(BUILD)/ptx/transpose.ptx
+	$(Q)python3 tests/ptxsim_tile.py --ptx $(BUILD)/ptx/cast_transpose.ptx
+	$(Q)tests/ptxsim_broken.sh $(BUILD)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory test-ptx test-link test-abi test-host test-fortran
@@ -183,6 +195,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-bench
 	$(Q)$(MAKE) --no-print-directory test-ktrace
 	$(Q)$(MAKE) --no-print-directory test-sass
+	$(Q)$(MAKE) --no-print-directory test-ptxsim
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-gpu
 

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Each ptxsim kernel test (tests/ptxsim_*.py) over a copy of its module with one
+# instruction broken: it must report failing cases (a test that cannot fail checks
+# nothing). Run by make test-ptxsim after the tests themselves.
+#   tests/ptxsim_broken.sh BUILD
+set -u
+B=${1:-build}
+fails=0
+# broken NAME TEST MODULE OLD NEW [TEST ARGS]: OLD's first occurrence in
+# BUILD/ptx/MODULE replaced by NEW
+broken() {
+    local name=$1 test=$2 mod=$3 old=$4 new=$5
+    shift 5
+    local out=$B/ptxsim_broken_$name.ptx
+    if ! python3 - "$B/ptx/$mod" "$out" "$old" "$new" <<'PY'
+import sys
+src, dst, old, new = sys.argv[1:]
+s = open(src).read()
+if old not in s:
+    sys.exit(1)
+open(dst, 'w').write(s.replace(old, new, 1))
+PY
+    then
+        echo "ptxsim_broken: '$old' is not in $B/ptx/$mod (update tests/ptxsim_broken.sh)"
+        fails=1
+        return
+    fi
+    if python3 "$test" --ptx "$out" "$@" > "$out.log" 2>&1; then
+        echo "ptxsim_broken: $test passed on a broken $mod ($name; $out.log)"
+        fails=1
+    elif ! grep -q '^FAIL' "$out.log"; then
+        echo "ptxsim_broken: $test did not run its cases on the broken $mod ($out.log)"
+        fails=1
+    else
+        echo "  PTXSIM  $test fails on a broken $mod ($name)"
+    fi
+}
+# the e5m2 test of the first strip entry taken for e4m3's
+broken fmt tests/ptxsim_strip.py cast_transpose_strip.ptx \
+    'setp.eq.u32     %pe5, %r1, 4;' 'setp.eq.u32     %pe5, %r1, 3;' --quick --only plain
+# the byte transpose's double buffer made single (a CTA walking several tiles races)
+broken buffer tests/ptxsim_transpose.py transpose.ptx \
+    'xor.b32         %buf, %buf, 18432;' 'xor.b32         %buf, %buf, 0;' --quick --only grid
+# l8_dbias_reduce's 16 rows a round made 15
+broken reduce tests/ptxsim_tile.py cast_transpose.ptx \
+    'add.u32         %r8, %r8, 16;' 'add.u32         %r8, %r8, 15;' --only 2100
+exit $fails
