@@ -23,9 +23,10 @@
  *    [ld, 1], ld > its last dimension n, ld % 16 == 0 and its data 16-B
  *    aligned - e.g. l8_tensor_narrow of a [m, ld] tensor to its first n
  *    columns. Columns n .. N16 - 1 of each row, N16 = n rounded up to 16,
- *    are then written with zeros (0x00; in out_t a cast with a non-finite
- *    scale may leave NaN codes there, as in its data), and the columns from
- *    N16 on are never written. So odd sizes can feed an FP8 GEMM, which
+ *    are then written with zeros (in out_t a cast's fp8(0 * scale): 0x00,
+ *    0x80 for a negative scale, NaN codes for a non-finite one, as in its
+ *    data), and the columns from N16 on are never written. So odd sizes
+ *    can feed an FP8 GEMM, which
  *    wants K % 16 == 0 and ld % 16 == 0 (cuBLASLt): X^T and dY^T padded to
  *    rows rounded up to 16 make a wgrad over an odd token count add exact
  *    zeros, X padded to cols rounded up the same for an odd K. Every store
