@@ -5,11 +5,14 @@ column sums of the casts' dbias, and output buffers between guard bytes.
 
 Nothing here reads a kernel: the references are written from the kernels' banners."""
 
+import argparse
 import ctypes
 import math
 import os
+import random
 import struct
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -338,3 +341,46 @@ def run_launch(mod, entry, **kw):
         return mod.launch(entry, **kw), None
     except ptxsim.SimError as x:
         return None, 'simulator: %s' % x
+
+
+# ---------------------------------------------------------------------------------------
+# The tests' driver
+
+def arg_parser(doc, module, fuzz):
+    """The kernel tests' options: --ptx (default build/ptx/MODULE), --quick, --only,
+    --seed, --fuzz (default: fuzz random cases), --strict-undef."""
+    ap = argparse.ArgumentParser(description=doc.split('\n\n')[0])
+    ap.add_argument('--ptx', default=os.path.join(ROOT, 'build', 'ptx', module))
+    ap.add_argument('--quick', action='store_true', help='only the smaller cases')
+    ap.add_argument('--only', default='', help='run the cases whose name contains this')
+    ap.add_argument('--seed', type=int, default=1)
+    ap.add_argument('--fuzz', type=int, default=fuzz, help='random cases after the fixed ones')
+    ap.add_argument('--strict-undef', action='store_true',
+                    help='fault on any operation on a register never written (ptxsim '
+                         'strict_undef), even where the kernel masks the bits off')
+    return ap
+
+
+def run_cases(name, cases, run_one, a, t0, nc=0, fails=0):
+    """Run every case whose description contains a.only: run_one(case, rnd) gives (errors,
+    seconds, instructions, a note for its line), rnd seeded from a.seed and the case's
+    index. Prints a line per case and the summary `ptxsim NAME: N cases, F failures`
+    (nc, fails: checks already made); returns the exit status."""
+    ninstr = 0
+    tsim = 0.0
+    for i, case in enumerate(cases):
+        if a.only and a.only not in str(case):
+            continue
+        errs, dt, ni, note = run_one(case, random.Random(a.seed * 1000 + i))
+        nc += 1
+        ninstr += ni
+        tsim += dt
+        print('%s %s%s: %.1f s, %.2fM instructions' % ('ok  ' if not errs else 'FAIL', case,
+                                                      note, dt, ni / 1e6), flush=True)
+        for e in errs:
+            print('     ' + e)
+        fails += bool(errs)
+    print('ptxsim %s: %d cases, %d failures (%.0f s; %.1fM instructions simulated at '
+          '%.2fM/s)' % (name, nc, fails, time.time() - t0, ninstr / 1e6,
+                        ninstr / 1e6 / max(tsim, 1e-9)))
+    return 1 if fails else 0

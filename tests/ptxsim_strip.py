@@ -29,8 +29,6 @@ case with its location. --ptx runs a modified copy of the module (the test must 
 a broken kernel). Exit status 0 only if every case passes.
 """
 
-import argparse
-import os
 import random
 import struct
 import sys
@@ -242,17 +240,8 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--ptx', default=os.path.join(R.ROOT, 'build', 'ptx',
-                                                  'cast_transpose_strip.ptx'))
-    ap.add_argument('--quick', action='store_true', help='only the smaller cases')
-    ap.add_argument('--only', default='', help='run the cases whose name contains this')
-    ap.add_argument('--seed', type=int, default=1)
-    ap.add_argument('--fuzz', type=int, default=30, help='random cases after the fixed ones')
+    ap = R.arg_parser(__doc__, 'cast_transpose_strip.ptx', 30)
     ap.add_argument('--no-encoder-check', action='store_true')
-    ap.add_argument('--strict-undef', action='store_true',
-                    help='fault on any operation on a register never written (ptxsim '
-                         'strict_undef), even where the kernel masks the bits off')
     a = ap.parse_args(argv)
     t0 = time.time()
     mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
@@ -268,25 +257,10 @@ def main(argv=None):
         print('%s fp8 encoders (reference, simulator%s) on %d f32 values: %d mismatches '
               '(%.1f s)' % ('ok  ' if not bad else 'FAIL', ', library' if lib else '', nv,
                             bad, time.time() - t))
-    ninstr = 0
-    tsim = 0.0
-    for i, case in enumerate(cases(a.quick, a.fuzz, a.seed)):
-        if a.only and a.only not in str(case):
-            continue
-        rnd = random.Random(a.seed * 1000 + i)
-        errs, dt, ni = run_case(mod, case, rnd, fp8, a.strict_undef)
-        nc += 1
-        ninstr += ni
-        tsim += dt
-        print('%s %s: %.1f s, %.2fM instructions' % ('ok  ' if not errs else 'FAIL', case,
-                                                    dt, ni / 1e6), flush=True)
-        for e in errs:
-            print('     ' + e)
-        fails += bool(errs)
-    print('ptxsim strip: %d cases, %d failures (%.0f s; %.1fM instructions simulated at '
-          '%.2fM/s)' % (nc, fails, time.time() - t0, ninstr / 1e6,
-                        ninstr / 1e6 / max(tsim, 1e-9)))
-    return 1 if fails else 0
+
+    def one(case, rnd):
+        return run_case(mod, case, rnd, fp8, a.strict_undef) + ('',)
+    return R.run_cases('strip', cases(a.quick, a.fuzz, a.seed), one, a, t0, nc, fails)
 
 
 if __name__ == '__main__':

@@ -33,8 +33,6 @@ case with its location. --ptx runs a modified copy of the module (the test must 
 a broken kernel). Exit status 0 only if every case passes.
 """
 
-import argparse
-import os
 import random
 import struct
 import sys
@@ -288,41 +286,17 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--ptx', default=os.path.join(R.ROOT, 'build', 'ptx',
-                                                  'cast_transpose.ptx'))
-    ap.add_argument('--quick', action='store_true', help='only the smaller cases')
-    ap.add_argument('--only', default='', help='run the cases whose name contains this')
-    ap.add_argument('--seed', type=int, default=1)
-    ap.add_argument('--fuzz', type=int, default=50, help='random cases after the fixed ones')
-    ap.add_argument('--strict-undef', action='store_true',
-                    help='fault on any operation on a register never written (ptxsim '
-                         'strict_undef), even where the kernel masks the bits off')
-    a = ap.parse_args(argv)
+    a = R.arg_parser(__doc__, 'cast_transpose.ptx', 50).parse_args(argv)
     t0 = time.time()
     mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
     fp8, desc = R.fp8_encoder()
     print('ptxsim tile: %s, FP8 reference %s' % (a.ptx, desc))
-    nc = fails = ninstr = 0
-    tsim = 0.0
-    for i, case in enumerate(cases(a.quick, a.fuzz, a.seed)):
-        if a.only and a.only not in str(case):
-            continue
-        rnd = random.Random(a.seed * 1000 + i)
+
+    def one(case, rnd):
         errs, dt, ni, (entry, kf, grid) = run_case(mod, case, rnd, fp8, a.strict_undef)
-        nc += 1
-        ninstr += ni
-        tsim += dt
-        print('%s %s [%s flags %#x grid %d]: %.1f s, %.2fM instructions' % (
-            'ok  ' if not errs else 'FAIL', case, entry[len('l8_cast_transpose_'):], kf,
-            grid, dt, ni / 1e6), flush=True)
-        for e in errs:
-            print('     ' + e)
-        fails += bool(errs)
-    print('ptxsim tile: %d cases, %d failures (%.0f s; %.1fM instructions simulated at '
-          '%.2fM/s)' % (nc, fails, time.time() - t0, ninstr / 1e6,
-                        ninstr / 1e6 / max(tsim, 1e-9)))
-    return 1 if fails else 0
+        return errs, dt, ni, ' [%s flags %#x grid %d]' % (
+            entry[len('l8_cast_transpose_'):], kf, grid)
+    return R.run_cases('tile', cases(a.quick, a.fuzz, a.seed), one, a, t0)
 
 
 if __name__ == '__main__':
