@@ -6,13 +6,13 @@
 set -u
 B=${1:-build}
 fails=0
-# broken NAME TEST MODULE OLD NEW [TEST ARGS]: OLD's first occurrence in
-# BUILD/ptx/MODULE replaced by NEW
+# broken NAME TEST MODULE OLD NEW [TEST ARGS]: OLD's first occurrence in the
+# module (a path) replaced by NEW
 broken() {
     local name=$1 test=$2 mod=$3 old=$4 new=$5
     shift 5
     local out=$B/ptxsim_broken_$name.ptx
-    if ! python3 - "$B/ptx/$mod" "$out" "$old" "$new" <<'PY'
+    if ! python3 - "$mod" "$out" "$old" "$new" <<'PY'
 import sys
 src, dst, old, new = sys.argv[1:]
 s = open(src).read()
@@ -21,7 +21,7 @@ if old not in s:
 open(dst, 'w').write(s.replace(old, new, 1))
 PY
     then
-        echo "ptxsim_broken: '$old' is not in $B/ptx/$mod (update tests/ptxsim_broken.sh)"
+        echo "ptxsim_broken: '$old' is not in $mod (update tests/ptxsim_broken.sh)"
         fails=1
         return
     fi
@@ -32,16 +32,24 @@ PY
         echo "ptxsim_broken: $test did not run its cases on the broken $mod ($out.log)"
         fails=1
     else
-        echo "  PTXSIM  $test fails on a broken $mod ($name)"
+        echo "  PTXSIM  $test fails on a broken $(basename "$mod") ($name)"
     fi
 }
 # the e5m2 test of the first strip entry taken for e4m3's
-broken fmt tests/ptxsim_strip.py cast_transpose_strip.ptx \
+broken fmt tests/ptxsim_strip.py $B/ptx/cast_transpose_strip.ptx \
     'setp.eq.u32     %pe5, %r1, 4;' 'setp.eq.u32     %pe5, %r1, 3;' --quick --only plain
 # the byte transpose's double buffer made single (a CTA walking several tiles races)
-broken buffer tests/ptxsim_transpose.py transpose.ptx \
+broken buffer tests/ptxsim_transpose.py $B/ptx/transpose.ptx \
     'xor.b32         %buf, %buf, 18432;' 'xor.b32         %buf, %buf, 0;' --quick --only grid
 # l8_dbias_reduce's 16 rows a round made 15
-broken reduce tests/ptxsim_tile.py cast_transpose.ptx \
+broken reduce tests/ptxsim_tile.py $B/ptx/cast_transpose.ptx \
     'add.u32         %r8, %r8, 16;' 'add.u32         %r8, %r8, 15;' --only 2100
+# the scalar path's amax keeps the sign bit
+broken amax tests/ptxsim_cast.py ptx/cast.ptx \
+    'and.b32         %r16, %r16, 2147483647;' 'and.b32         %r16, %r16, -1;' \
+    --quick --only in+2
+# the interleave's ranks at the wrong stride (an all-gather along the wrong dimension)
+broken stride tests/ptxsim_interleave.py $B/ptx/interleave.ptx \
+    'mad.lo.u64      %rd8, %rd5, %rd4, %rd2;' 'mad.lo.u64      %rd8, %rd5, %rd3, %rd2;' \
+    --quick --only w8
 exit $fails
