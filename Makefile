@@ -176,8 +176,9 @@ test-sass:
 	$(Q)tests/sass.sh
 # The PTX kernels' logic on the CPU (tools/ptxsim.py, a functional PTX interpreter): its
 # self-test, the strip kernel, the byte transpose, the tile kernel (with
-# l8_dbias_reduce), the plain cast and the interleave against references, then each
-# test over a copy of its module with one instruction broken, which must fail
+# l8_dbias_reduce), the plain cast, the interleave, the row gather and the dequantize
+# against references, then each test over a copy of its module with one instruction
+# broken, which must fail
 .PHONY: test-ptxsim
 test-ptxsim: $(PTX_GEN) $(BUILD)/liblean8.so
 	$(Q)python3 tools/ptxsim.py --selftest
@@ -186,6 +187,8 @@ test-ptxsim: $(PTX_GEN) $(BUILD)/liblean8.so
 	$(Q)python3 tests/ptxsim_tile.py --ptx $(BUILD)/ptx/cast_transpose.ptx
 	$(Q)python3 tests/ptxsim_cast.py --ptx ptx/cast.ptx
 	$(Q)python3 tests/ptxsim_interleave.py --ptx $(BUILD)/ptx/interleave.ptx
+	$(Q)python3 tests/ptxsim_gather.py --ptx ptx/gather.ptx
+	$(Q)python3 tests/ptxsim_dequantize.py --ptx ptx/dequantize.ptx
 	$(Q)tests/ptxsim_broken.sh $(BUILD)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all

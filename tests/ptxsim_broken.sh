@@ -52,4 +52,11 @@ broken amax tests/ptxsim_cast.py ptx/cast.ptx \
 broken stride tests/ptxsim_interleave.py $B/ptx/interleave.ptx \
     'mad.lo.u64      %rd8, %rd5, %rd4, %rd2;' 'mad.lo.u64      %rd8, %rd5, %rd3, %rd2;' \
     --quick --only w8
+# the row gather's index check inverted
+broken idx tests/ptxsim_gather.py ptx/gather.ptx \
+    'selp.b64        %rd17, %rd16, 0, %p8;' 'selp.b64        %rd17, 0, %rd16, %p8;' \
+    --quick --fuzz 0
+# the dequantize's e5m2 test taken for e4m3's
+broken fmt8 tests/ptxsim_dequantize.py ptx/dequantize.ptx \
+    'setp.eq.u32     %pe5, %r1, 4;' 'setp.eq.u32     %pe5, %r1, 3;' --quick --fuzz 0
 exit $fails

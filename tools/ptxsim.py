@@ -474,6 +474,22 @@ def _f32_to_f16(b):
         return 0xfc00 if b & 0x80000000 else 0x7c00
 
 
+def _dq5(c):
+    """An E5M2 code -> f16 bits (exact: E5M2 is f16's top byte; NaN codes -> 0x7fff)."""
+    return (c << 8) & 0xffff if (c & 0x7f) <= 0x7c else 0x7fff
+
+
+def _dq4(c):
+    """An E4M3 code -> f16 bits (exact; 0x7f / 0xff, the NaNs, -> 0x7fff)."""
+    s = (c & 0x80) << 8
+    e, m = (c >> 3) & 15, c & 7
+    if e == 15 and m == 7:
+        return 0x7fff
+    if e == 0:
+        return s | _f32_to_f16(f32_bits(m * 2.0 ** -9))
+    return s | ((e + 8) << 10) | (m << 7)
+
+
 def _f32_to_bf16(b):
     if (b & 0x7fffffff) > 0x7f800000:
         return 0x7fff
@@ -1956,6 +1972,17 @@ class _Codegen:
         if dt not in _WIDTH or at not in _WIDTH:
             self.fail(ins, 'bad cvt types')
         dw, aw = _WIDTH[dt], _WIDTH[at]
+        if dt == 'f16x2' and at in ('e4m3x2', 'e5m2x2'):
+            self.nargs(ins, 2)
+            fn = '_dq4' if at == 'e4m3x2' else '_dq5'
+            a = self.src(ins, ins.ops[1], 16)
+            return ['%s = (%s((%s) >> 8) << 16) | %s((%s) & 255)' % (
+                self.dst(ins, ins.ops[0], 32), fn, a, fn, a)]
+        if dt in ('f16x2', 'bf16x2') and at == 'f32' and len(ins.ops) == 3:
+            fn = '_f32_to_f16' if dt == 'f16x2' else '_f32_to_bf16'
+            a, b = self.src(ins, ins.ops[1], 32), self.src(ins, ins.ops[2], 32)
+            return ['%s = (%s(%s) << 16) | %s(%s)' % (self.dst(ins, ins.ops[0], 32),
+                                                     fn, a, fn, b)]
         if dt in ('e4m3x2', 'e5m2x2'):
             if at != 'f32' or m != {'rn', 'satfinite'}:
                 self.fail(ins, 'only cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 is implemented')
@@ -2342,7 +2369,8 @@ def _atom_fn(op, ty, w):
 _NS_STATIC = {'_fadd': _fadd, '_fsub': _fsub, '_fmul': _fmul, '_fdiv': _fdiv, '_frcp': _frcp,
               '_ffma': _ffma, '_ftz': _ftz, '_fsat': _fsat, '_fminmax': _fminmax,
               '_e4m3': _e4m3, '_e5m2': _e5m2, '_F16T': None, '_f32_to_f16': _f32_to_f16,
-              '_f32_to_bf16': _f32_to_bf16, '_int_to_f32': _int_to_f32,
+              '_f32_to_bf16': _f32_to_bf16, '_dq4': _dq4, '_dq5': _dq5,
+              '_int_to_f32': _int_to_f32,
               '_f32_to_int': _f32_to_int, '_f32_round_int': _f32_round_int,
               '_S_2f': _S_2f, '_S_2I': _S_2I, '_zdiv': _zdiv, '_trap': _trap,
               '_prmt': _prmt, '_ATOM_FN': _ATOM_FN}
