@@ -92,13 +92,8 @@ class Case:
 
     def launch(self, p_in, p_out):
         """(nvec, grid): the launcher's, or the case's (only what the buffers allow)."""
-        nvec = self.n // 16 if p_in % 16 == 0 and p_out % 16 == 0 else 0
-        if self.nvec is not None:
-            assert self.nvec <= nvec, 'an nvec the buffers do not allow'
-            nvec = self.nvec
-        work = ((nvec or self.n) + CTA_THREADS - 1) // CTA_THREADS
-        grid = max(min(work, NSM * OCC_CAST), 1)
-        return nvec, self.grid or grid
+        return R.vec_launch(self.n, p_in, p_out, self.nvec, self.grid, CTA_THREADS,
+                            NSM * OCC_CAST)
 
     def __str__(self):
         s = '%-4s %s n %-6d in+%-2d out+%-2d scale %-9.4g amax %-4s' % (

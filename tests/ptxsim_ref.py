@@ -343,6 +343,19 @@ def run_launch(mod, entry, **kw):
         return None, 'simulator: %s' % x
 
 
+def vec_launch(n, p_in, p_out, nvec, grid, threads, ctas_max):
+    """(nvec, grid) of the element-wise launchers (l8_fp8_cast, l8_fp8_dequantize): nvec = n
+    / 16 when both buffers are 16-B aligned, else 0, and a CTA of threads per thread's
+    worth of that (or of n), at most ctas_max; a case's nvec (no more than the buffers
+    allow) and grid in their place where given."""
+    v = n // 16 if p_in % 16 == 0 and p_out % 16 == 0 else 0
+    if nvec is not None:
+        assert nvec <= v, 'an nvec the buffers do not allow'
+        v = nvec
+    work = ((v or n) + threads - 1) // threads
+    return v, grid or max(min(work, ctas_max), 1)
+
+
 # ---------------------------------------------------------------------------------------
 # The tests' driver
 
