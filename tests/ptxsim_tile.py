@@ -169,22 +169,21 @@ def run_case(mod, case, rnd, fp8, strict=False):
     def row_skip(ld, n_rows, end):       # the padding past R16 / C16: never written
         return [(k * ld + end, (k + 1) * ld) for k in range(n_rows)] if end < ld else []
     xdesc = (lambda i: R.bits_to_f32(X[i])) if dt == 'f32' else (lambda i: xs[i])
+
+    def check_padded(name, want, ld, n_rows, n_cols, end, x_index):
+        """A [n_rows][ld] output: every byte below end written and compared (x_index(r, c):
+        the input element of its row r, column c < n_cols), the rest of each row never."""
+        skip = row_skip(ld, n_rows, end)
+        errs.extend(o.check_coverage(name, skip))
+        pad = {i for s, e in skip for i in range(s, e)}
+        R.cmp_bytes(errs, name, o.read(name), want,
+                    lambda i: '[%d][%d] (x %r)' % (i // ld, i % ld, xdesc(
+                        x_index(i // ld, i % ld)) if i % ld < n_cols else 'pad'),
+                    skip=pad.__contains__)
     if not case.no_out:
-        skip = row_skip(ldo, rows, c16)
-        errs += o.check_coverage('out', skip)
-        pad = {i for s, e in skip for i in range(s, e)}
-        R.cmp_bytes(errs, 'out', o.read('out'), want_out,
-                    lambda i: '[%d][%d] (x %r)' % (i // ldo, i % ldo, xdesc(
-                        i // ldo * cols + i % ldo) if i % ldo < cols else 'pad'),
-                    skip=pad.__contains__)
+        check_padded('out', want_out, ldo, rows, cols, c16, lambda r, c: r * cols + c)
     if not case.no_outt:
-        skip = row_skip(ldt, cols, r16)
-        errs += o.check_coverage('outT', skip)
-        pad = {i for s, e in skip for i in range(s, e)}
-        R.cmp_bytes(errs, 'outT', o.read('outT'), want_t,
-                    lambda i: '[%d][%d] (x %r)' % (i // ldt, i % ldt, xdesc(
-                        i % ldt * cols + i // ldt) if i % ldt < rows else 'pad'),
-                    skip=pad.__contains__)
+        check_padded('outT', want_t, ldt, cols, rows, r16, lambda r, c: c * cols + r)
     if not case.no_meta:
         got = struct.unpack('<I', mem.read(p_amax, 4))[0]
         if got != want_amax and not (got > 0x7f800000 and want_amax > 0x7f800000):
