@@ -637,11 +637,12 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
           { NULL, "l8_cast_transpose_strip_db_w_bf16", "l8_cast_transpose_strip_db_w_f16" } } };
     const int db = j->db != NULL, w = !(j->kf & KF_VEC_ROW);
     CUfunction f, fr = NULL;
-    L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[db][w][j->idt], &f));
     if (db) {
+        L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[db][w][j->idt],
+                                 STRIP_DB_SMEM, &f));
         L8_CHECK(l8i_kernel(j->ctx, "cast_transpose", "l8_dbias_reduce", &fr));
-        L8_CHECK(L8_CU(cuFuncSetAttribute, f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                       (int)STRIP_DB_SMEM));
+    } else {
+        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[db][w][j->idt], &f));
     }
     l8_status st = L8_OK;
     void *ws = NULL;

@@ -76,6 +76,13 @@ CUstream l8i_stream_cu(const l8_stream *s);
  * context with cuModuleLoadDataEx; the JIT error log goes into the last
  * error. Errors: L8_ERR_UNSUPPORTED (host context), L8_ERR_CUDA. */
 l8_status l8i_kernel(l8_ctx *ctx, const char *module, const char *kernel, CUfunction *out);
+/* l8i_kernel for a kernel launched with smem bytes of dynamic shared memory.
+ * Above the default 48 KiB, the function's maximum is raised to smem the
+ * first time (cuFuncSetAttribute, once per context and function rather than
+ * on every launch), so that launches, captured ones too, only pass smem.
+ * Errors: those of l8i_kernel; L8_ERR_INTERNAL past 32 such functions. */
+l8_status l8i_kernel_smem(l8_ctx *ctx, const char *module, const char *kernel, unsigned smem,
+                          CUfunction *out);
 /* Launch on s with cuLaunchKernel argument pointers; with programmatic
  * dependent launch where the context uses it (l8i_ctx_pdl): the kernel
  * must begin with griddepcontrol.wait (every ptx/ entry does). */
