@@ -88,6 +88,7 @@ int l8i_cast_sm_half_min_rows = SM_HALF_MIN_ROWS;
 int l8i_cast_sm_eighth_max_ctas = -1;
 int l8i_cast_split = 1;
 int l8i_cast_strip = 1;
+int l8i_cast_strip_cl = 1;
 int l8i_transpose_max_ctas = 0;
 
 /* The kernels take l8_dtype values as their type codes. */
@@ -568,21 +569,26 @@ static int split_wins(const ct_job *j, int dbias)
 }
 
 /* A dense out_t whose rows are not 16-byte multiples (rows % 16 != 0) from
- * a 2-byte input: the strip kernel, which writes out_t in whole 128-B lines
- * (ptx/cast_transpose_strip.ptx.in says how and what it measured), with or
- * without dbias. Its w entries (any columns: word loads, the row-major out
- * as aligned 8-B blocks) are correct but were not faster than what stands
- * in for them (H200, 2026-12-04, lean8-bench cast --quick, x copy: bf16
- * 8191 x 8191 cast_t 0.658 against the split's 0.662, cast_t_db 0.568
- * against the tile kernel's 0.592), so only l8i_cast_strip = 2 (the tests)
- * takes them; by default they need VEC_ROW. FEW_SMS keeps the tile kernel:
- * the strip kernel wants every SM. */
+ * a 2-byte or f32 input, with or without dbias: the strip
+ * kernel, which writes out_t in whole 128-B lines
+ * (ptx/cast_transpose_strip.ptx.in says how and what it measured), any
+ * columns (the w entries: word loads, the row-major out as whole aligned
+ * 8-B blocks, lane 15's with the next strip's first bytes). This form
+ * against what ran before it (H200, 2026-12-05, lean8-bench cast --quick,
+ * x copy; before: the split or the tile kernel on 8191^2, the strip
+ * kernel's earlier form otherwise): bf16 8191 x 8191 cast_t 0.74 / 0.67, cast_t_db 0.64 / 0.59;
+ * bf16 8191 x 8200 cast_t 0.79 / 0.78; 8200 x 8192 cast_t_db 0.76 / 0.74.
+ * FEW_SMS keeps the tile kernel: the strip kernel wants every SM. */
 static int strip_can(const ct_job *j, unsigned flags)
 {
-    if (!(j->kf & KF_VEC_ROW) && l8i_cast_strip != 2)
-        return 0;
+    /* f32 by default only without dbias and with odd-pitch out_t rows (H200,
+     * lean8-bench cast, x copy against the tile kernel: cast_t 8191 x 8200
+     * 0.84 / 0.76, 8191^2 0.79 / 0.75, but 8200 x 8192 0.88 / 0.92; with
+     * dbias 0.67-0.69 / 0.69-0.73) */
+    const int f32_ok = l8i_cast_strip == 2 || (!j->db && j->R % 8 != 0);
     return l8i_cast_strip && !(flags & L8_CAST_FEW_SMS) && j->C > 0 &&
-           (j->idt == L8_BF16 || j->idt == L8_F16) && aligned(j->x, 2) && j->R % 16 != 0 &&
+           (j->idt == L8_BF16 || j->idt == L8_F16 || (j->idt == L8_F32 && f32_ok)) &&
+           aligned(j->x, l8_dtype_size(j->idt)) && j->R % 16 != 0 &&
            j->ldt == j->R && (!j->y || j->ldo == j->C);
 }
 
@@ -619,31 +625,48 @@ static l8_status dbias_reduce(l8_stream *s, CUfunction fr, void *ws, void *db, u
     return l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args);
 }
 
-/* The strip kernel's dbias entries' dynamic shared memory: the rings, the
- * step's input rows and the chains' sums (the .ptx's layout). */
-#define STRIP_DB_SMEM (35456u + 128u * 256u + 16u * 128u * 4u)
 
 /* The strip kernel's launch (strip_grid's); the amax word is zeroed first
  * unless accumulating. With dbias the kernel writes one row of column
- * partials per 128-row tile row (the tile kernel's, in its order) and
- * l8_dbias_reduce sums them. */
+ * partials per 128-row tile row (the tile kernel's, in its order), which
+ * l8_dbias_reduce sums; or, where the context launches clusters and a
+ * strip has at most 8 segments (the portable cluster size), the _cl entries
+ * run each strip's segments as one cluster that sums them itself, in the
+ * same order (no second launch). */
 static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy, uint32_t seg,
                                       l8_dtype ddt, unsigned flags, l8_stream *s)
 {
-    static const char *const entry[2][2][3] = {
-        { { NULL, "l8_cast_transpose_strip_bf16", "l8_cast_transpose_strip_f16" },
-          { NULL, "l8_cast_transpose_strip_w_bf16", "l8_cast_transpose_strip_w_f16" } },
-        { { NULL, "l8_cast_transpose_strip_db_bf16", "l8_cast_transpose_strip_db_f16" },
-          { NULL, "l8_cast_transpose_strip_db_w_bf16", "l8_cast_transpose_strip_db_w_f16" } } };
+    static const char *const entry[3][2][3] = {
+        { { "l8_cast_transpose_strip_f32", "l8_cast_transpose_strip_bf16",
+            "l8_cast_transpose_strip_f16" },
+          { "l8_cast_transpose_strip_w_f32", "l8_cast_transpose_strip_w_bf16",
+            "l8_cast_transpose_strip_w_f16" } },
+        { { "l8_cast_transpose_strip_db_f32", "l8_cast_transpose_strip_db_bf16",
+            "l8_cast_transpose_strip_db_f16" },
+          { "l8_cast_transpose_strip_db_w_f32", "l8_cast_transpose_strip_db_w_bf16",
+            "l8_cast_transpose_strip_db_w_f16" } },
+        { { "l8_cast_transpose_strip_db_cl_f32", "l8_cast_transpose_strip_db_cl_bf16",
+            "l8_cast_transpose_strip_db_cl_f16" },
+          { "l8_cast_transpose_strip_db_w_cl_f32", "l8_cast_transpose_strip_db_w_cl_bf16",
+            "l8_cast_transpose_strip_db_w_cl_f16" } } };
     const int db = j->db != NULL, w = !(j->kf & KF_VEC_ROW);
+    const unsigned smem = db ? STRIP_DB_SMEM((unsigned)l8_dtype_size(j->idt)) : 0;
+    int cl = db && gy <= 8 && l8i_cast_strip_cl && l8i_ctx_clusters(j->ctx);
     CUfunction f, fr = NULL;
-    if (db) {
-        L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[db][w][j->idt],
-                                 STRIP_DB_SMEM, &f));
-        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose", "l8_dbias_reduce", &fr));
-    } else {
-        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_strip", entry[db][w][j->idt], &f));
+    if (cl && gy > 1) {
+        /* every strip's cluster at once, or the partials: the clusters left
+         * over would walk their strips after the others (H200, lean8-bench
+         * cast: bf16 cast_t_db 8191 x 8200, 65 clusters of 2, 0.54 x copy
+         * against the partials' 0.72) */
+        unsigned n = 0;
+        L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[2][w][j->idt], smem, &f));
+        L8_CHECK(l8i_max_clusters(j->ctx, f, 512, gy, smem, &n));
+        cl = n >= gx;
     }
+    L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[db + cl][w][j->idt],
+                             smem, &f));
+    if (db && !cl)
+        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose", "l8_dbias_reduce", &fr));
     l8_status st = L8_OK;
     void *ws = NULL;
     if (db)
@@ -655,12 +678,15 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
         uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
         uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
         uint64_t a_sinv = dptr(l8_fp8_meta_scale_inv(j->m)), a_ws = dptr(ws);
+        uint64_t a_db = dptr(j->db);
         uint32_t rows = (uint32_t)j->R, cols = (uint32_t)j->C, ofmt = (uint32_t)j->fmt;
+        uint32_t otype = (uint32_t)ddt;
         void *args[] = { &a_in, &a_out, &a_outt, &a_scale, &a_amax, &a_sinv, &a_ws, &rows, &cols,
-                         &seg, &ofmt };
-        L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 512, 1, 1, db ? STRIP_DB_SMEM : 0, args), out);
+                         &seg, &ofmt, &a_db, &otype };
+        L8_TRY(st, l8i_launch_cluster(s, f, gx, gy, 1, 512, 1, 1, cl ? gy : 1u,
+                                      smem, args), out);
     }
-    if (db)
+    if (db && !cl)
         L8_TRY(st, dbias_reduce(s, fr, ws, j->db, j->ntr, j->C, ddt), out);
 out:
     if (ws) {

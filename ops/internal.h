@@ -128,13 +128,21 @@ extern int l8i_cast_sm_eighth_max_ctas;
  * split_wins); tests set 0 to run the tile kernel alone on those shapes
  * too, then put the default back. */
 extern int l8i_cast_split;
-/* 1 (the default): a cast_transpose (with dbias or not) of a 2-byte input
- * whose dense out_t has rows % 16 != 0 (columns % 8 == 0, aligned) runs the
+/* 1 (the default): a cast_transpose of a 2-byte or f32 input (with dbias or
+ * not) whose dense out_t has rows % 16 != 0 runs the
  * strip kernel (ptx/cast_transpose_strip.ptx.in) where its segments are
- * long enough to pay (ops/cast.c strip_grid); 2: wherever it can run, its w
- * entries (any columns, any 2-B alignment) too; 0: never. Tests set 0 or 2,
- * then put the default back. */
+ * long enough to pay (ops/cast.c strip_grid); 2: wherever it can run; 0:
+ * never. Tests set 0 or 2, then put the default back. */
 extern int l8i_cast_strip;
+/* 1 (the default): the strip kernel's dbias entries run a strip's segments
+ * (up to 8) as a cluster that sums the column partials itself (the _cl
+ * entries, no l8_dbias_reduce launch) where the context launches clusters;
+ * 0: partials and l8_dbias_reduce always. Tests set 0, then put 1 back. */
+extern int l8i_cast_strip_cl;
+/* The strip kernel's dbias entries' dynamic shared memory for an input of
+ * esz bytes an element: the rings, the step's input rows and the chains'
+ * sums (the .ptx's layout). */
+#define STRIP_DB_SMEM(esz) (35456u + 128u * 128u * (esz) + 16u * 128u * 4u)
 /* The byte transpose runs on at most this many CTAs when > 0 (0, the
  * default: a CTA per tile), each CTA then taking more tiles in turn; tests
  * set 1 or a few to run every shape through the kernel's tile pipeline

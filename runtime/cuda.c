@@ -57,11 +57,13 @@ static const l8i_sym k_graph_entries[] = {
 static int g_has_graphs;
 
 /* Optional one by one: launch attributes (CUDA 12.0 drivers have them), a
- * graph's kernel nodes read back, child graph nodes (a repeat launch). */
+ * graph's kernel nodes read back, child graph nodes (a repeat launch), the
+ * clusters' occupancy. */
 static const l8i_sym k_optional_entries[] = {
 #define E(fn) { #fn, offsetof(l8_cuda_api, fn), 1 }
     E(cuLaunchKernelEx), E(cuGraphGetNodes), E(cuGraphNodeGetType),
     E(cuGraphKernelNodeGetAttribute), E(cuGraphCreate), E(cuGraphAddChildGraphNode),
+    E(cuOccupancyMaxActiveClusters),
 #undef E
 };
 

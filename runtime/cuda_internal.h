@@ -90,6 +90,9 @@ typedef struct l8_cuda_api {
     CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
     CUresult (*cuGraphAddChildGraphNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                          CUgraph);
+    /* How many clusters of a launch can run at once (l8i_max_clusters).
+     * Optional: without it no launch is sized by it. */
+    CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const CUlaunchConfig *);
 } l8_cuda_api;
 
 /* Load the driver once (thread-safe). L8_OK, or L8_ERR_NO_DEVICE with the

@@ -100,6 +100,14 @@ int l8i_ctx_pdl(const l8_ctx *ctx);
 /* 1 when ctx can launch thread block clusters (CUDA, sm_90 on, a driver with
  * cuLaunchKernelEx), else 0. */
 int l8i_ctx_clusters(const l8_ctx *ctx);
+/* *out: how many clusters of (1, cy, 1) CTAs of bx threads and smem bytes
+ * of dynamic shared memory can run on ctx's device at once
+ * (cuOccupancyMaxActiveClusters, asked once per context and configuration);
+ * 0 where the context has no clusters, the driver lacks the query, or cy is
+ * not 2..8. f's shared memory maximum must allow smem (l8i_kernel_smem).
+ * Errors: L8_ERR_CUDA. */
+l8_status l8i_max_clusters(l8_ctx *ctx, CUfunction f, unsigned bx, unsigned cy, unsigned smem,
+                           unsigned *out);
 /* Multiprocessors of ctx's device (a CUDA context), asked once per device;
  * what capped grids are sized from. Errors: L8_ERR_CUDA. */
 l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);

@@ -9,6 +9,9 @@ reference written from the kernel's banner (its contract), not from its code:
     scale_inv   = f32(1 / scale)
     ws[tr][c]   = sum_{j=0..15} (sum_{i=0..7} X[128 tr + j + 16 i][c])  (db entries;
                   each sum sequential from +0.0 in f32, rows past the end add nothing)
+    dbias[c]    = sum over tr of ws[tr][c], sequential from +0.0 in f32, stored as f32,
+                  bf16 or f16 (RNE) as p_otype says (the _cl entries, run in clusters
+                  of a strip's segments)
 
 Every output buffer sits between guard bytes that are never written by the host (the
 simulator tracks written bytes): the test checks that the kernel wrote every byte of
@@ -37,7 +40,9 @@ import time
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim, E4M3, E5M2, to_f32, f32_to_bits, fp8_ref
 
-DB_SMEM = 35456 + 128 * 256 + 16 * 128 * 4          # ops/cast.c STRIP_DB_SMEM
+def db_smem(dt):
+    """ops/cast.c STRIP_DB_SMEM: the db entries' dynamic shared memory."""
+    return 35456 + 128 * 128 * R.ESIZE[dt] + 16 * 128 * 4
 
 
 # ---------------------------------------------------------------------------------------
@@ -89,10 +94,10 @@ def check_encoders(lib):
 
 class Case:
     def __init__(self, var, dt, R, C, seg, fmt, in_off=0, out_off=0, outt_off=0,
-                 no_out=False, special=False):
+                 no_out=False, special=False, otype=0):
         self.var, self.dt, self.R, self.C, self.seg, self.fmt = var, dt, R, C, seg, fmt
         self.in_off, self.out_off, self.outt_off = in_off, out_off, outt_off
-        self.no_out, self.special = no_out, special
+        self.no_out, self.special, self.otype = no_out, special, otype
 
     @property
     def entry(self):
@@ -105,6 +110,8 @@ class Case:
             self.var, self.dt, self.R, self.C, self.seg,
             'e5m2' if self.fmt == E5M2 else 'e4m3', self.in_off,
             '-' if self.no_out else self.out_off, self.outt_off)
+        if self.var.endswith('_cl'):
+            s += ' dbias %s' % ('f32', 'bf16', 'f16')[self.otype]
         if self.no_out:
             s += ' (p_out, p_amax, p_scale_inv = 0)'
         return s + (' with inf/NaN' if self.special else '')
@@ -113,6 +120,7 @@ class Case:
 def run_case(mod, case, rnd, fp8, strict=False):
     R_, C = case.R, case.C
     db = case.var.startswith('db')
+    cl = case.var.endswith('_cl')
     n = R_ * C
     X = R.make_input(rnd, case.dt, n, case.special)
     scale = rnd.choice((1.0, 2.0, 0.5, 3.1415927, 57.25, 448.0 / 300.0, 0.0078125, 1024.0))
@@ -133,7 +141,9 @@ def run_case(mod, case, rnd, fp8, strict=False):
     want_amax = max(f32_to_bits(x) & 0x7fffffff for x in xs) if n else 0
     want_sinv = f32_to_bits(to_f32(1.0 / scale))
     ntr = (R_ + 127) // 128
-    want_ws = [v for row in R.dbias_partials(xs, R_, C) for v in row] if db else []
+    part = R.dbias_partials(xs, R_, C) if db else []
+    want_ws = [v for row in part for v in row]
+    want_db = [R.f32_to_dtype_bits(v, case.otype) for v in R.dbias_total(part, C)] if cl else []
 
     # device memory: inputs written, outputs and guards never written by the host
     mem = ptxsim.Memory()
@@ -150,12 +160,16 @@ def run_case(mod, case, rnd, fp8, strict=False):
         p_amax = mem.alloc(4, fill=0)
         p_sinv = o.alloc('scale_inv', 4)
     p_ws = o.alloc('ws', ntr * C * 4) if db else 0
+    dsz = 4 if case.otype == 0 else 2
+    p_db = o.alloc('dbias', C * dsz) if cl else 0
     gx, gy = (C + 127) // 128, (R_ + case.seg - 1) // case.seg
     t0 = time.time()
     st, err = R.run_launch(mod, case.entry, grid=(gx, gy, 1), block=(512, 1, 1),
                            params=[a_in + case.in_off, p_out, p_outt, a_scale, p_amax, p_sinv,
-                                   p_ws, R_, C, case.seg, case.fmt],
-                           mem=mem, dyn_smem=DB_SMEM if db else 0, strict_undef=strict)
+                                   p_ws, R_, C, case.seg, case.fmt, p_db, case.otype],
+                           mem=mem, dyn_smem=db_smem(case.dt) if db else 0,
+                           strict_undef=strict,
+                           cluster=(1, gy, 1) if cl else (1, 1, 1))
     if err:
         return [err], time.time() - t0, 0
 
@@ -187,6 +201,12 @@ def run_case(mod, case, rnd, fp8, strict=False):
             errs.append('ws: %d partials differ; first: %s' % (len(diff), ', '.join(
                 '[%d][%d] got %r want %r' % (i // C, i % C, got[i], want_ws[i])
                 for i in diff[:4])))
+    if cl:
+        got = struct.unpack('<%d%s' % (C, 'I' if dsz == 4 else 'H'), o.read('dbias'))
+        diff = [c for c in range(C) if got[c] != want_db[c]]
+        if diff:
+            errs.append('dbias: %d columns differ; first: %s' % (len(diff), ', '.join(
+                '[%d] got %#x want %#x' % (c, got[c], want_db[c]) for c in diff[:4])))
     return errs, time.time() - t0, st['instructions']
 
 
@@ -218,22 +238,46 @@ def cases(quick, fuzz, seed):
         Case('db_w', 'f16', 383, 250, 256, E4M3),
         Case('db', 'bf16', 1100, 48, 512, E5M2, outt_off=9),      # 4-step segments
         Case('w', 'f16', 1037, 21, 384, E4M3, in_off=2, out_off=3, outt_off=6),
+        Case('plain', 'f32', 131, 136, 128, E4M3, outt_off=5, special=True),
+        Case('plain', 'f32', 300, 200, 256, E5M2, in_off=16, out_off=8, outt_off=10),
+        Case('w', 'f32', 129, 127, 128, E5M2, in_off=4, out_off=5, outt_off=5),
+        Case('w', 'f32', 383, 250, 256, E4M3, in_off=8, out_off=2, outt_off=15,
+             special=True),
+        Case('w', 'f32', 37, 9, 128, E4M3, in_off=12, out_off=7, outt_off=1),
+        Case('db_cl', 'bf16', 300, 200, 128, E4M3, outt_off=10, out_off=8, otype=0),
+        Case('db_cl', 'f16', 1100, 48, 256, E5M2, outt_off=9, otype=1),
+        Case('db_cl', 'bf16', 131, 136, 128, E4M3, otype=2),
+        Case('db_w_cl', 'f16', 383, 250, 128, E4M3, in_off=2, out_off=5, outt_off=5),
+        Case('db_w_cl', 'bf16', 129, 127, 128, E5M2, in_off=6, out_off=7, outt_off=15,
+             otype=1),
+        Case('db_w_cl', 'f16', 37, 9, 128, E4M3, in_off=4, out_off=2, outt_off=10,
+             otype=2),
+        Case('db', 'f32', 300, 200, 128, E4M3, outt_off=10, out_off=8),
+        Case('db_w', 'f32', 129, 127, 128, E5M2, in_off=4, out_off=5, outt_off=5),
+        Case('db_cl', 'f32', 383, 136, 128, E4M3, in_off=16, outt_off=15, otype=1),
+        Case('db_w_cl', 'f32', 257, 131, 256, E5M2, in_off=12, out_off=3, outt_off=6,
+             otype=2),
     ]
     rnd = random.Random(seed)
     for _ in range(fuzz):             # random shapes, entries, offsets
-        var = rnd.choice(('plain', 'w', 'db', 'db_w'))
-        w = var.endswith('w')
+        var = rnd.choice(('plain', 'w', 'db', 'db_w', 'db_cl', 'db_w_cl'))
+        dt = rnd.choice(('bf16', 'f16', 'f32'))
+        w = 'w' in var
         while True:
             R = rnd.randint(1, 640)
             C = rnd.randint(1, 320) if w else 8 * rnd.randint(1, 40)
             if R % 16 and R * C <= 48000:
                 break
-        L.append(Case(var, rnd.choice(('bf16', 'f16')), R, C, rnd.choice((128, 256)),
-                      rnd.choice((E4M3, E5M2)),
-                      in_off=rnd.choice((0, 2, 4, 6) if w else (0, 16)),
+        seg = rnd.choice((128, 256))
+        if var.endswith('_cl'):           # at most 8 segments: one cluster a strip
+            seg = max(seg, 128 * -(-((R + 127) // 128) // 8))
+        esz = 4 if dt == 'f32' else 2
+        L.append(Case(var, dt, R, C, seg, rnd.choice((E4M3, E5M2)),
+                      in_off=esz * rnd.randint(0, 3) if w else rnd.choice((0, 16)),
                       out_off=rnd.randint(0, 7) if w else rnd.choice((0, 8)),
                       outt_off=rnd.randint(0, 15), no_out=rnd.random() < 0.1,
-                      special=not var.startswith('db') and rnd.random() < 0.3))
+                      special=not var.startswith('db') and rnd.random() < 0.3,
+                      otype=rnd.randint(0, 2)))
     if quick:
         L = [c for c in L if c.R * c.C <= 40000]
     return L

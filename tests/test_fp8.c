@@ -1576,18 +1576,19 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
     const int q = l8_test_quick();
     const size_t nq = q ? 6 : sizeof shapes / sizeof shapes[0];
     const size_t nw = q ? 6 : sizeof wshapes / sizeof wshapes[0];
+    /* the input dtype cycles f32, bf16, f16 */
     for (size_t k = 0; k < nq; k++)
         for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5)
-            gpu_ct_view_case(g, h, r, shapes[k][0], shapes[k][1], toff % 2 ? L8_F16 : L8_BF16,
-                             0, 0, toff, (int)((k + (size_t)toff) % 2),
-                             (int)((k + (size_t)toff / 5) % 3 == 0));
+            gpu_ct_view_case(g, h, r, shapes[k][0], shapes[k][1],
+                             HPS[(k + (size_t)toff) % 3], 0, 0, toff,
+                             (int)((k + (size_t)toff) % 2), (int)((k + (size_t)toff / 5) % 3 == 0));
     for (size_t k = 0; k < nw; k++)
         for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5) {
             const int64_t o = toff / 5;                 /* 0..3 */
-            gpu_ct_view_case(g, h, r, wshapes[k][0], wshapes[k][1],
-                             (k + (size_t)o) % 2 ? L8_F16 : L8_BF16, 2 * ((o + (int64_t)k) % 4),
-                             toff % 8, toff, (int)((k + (size_t)o) % 4 != 3),
-                             (int)((k + (size_t)o) % 3 == 1));
+            const l8_dtype dt = HPS[(k + (size_t)o) % 3];
+            gpu_ct_view_case(g, h, r, wshapes[k][0], wshapes[k][1], dt,
+                             (int64_t)hp_size(dt) * ((o + (int64_t)k) % 4), toff % 8, toff,
+                             (int)((k + (size_t)o) % 4 != 3), (int)((k + (size_t)o) % 3 == 1));
         }
 }
 
@@ -1599,7 +1600,9 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
  * kernel without its transposed output), then with the strip kernel for
  * 2-byte inputs whose out_t rows are not 16-B multiples (rows % 16 != 0,
  * any columns, with dbias or not; l8i_cast_strip = 2: also where its
- * segments are short; and gpu_strip_cases),
+ * segments are short; and gpu_strip_cases, with dbias summed in the kernel
+ * by a cluster of a strip's segments where up to 8, then again with
+ * l8i_cast_strip_cl = 0: partials and l8_dbias_reduce),
  * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread, once with 4 rows a thread (the quarter entries without dbias,
@@ -1679,7 +1682,21 @@ START_TEST(test_gpu_cast_transpose)
     gpu_ct_shapes(g, h, &r);
     l8i_cast_strip = 2;                             /* dense out_t, rows % 16 != 0: the strip kernel */
     gpu_ct_shapes(g, h, &r);
+    {   /* what decides the _cl entries (ops/cast.c): clusters at once, for the log */
+        CUfunction f;
+        unsigned n[9] = { 0 };
+        ck_assert_int_eq(l8i_kernel_smem(g, "cast_transpose_strip",
+                                         "l8_cast_transpose_strip_db_cl_bf16", STRIP_DB_SMEM(2u),
+                                         &f), L8_OK);
+        for (unsigned cy = 2; cy <= 8; cy++)
+            ck_assert_int_eq(l8i_max_clusters(g, f, 512, cy, STRIP_DB_SMEM(2u), &n[cy]), L8_OK);
+        printf("strip db_cl bf16: clusters at once of 2..8 CTAs: %u %u %u %u %u %u %u\n", n[2],
+               n[3], n[4], n[5], n[6], n[7], n[8]);
+    }
     gpu_strip_cases(g, h, &r);
+    l8i_cast_strip_cl = 0;                          /* dbias: partials and l8_dbias_reduce */
+    gpu_strip_cases(g, h, &r);
+    l8i_cast_strip_cl = 1;
     l8i_cast_strip = 1;
     l8i_cast_sm_max_tiles = dflt;
     l8i_cast_sm_half_min_rows = INT_MAX;            /* the small-tile kernel, 8 rows a thread */
