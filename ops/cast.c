@@ -654,14 +654,18 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
     int cl = db && gy <= 8 && l8i_cast_strip_cl && l8i_ctx_clusters(j->ctx);
     CUfunction f, fr = NULL;
     if (cl && gy > 1) {
-        /* every strip's cluster at once, or the partials: the clusters left
-         * over would walk their strips after the others (H200, lean8-bench
-         * cast: bf16 cast_t_db 8191 x 8200, 65 clusters of 2, 0.54 x copy
-         * against the partials' 0.72) */
-        unsigned n = 0;
+        /* clusters only where every strip's cluster runs at once (the
+         * driver's count) and the grid leaves 4 multiprocessors idle. H200,
+         * 2026-12-05, lean8-bench cast --quick, x copy: bf16 cast_t_db
+         * 8191 x 8200 as 65 clusters of 2 ran at 0.58 against the partials'
+         * 0.71, although the driver counts 66 such clusters at once; as 64
+         * (8191^2, 8200 x 8192) at 0.65 / 0.76 against 0.63 / 0.74. Why the
+         * 130-CTA grid loses is not known. */
+        unsigned n = 0, sms = 0;
+        L8_CHECK(l8i_sm_count(j->ctx, &sms));
         L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[2][w][j->idt], smem, &f));
         L8_CHECK(l8i_max_clusters(j->ctx, f, 512, gy, smem, &n));
-        cl = n >= gx;
+        cl = n >= gx && (uint64_t)gx * gy + 4 <= sms;
     }
     L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[db + cl][w][j->idt],
                              smem, &f));

@@ -136,7 +136,8 @@ extern int l8i_cast_split;
 extern int l8i_cast_strip;
 /* 1 (the default): the strip kernel's dbias entries run a strip's segments
  * (up to 8) as a cluster that sums the column partials itself (the _cl
- * entries, no l8_dbias_reduce launch) where the context launches clusters;
+ * entries, no l8_dbias_reduce launch) where the context launches clusters
+ * and the grid's clusters fit (ops/cast.c cast_transpose_strip says which);
  * 0: partials and l8_dbias_reduce always. Tests set 0, then put 1 back. */
 extern int l8i_cast_strip_cl;
 /* The strip kernel's dbias entries' dynamic shared memory for an input of
