@@ -569,15 +569,15 @@ static int split_wins(const ct_job *j, int dbias)
 }
 
 /* A dense out_t whose rows are not 16-byte multiples (rows % 16 != 0) from
- * a 2-byte or f32 input, with or without dbias: the strip
- * kernel, which writes out_t in whole 128-B lines
- * (ptx/cast_transpose_strip.ptx.in says how and what it measured), any
- * columns (the w entries: word loads, the row-major out as whole aligned
- * 8-B blocks, lane 15's with the next strip's first bytes). This form
- * against what ran before it (H200, 2026-12-05, lean8-bench cast --quick,
- * x copy; before: the split or the tile kernel on 8191^2, the strip
- * kernel's earlier form otherwise): bf16 8191 x 8191 cast_t 0.74 / 0.67, cast_t_db 0.64 / 0.59;
- * bf16 8191 x 8200 cast_t 0.79 / 0.78; 8200 x 8192 cast_t_db 0.76 / 0.74.
+ * a 2-byte or f32 input, with or without dbias: the strip kernel, which
+ * writes out_t in whole 128-B lines (ptx/cast_transpose_strip.ptx.in says
+ * how and what it measured), any columns (the w entries: word loads, the
+ * row-major out as whole aligned 8-B blocks, lane 15's with the next
+ * strip's first bytes). This form against what ran before it (H200,
+ * 2026-12-05, lean8-bench cast --quick, x copy; before: the split or the
+ * tile kernel on 8191^2, the strip kernel's earlier form otherwise): bf16
+ * 8191 x 8191 cast_t 0.74 / 0.67, cast_t_db 0.64 / 0.59; bf16 8191 x 8200
+ * cast_t 0.79 / 0.78; 8200 x 8192 cast_t_db 0.76 / 0.74.
  * FEW_SMS keeps the tile kernel: the strip kernel wants every SM. */
 static int strip_can(const ct_job *j, unsigned flags)
 {
@@ -625,14 +625,13 @@ static l8_status dbias_reduce(l8_stream *s, CUfunction fr, void *ws, void *db, u
     return l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args);
 }
 
-
 /* The strip kernel's launch (strip_grid's); the amax word is zeroed first
  * unless accumulating. With dbias the kernel writes one row of column
  * partials per 128-row tile row (the tile kernel's, in its order), which
- * l8_dbias_reduce sums; or, where the context launches clusters and a
- * strip has at most 8 segments (the portable cluster size), the _cl entries
- * run each strip's segments as one cluster that sums them itself, in the
- * same order (no second launch). */
+ * l8_dbias_reduce sums; or, where the context launches clusters, a strip
+ * has at most 8 segments (the portable cluster size) and the grid's
+ * clusters fit (below), the _cl entries run each strip's segments as one
+ * cluster that sums them itself, in the same order (no second launch). */
 static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy, uint32_t seg,
                                       l8_dtype ddt, unsigned flags, l8_stream *s)
 {

@@ -1581,7 +1581,8 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
         for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5)
             gpu_ct_view_case(g, h, r, shapes[k][0], shapes[k][1],
                              HPS[(k + (size_t)toff) % 3], 0, 0, toff,
-                             (int)((k + (size_t)toff) % 2), (int)((k + (size_t)toff / 5) % 3 == 0));
+                             (int)((k + (size_t)toff) % 2),
+                             (int)((k + (size_t)toff / 5) % 3 == 0));
     for (size_t k = 0; k < nw; k++)
         for (int64_t toff = 0; toff < 16; toff += q ? 15 : 5) {
             const int64_t o = toff / 5;                 /* 0..3 */
