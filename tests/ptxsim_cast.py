@@ -30,11 +30,9 @@ a broken kernel). Exit status 0 only if every case passes.
 """
 
 import math
-import os
 import random
 import struct
 import sys
-import time
 from fractions import Fraction
 
 import ptxsim_ref as R
@@ -214,11 +212,7 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    ap = R.arg_parser(__doc__, 'cast.ptx', 40)
-    ap.set_defaults(ptx=os.path.join(R.ROOT, 'ptx', 'cast.ptx'))
-    a = ap.parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'cast.ptx', 40, generated=False), argv)
     enc, what = R.fp8_encoder()
     print('ptxsim cast: %s; FP8 encoder: %s' % (a.ptx, what))
 

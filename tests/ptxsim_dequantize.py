@@ -30,11 +30,9 @@ must fail on a broken kernel). Exit status 0 only if every case passes.
 """
 
 import math
-import os
 import random
 import struct
 import sys
-import time
 
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim
@@ -185,12 +183,8 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    ap = R.arg_parser(__doc__, 'dequantize.ptx', 20)
-    ap.set_defaults(ptx=os.path.join(R.ROOT, 'ptx', 'dequantize.ptx'))
-    a = ap.parse_args(argv)
-    t0 = time.time()
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'dequantize.ptx', 20, generated=False), argv)
     print('ptxsim dequantize: %s' % a.ptx)
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
 
     def one(case, rnd):
         return run_case(mod, case, rnd, a.strict_undef)

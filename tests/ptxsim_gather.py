@@ -30,11 +30,9 @@ case with its location. --ptx runs a modified copy of the module (the test must 
 a broken kernel). Exit status 0 only if every case passes.
 """
 
-import os
 import random
 import struct
 import sys
-import time
 
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim
@@ -266,11 +264,7 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    ap = R.arg_parser(__doc__, 'gather.ptx', 40)
-    ap.set_defaults(ptx=os.path.join(R.ROOT, 'ptx', 'gather.ptx'))
-    a = ap.parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'gather.ptx', 40, generated=False), argv)
     print('ptxsim gather: %s' % a.ptx)
 
     def one(case, rnd):

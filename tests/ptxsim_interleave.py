@@ -33,7 +33,6 @@ a broken kernel). Exit status 0 only if every case passes.
 
 import random
 import sys
-import time
 
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim
@@ -213,9 +212,7 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    a = R.arg_parser(__doc__, 'interleave.ptx', 60).parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'interleave.ptx', 60), argv)
     print('ptxsim interleave: %s' % a.ptx)
 
     def one(case, rnd):

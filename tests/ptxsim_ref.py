@@ -359,11 +359,13 @@ def vec_launch(n, p_in, p_out, nvec, grid, threads, ctas_max):
 # ---------------------------------------------------------------------------------------
 # The tests' driver
 
-def arg_parser(doc, module, fuzz):
-    """The kernel tests' options: --ptx (default build/ptx/MODULE), --quick, --only,
-    --seed, --fuzz (default: fuzz random cases), --strict-undef."""
+def arg_parser(doc, module, fuzz, generated=True):
+    """The kernel tests' options: --ptx (default build/ptx/MODULE, or ptx/MODULE for a
+    module not generated at build time), --quick, --only, --seed, --fuzz (default: fuzz
+    random cases), --strict-undef."""
     ap = argparse.ArgumentParser(description=doc.split('\n\n')[0])
-    ap.add_argument('--ptx', default=os.path.join(ROOT, 'build', 'ptx', module))
+    ap.add_argument('--ptx', default=os.path.join(ROOT, 'build', 'ptx', module) if generated
+                    else os.path.join(ROOT, 'ptx', module))
     ap.add_argument('--quick', action='store_true', help='only the smaller cases')
     ap.add_argument('--only', default='', help='run the cases whose name contains this')
     ap.add_argument('--seed', type=int, default=1)
@@ -372,6 +374,14 @@ def arg_parser(doc, module, fuzz):
                     help='fault on any operation on a register never written (ptxsim '
                          'strict_undef), even where the kernel masks the bits off')
     return ap
+
+
+def start(ap, argv):
+    """Parse the options, start the clock and load the module named by --ptx:
+    (options, t0, ptxsim.Module)."""
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    return a, t0, ptxsim.Module(open(a.ptx).read(), a.ptx)
 
 
 def run_cases(name, cases, run_one, a, t0, nc=0, fails=0):

@@ -286,9 +286,7 @@ def cases(quick, fuzz, seed):
 def main(argv=None):
     ap = R.arg_parser(__doc__, 'cast_transpose_strip.ptx', 30)
     ap.add_argument('--no-encoder-check', action='store_true')
-    a = ap.parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(ap, argv)
     lib = R.load_lib()
     fp8, what = R.fp8_encoder()
     print('ptxsim strip: %s, FP8 reference %s' % (a.ptx, what))

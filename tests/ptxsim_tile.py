@@ -36,7 +36,6 @@ a broken kernel). Exit status 0 only if every case passes.
 import random
 import struct
 import sys
-import time
 
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim, E4M3, E5M2
@@ -285,9 +284,7 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    a = R.arg_parser(__doc__, 'cast_transpose.ptx', 50).parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'cast_transpose.ptx', 50), argv)
     fp8, desc = R.fp8_encoder()
     print('ptxsim tile: %s, FP8 reference %s' % (a.ptx, desc))
 

@@ -26,7 +26,6 @@ a broken kernel). Exit status 0 only if every case passes.
 
 import random
 import sys
-import time
 
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim
@@ -137,9 +136,7 @@ def cases(quick, fuzz, seed):
 
 
 def main(argv=None):
-    a = R.arg_parser(__doc__, 'transpose.ptx', 40).parse_args(argv)
-    t0 = time.time()
-    mod = ptxsim.Module(open(a.ptx).read(), a.ptx)
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'transpose.ptx', 40), argv)
     print('ptxsim transpose: %s' % a.ptx)
 
     def one(case, rnd):

@@ -1599,11 +1599,12 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
  * a byte transpose (columns % 8 != 0, or odd rows with columns % 16 != 0 for
  * 2-byte inputs; with dbias, where columns % 8 == 0, the cast is the tile
  * kernel without its transposed output), then with the strip kernel for
- * 2-byte inputs whose out_t rows are not 16-B multiples (rows % 16 != 0,
- * any columns, with dbias or not; l8i_cast_strip = 2: also where its
- * segments are short; and gpu_strip_cases, with dbias summed in the kernel
- * by a cluster of a strip's segments where up to 8, then again with
- * l8i_cast_strip_cl = 0: partials and l8_dbias_reduce),
+ * 2-byte and f32 inputs whose out_t rows are not 16-B multiples (rows % 16
+ * != 0, any columns, with dbias or not; l8i_cast_strip = 2: also where its
+ * segments are short, and f32 with dbias; and gpu_strip_cases, with dbias
+ * summed in the kernel by a cluster of a strip's segments where ops/cast.c
+ * takes the clusters (up to 8 segments, the grid's clusters fitting), then
+ * again with l8i_cast_strip_cl = 0: partials and l8_dbias_reduce),
  * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread, once with 4 rows a thread (the quarter entries without dbias,
