@@ -53,9 +53,9 @@ static l8_status check_ranges(const l8_optim *o, int n, const int64_t *offset,
                            "must be >= 0, numel >= 1, both multiples of %" PRId64 " elements",
                            op, i, a, k, ALIGN);
         if (a > total || k > total - a)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: range %d [%" PRId64 ", %" PRId64 ") ends "
-                           "past the group's buffers (%" PRId64 " elements)", op, i, a, a + k,
-                           total);
+            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: range %d [%" PRId64 ", +%" PRId64 ") ends "
+                           "past the group's buffers (%" PRId64 " elements)", op, i, a, k,
+                           total);   /* a + k may overflow: not printed */
         if (a < end)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: range %d starts at %" PRId64 ", before the "
                            "end of range %d (%" PRId64 "): ranges must be sorted and disjoint",

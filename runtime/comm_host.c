@@ -107,11 +107,12 @@ static l8_status gather_op(l8_comm *c, int op, const void *send, void *recv, siz
                            l8_dtype dt)
 {
     coll k = begin(c, op, dt);
+    char *dst = recv;             /* NULL with bytes 0: the barrier (no arithmetic on it) */
     for (int r = 0; r < c->size; r++)
         if (r != c->rank) L8_CHECK(tx(&k, r, 0, send, bytes));
-    memmove((char *)recv + (size_t)c->rank * bytes, send, bytes);
+    if (bytes) memmove(dst + (size_t)c->rank * bytes, send, bytes);
     for (int r = 0; r < c->size; r++)
-        if (r != c->rank) L8_CHECK(rx(&k, r, 0, (char *)recv + (size_t)r * bytes, bytes));
+        if (r != c->rank) L8_CHECK(rx(&k, r, 0, bytes ? dst + (size_t)r * bytes : dst, bytes));
     return L8_OK;
 }
 

@@ -304,7 +304,7 @@ int bench_offload(const bench_opts *o)
         if (!gpu) oc.min_bytes = 0;            /* the host size's tensors are all small */
         net n;
         memset(&n, 0, sizeof n);
-        result base, all, best = { 0 }, r;
+        result base = { 0 }, all = { 0 }, best = { 0 }, r;
         int best_k = -1, best_d = 0;
         st = l8_offload_create(ctx, &oc, &off);
         if (st == L8_OK) st = net_init(&n, ctx, gh, !mode, L, T, H, off);
