@@ -2,7 +2,8 @@
 #
 #   make            library (build/liblean8.{a,so}), tools, tests
 #   make test       build and run every Check suite (installs Check if missing),
-#                   host suites again under valgrind, GPU suites when a GPU is
+#                   host suites again under valgrind and built with ASan and
+#                   UBSan, GPU suites when a GPU is
 #                   present, and ptxas over every PTX module (ptx/*.ptx and
 #                   the build/ptx/*.ptx generated from ptx/*.ptx.in), and
 #                   the PTX kernels' logic on the CPU (tools/ptxsim.py)
@@ -166,7 +167,7 @@ deps:
 	    else echo "Check is missing: install the 'check' package (or set CHECK_PREFIX)"; exit 1; fi; \
 	fi
 
-.PHONY: test test-ptx test-host test-valgrind test-gpu test-link test-train test-abi
+.PHONY: test test-ptx test-host test-valgrind test-sanitize test-gpu test-link test-train test-abi
 # tools/ktrace.py on a made-up trace; libl8ktrace.so's entry point where it is built
 .PHONY: test-ktrace test-sass
 test-ktrace: $(KTRACE_LIB)
@@ -202,6 +203,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-sass
 	$(Q)$(MAKE) --no-print-directory test-ptxsim
 	$(Q)$(MAKE) --no-print-directory test-valgrind
+	$(Q)$(MAKE) --no-print-directory test-sanitize
 	$(Q)$(MAKE) --no-print-directory test-gpu
 
 test-ptx: $(PTX_GEN)
@@ -303,6 +305,19 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 	        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
 	        $(BUILD)/bin/lean8-tests --tags host; \
 	else echo "  VALGRIND skipped: valgrind not found"; fi
+
+# The host suites built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (in $(BUILD)/san, a build of its own): any report fails the run. Leaks are
+# valgrind's (test-valgrind): LeakSanitizer needs ptrace, which some
+# containers refuse.
+SAN_CC = $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+.PHONY: test-sanitize
+test-sanitize:
+	$(Q)CFLAGS="-O1 -g" $(MAKE) --no-print-directory BUILD=$(BUILD)/san CC="$(SAN_CC)" \
+	    $(BUILD)/san/bin/lean8-tests
+	@echo "  ASAN+UBSAN host suites"
+	$(Q)ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    timeout 1200 $(BUILD)/san/bin/lean8-tests --tags host
 
 # lean8-bench without a GPU: `make bench` as documented, --json only where
 # asked, bad input (tests/bench.sh; L8_DEVICE=host there).
