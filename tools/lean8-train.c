@@ -353,8 +353,8 @@ static void model_free(model *m)
     l8_optim_destroy(m->optim);
     l8_recipe_destroy(m->recipe);
     l8_gemm_handle_destroy(m->gemm);
+    l8_ddp_destroy(m->ddp);       /* before its group (ddp.h: g must outlive it) */
     l8_params_destroy(m->params);
-    l8_ddp_destroy(m->ddp);
     l8_comm_destroy(m->tpc);
     l8_comm_destroy(m->dpc);
     l8_comm_destroy(m->world);
