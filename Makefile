@@ -306,18 +306,21 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 	        $(BUILD)/bin/lean8-tests --tags host; \
 	else echo "  VALGRIND skipped: valgrind not found"; fi
 
-# The host suites built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (in $(BUILD)/san, a build of its own): any report fails the run. Leaks are
-# valgrind's (test-valgrind): LeakSanitizer needs ptrace, which some
-# containers refuse.
+# The host suites, lean8-train and lean8-run built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (in $(BUILD)/san, a build of its own): the
+# suites, then short training runs (tests/sanitize.sh); any report fails the
+# run. Leaks are valgrind's (test-valgrind): LeakSanitizer needs ptrace,
+# which some containers refuse.
 SAN_CC = $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 .PHONY: test-sanitize
-test-sanitize:
+test-sanitize: dataset
 	$(Q)CFLAGS="-O1 -g" $(MAKE) --no-print-directory BUILD=$(BUILD)/san CC="$(SAN_CC)" \
-	    $(BUILD)/san/bin/lean8-tests
+	    $(BUILD)/san/bin/lean8-tests $(BUILD)/san/bin/lean8-train $(BUILD)/san/bin/lean8-run
 	@echo "  ASAN+UBSAN host suites"
 	$(Q)ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    timeout 1200 $(BUILD)/san/bin/lean8-tests --tags host
+	@echo "  ASAN+UBSAN lean8-train, lean8-run"
+	$(Q)timeout -k 10 600 tests/sanitize.sh $(BUILD)/san $(FMNIST_DIR)
 
 # lean8-bench without a GPU: `make bench` as documented, --json only where
 # asked, bad input (tests/bench.sh; L8_DEVICE=host there).
