@@ -2,8 +2,8 @@
 #
 #   make            library (build/liblean8.{a,so}), tools, tests
 #   make test       build and run every Check suite (installs Check if missing),
-#                   host suites again under valgrind and built with ASan and
-#                   UBSan, GPU suites when a GPU is
+#                   host suites again under valgrind and built with ASan,
+#                   UBSan and TSan, GPU suites when a GPU is
 #                   present, and ptxas over every PTX module (ptx/*.ptx and
 #                   the build/ptx/*.ptx generated from ptx/*.ptx.in), and
 #                   the PTX kernels' logic on the CPU (tools/ptxsim.py)
@@ -308,8 +308,10 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 
 # The host suites, lean8-train and lean8-run built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (in $(BUILD)/san, a build of its own): the
-# suites, then short training runs (tests/sanitize.sh); any report fails the
-# run. Leaks are valgrind's (test-valgrind): LeakSanitizer needs ptrace,
+# suites, then short training runs (tests/sanitize.sh); then the host suites
+# built with ThreadSanitizer ($(BUILD)/tsan: the communicators' threads, the
+# allocator's locks). Any report fails the run (a TSan report exits the test
+# with 66). Leaks are valgrind's (test-valgrind): LeakSanitizer needs ptrace,
 # which some containers refuse.
 SAN_CC = $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 .PHONY: test-sanitize
@@ -321,6 +323,10 @@ test-sanitize: dataset
 	    timeout 1200 $(BUILD)/san/bin/lean8-tests --tags host
 	@echo "  ASAN+UBSAN lean8-train, lean8-run"
 	$(Q)timeout -k 10 600 tests/sanitize.sh $(BUILD)/san $(FMNIST_DIR)
+	$(Q)CFLAGS="-O1 -g" $(MAKE) --no-print-directory BUILD=$(BUILD)/tsan \
+	    CC="$(CC) -fsanitize=thread" $(BUILD)/tsan/bin/lean8-tests
+	@echo "  TSAN host suites"
+	$(Q)timeout 1200 $(BUILD)/tsan/bin/lean8-tests --tags host
 
 # lean8-bench without a GPU: `make bench` as documented, --json only where
 # asked, bad input (tests/bench.sh; L8_DEVICE=host there).
