@@ -99,7 +99,10 @@ L8_NODISCARD l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg
 
 /* Destroy the views and release the buffers (stream-ordered on the compute
  * stream; views the caller made from the group's views keep the storage
- * alive). NULL: no-op. */
+ * alive). Destroy what was built over the group first: a DDP reducer
+ * (l8_ddp_destroy, which uninstalls itself from the group) and an optimizer
+ * (l8_optim_destroy); either one used after this is a use-after-free.
+ * NULL: no-op. */
 void l8_params_destroy(l8_params *g);
 
 /* ---- registration ---- */
