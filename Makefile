@@ -3,8 +3,8 @@
 #   make            library (build/liblean8.{a,so}), tools, tests
 #   make test       build and run every Check suite (installs Check if missing),
 #                   host suites again under valgrind and built with ASan,
-#                   UBSan and TSan, GPU suites when a GPU is
-#                   present, and ptxas over every PTX module (ptx/*.ptx and
+#                   UBSan and TSan, GPU suites when a GPU is present, and
+#                   ptxas over every PTX module (ptx/*.ptx and
 #                   the build/ptx/*.ptx generated from ptx/*.ptx.in), and
 #                   the PTX kernels' logic on the CPU (tools/ptxsim.py)
 #   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
@@ -314,17 +314,18 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 # with 66). Leaks are valgrind's (test-valgrind): LeakSanitizer needs ptrace,
 # which some containers refuse.
 SAN_CC = $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# a sub-build at -O1 (CFLAGS through the environment, so the Makefile's own flags still add up)
+SAN_MAKE = CFLAGS="-O1 -g" $(MAKE) --no-print-directory
 .PHONY: test-sanitize
 test-sanitize: dataset
-	$(Q)CFLAGS="-O1 -g" $(MAKE) --no-print-directory BUILD=$(BUILD)/san CC="$(SAN_CC)" \
+	$(Q)$(SAN_MAKE) BUILD=$(BUILD)/san CC="$(SAN_CC)" \
 	    $(BUILD)/san/bin/lean8-tests $(BUILD)/san/bin/lean8-train $(BUILD)/san/bin/lean8-run
 	@echo "  ASAN+UBSAN host suites"
 	$(Q)ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    timeout 1200 $(BUILD)/san/bin/lean8-tests --tags host
 	@echo "  ASAN+UBSAN lean8-train, lean8-run"
 	$(Q)timeout -k 10 600 tests/sanitize.sh $(BUILD)/san $(FMNIST_DIR)
-	$(Q)CFLAGS="-O1 -g" $(MAKE) --no-print-directory BUILD=$(BUILD)/tsan \
-	    CC="$(CC) -fsanitize=thread" $(BUILD)/tsan/bin/lean8-tests
+	$(Q)$(SAN_MAKE) BUILD=$(BUILD)/tsan CC="$(CC) -fsanitize=thread" $(BUILD)/tsan/bin/lean8-tests
 	@echo "  TSAN host suites"
 	$(Q)timeout 1200 $(BUILD)/tsan/bin/lean8-tests --tags host
 

@@ -3,8 +3,8 @@
 # test-sanitize builds them in BUILD_DIR): short host runs through the paths
 # the host suites do not reach whole: FP8 training with offload, saved and
 # resumed, bf16, 4 ranks (--tp 2 --dp 2) and 2 with ZeRO-1 (saved and resumed
-# per rank) over lean8-run's TCP rendezvous, teardown included. Any sanitizer report ends its
-# process with a non-zero status, which fails the check.
+# per rank) over lean8-run's TCP rendezvous, teardown included. Any sanitizer
+# report ends its process with a non-zero status, which fails the check.
 # Usage: tests/sanitize.sh BUILD_DIR FMNIST_DIR (from the repository root)
 set -u
 bin=$1/bin/lean8-train run=$1/bin/lean8-run data=$2
