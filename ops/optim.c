@@ -315,10 +315,27 @@ static void *f32_at(void *p, uint64_t k) { return p ? (char *)p + k * sizeof(flo
 /* ------------------------------------------------------------------------ */
 /* create / destroy                                                          */
 
+/* The group is being destroyed before this optimizer (l8_params_destroy
+ * calls this): forget it; a step or a state view then fails. */
+static void group_lost(void *obj)
+{
+    ((l8_optim *)obj)->g = NULL;
+}
+
+static l8_status need_group(const l8_optim *o, const char *op)
+{
+    if (o->g)
+        return L8_OK;
+    return L8_FAIL(L8_ERR_STATE, "%s: the parameter group was destroyed before this optimizer "
+                   "(l8_optim_destroy it first)", op);
+}
+
 void l8_optim_destroy(l8_optim *o)
 {
     if (!o)
         return;
+    if (o->g)
+        l8i_params_detach(o->g, o);
     for (int k = 0; k < 2; k++) {
         l8_tensor_destroy(o->state[k]);
         l8_storage_release(o->state_st[k]);
@@ -392,6 +409,7 @@ static l8_status create_common(l8_params *g, l8_optim_kind kind, int nstate,
         sc.decay = 1.0f;            /* lr 0: the create functions push the configured rate */
         L8_TRY(st, scalars_write(o, compute, &sc), fail);
     }
+    L8_TRY(st, l8i_params_attach(g, group_lost, o), fail);
     *out = o;
     return L8_OK;
 fail:
@@ -640,6 +658,7 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
     static const char *op = "l8_optim_step";
     L8_ARG(o != NULL);
     L8_CHECK(need_result(res, op));
+    L8_CHECK(need_group(o, op));
     l8_ctx *ctx = o->ctx;
     l8_stream *compute = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));
@@ -820,6 +839,7 @@ l8_status l8_optim_state_view(const l8_optim *o, int k, int id, l8_tensor **out)
     L8_ARG(o != NULL);
     if (k < 0 || k >= o->nstate)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: state %d of %d", k, o->nstate);
+    L8_CHECK(need_group(o, "l8_optim_state_view"));
     int64_t off = l8_params_offset(o->g, id);
     if (off < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_optim_state_view: parameter id %d is out of "

@@ -186,7 +186,9 @@ L8_NODISCARD l8_status l8_optim_create_adamw(l8_params *g, const l8_adamw_config
 L8_NODISCARD l8_status l8_optim_create_sgd(l8_params *g, const l8_sgd_config *cfg,
                                            l8_optim **out);
 /* Release the state (stream-ordered on the streams it was used on). NULL:
- * no-op. */
+ * no-op. Destroy it before its group; a group destroyed first leaves the
+ * optimizer inert: l8_optim_step and l8_optim_state_view fail with
+ * L8_ERR_STATE. */
 void l8_optim_destroy(l8_optim *o);
 
 /* One step over the whole group (sharded: over the shard's ranges, see

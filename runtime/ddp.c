@@ -14,6 +14,9 @@
  *    report in one micro-batch is caught, and reported[id] >= step_mb0 says
  *    it reported in this step; done[id] = 1 once it reported in the last
  *    micro-batch (or was zeroed, or finish took its earlier gradient).
+ *  - g is NULL once the group was destroyed (group_lost): every call that
+ *    needs the group then fails with L8_ERR_STATE; the views in b_view and
+ *    the shards hold their own references to its storage.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +56,19 @@ void l8_ddp_config_init(l8_ddp_config *cfg)
 }
 
 static l8_status on_report(void *arg, int id, l8_event *ev);
+
+/* The group is being destroyed before this reducer (l8_params_destroy calls this). */
+static void group_lost(void *obj)
+{
+    ((l8_ddp *)obj)->g = NULL;
+}
+
+static l8_status need_group(const l8_ddp *d, const char *op)
+{
+    if (d->g) return L8_OK;
+    return L8_FAIL(L8_ERR_STATE, "%s: the parameter group was destroyed before this reducer "
+                   "(l8_ddp_destroy it first)", op);
+}
 
 /* pending[b] = the parameters in bucket b (a parameter spanning two counts in both). */
 static void reset_pending(l8_ddp *d)
@@ -124,6 +140,10 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
     L8I_CONFIG_COPY(c, cfg, "l8_ddp_create", "L8_DDP_CONFIG_INIT");
     if (!l8_params_is_finalized(g))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: the parameter group is not finalized");
+    void *cb_arg;
+    if (l8i_params_grad_ready_cb(g, &cb_arg))
+        return L8_FAIL(L8_ERR_STATE, "l8_ddp_create: the group already has a grad-ready consumer "
+                       "(another l8_ddp, or l8_params_set_grad_ready_cb); one reducer per group");
     if (l8_comm_ctx(dp) != l8_params_ctx(g))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_create: the communicator and the group belong "
                        "to different contexts");
@@ -188,6 +208,7 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
     }
     if (st == L8_OK) st = l8_event_create(d->ctx, 0, &d->ev);
     if (st == L8_OK) reset_pending(d);
+    if (st == L8_OK) st = l8i_params_attach(g, group_lost, d);
     if (st == L8_OK) st = l8_params_set_grad_ready_cb(g, on_report, d);
     if (st != L8_OK) {
         l8_ddp_destroy(d);
@@ -202,9 +223,13 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
 void l8_ddp_destroy(l8_ddp *d)
 {
     if (!d) return;
-    if (d->g) {
-        l8_status ignored = l8_params_set_grad_ready_cb(d->g, NULL, NULL);   /* g is valid: never fails */
-        (void)ignored;
+    if (d->g) {                   /* uninstall, unless someone replaced the callback since */
+        void *cb_arg;
+        if (l8i_params_grad_ready_cb(d->g, &cb_arg) == on_report && cb_arg == d) {
+            l8_status ignored = l8_params_set_grad_ready_cb(d->g, NULL, NULL);   /* never fails */
+            (void)ignored;
+        }
+        l8i_params_detach(d->g, d);
     }
     for (int b = 0; d->b_view && b < d->nb; b++) {
         l8_tensor_destroy(d->b_view[b]);
@@ -269,6 +294,7 @@ static l8_status on_report(void *arg, int id, l8_event *ev)
 l8_status l8_ddp_begin_micro_batch(l8_ddp *d, int last)
 {
     L8_ARG(d != NULL && (last == 0 || last == 1));
+    L8_CHECK(need_group(d, "l8_ddp_begin_micro_batch"));
     d->mb++;
     d->last = last;
     return L8_OK;
@@ -295,6 +321,7 @@ static l8_status zero_param(l8_ddp *d, int id)
 l8_status l8_ddp_mark_unused(l8_ddp *d, int id)
 {
     L8_ARG(d != NULL);
+    L8_CHECK(need_group(d, "l8_ddp_mark_unused"));
     if (id < 0 || id >= d->np)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_mark_unused: parameter id %d (the group has %d)",
                        id, d->np);
@@ -322,6 +349,7 @@ static void reset_step(l8_ddp *d)
 l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s)
 {
     L8_ARG(d != NULL);
+    L8_CHECK(need_group(d, "l8_ddp_finish"));
     L8_CHECK(l8i_resolve_stream("l8_ddp_finish", d->ctx, &s));
     l8_status st = L8_OK;
     if (d->strict) {
@@ -404,6 +432,7 @@ l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int64_t *offset,
 l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait)
 {
     L8_ARG(d != NULL && (wait == 0 || wait == 1));
+    L8_CHECK(need_group(d, "l8_ddp_gather_params"));
     if (!d->zero1)
         return L8_FAIL(L8_ERR_STATE, "l8_ddp_gather_params: the reducer was not made with zero1 = 1");
     L8_CHECK(l8i_resolve_stream("l8_ddp_gather_params", d->ctx, &s));
@@ -422,6 +451,7 @@ l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait)
 l8_status l8_ddp_wait_param(l8_ddp *d, int id, l8_stream *s)
 {
     L8_ARG(d != NULL);
+    L8_CHECK(need_group(d, "l8_ddp_wait_param"));
     if (id < -1 || id >= d->np)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_wait_param: parameter id %d (the group has %d)",
                        id, d->np);

@@ -89,14 +89,18 @@ typedef struct l8_ddp_config {
 void l8_ddp_config_init(l8_ddp_config *cfg);
 
 /* A reducer for finalized group g over dp (of g's context); it becomes g's
- * grad-ready consumer (replacing any other) until destroyed. g and dp must
- * outlive it. Errors: L8_ERR_INVALID_ARG (NULL, not finalized, another
- * context, bucket_elems < 0, overlap/strict not 0 or 1), L8_ERR_OOM. */
+ * grad-ready consumer until destroyed. dp must outlive it. g should: a group
+ * destroyed first leaves the reducer inert (every call below that steps,
+ * zeroes or gathers fails with L8_ERR_STATE; l8_ddp_destroy still works).
+ * Errors: L8_ERR_INVALID_ARG (NULL, not finalized, another context,
+ * bucket_elems < 0, overlap/strict not 0 or 1), L8_ERR_STATE (g already has a
+ * grad-ready consumer: another reducer, or l8_params_set_grad_ready_cb; a
+ * replaced consumer would silently lose reports), L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg,
                                      l8_ddp **out);
 
-/* Uninstall from the group, free. Collectives already enqueued stay
- * enqueued (stream-ordered). NULL: no-op. */
+/* Uninstall from the group (unless its callback was replaced since), free.
+ * Collectives already enqueued stay enqueued (stream-ordered). NULL: no-op. */
 void l8_ddp_destroy(l8_ddp *d);
 
 /* The next backward is a micro-batch; last = 1 for the step's last one

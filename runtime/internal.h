@@ -10,6 +10,7 @@
 #include "runtime/status.h"
 #include "runtime/ctx.h"
 #include "runtime/tensor.h"
+#include "runtime/params.h"          /* l8_params, l8_grad_ready_fn */
 #include "runtime/cuda_internal.h"   /* the driver layer: l8i_cu, L8_CU */
 #include "runtime/config_internal.h" /* L8I_CONFIG_COPY */
 
@@ -144,5 +145,17 @@ l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world
  * so tests reach those paths. 0 restores the default. Not
  * thread-safe against concurrent l8i_interleave calls. */
 void l8i_interleave_set_launch_words(uint32_t words);
+
+/* ---- params.c: what is built over a group ----
+ * An object that keeps a pointer to a group (a DDP reducer, an optimizer)
+ * attaches after it is made and detaches in its destroy. l8_params_destroy
+ * calls lost(obj) for each one still attached, newest first, before it frees
+ * anything: the object drops its pointer and refuses later calls with
+ * L8_ERR_STATE, and its own destroy still works. lost() may detach and may
+ * clear the group's grad-ready callback. Errors: L8_ERR_OOM. */
+L8_NODISCARD l8_status l8i_params_attach(l8_params *g, void (*lost)(void *obj), void *obj);
+void l8i_params_detach(l8_params *g, void *obj);   /* not attached: no-op */
+/* The installed grad-ready callback (NULL: none) and its arg. */
+l8_grad_ready_fn l8i_params_grad_ready_cb(const l8_params *g, void **arg);
 
 #endif

@@ -11,6 +11,9 @@
  *  - `padded` is the running sum of round_up(numel, ALIGN) over all
  *    registered params and never exceeds PADDED_MAX, so every byte offset
  *    into every buffer fits int64 and size_t.
+ *  - `dep` lists the objects built over the group that are still alive (a
+ *    DDP reducer, an optimizer; l8i_params_attach); l8_params_destroy tells
+ *    each one before it frees anything, so none keeps a dangling pointer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +52,11 @@ struct l8_params {
     int *ready;                   /* reports per param since the last reset */
     l8_grad_ready_fn cb;
     void *cb_arg;
+    struct dependent {
+        void (*lost)(void *obj);
+        void *obj;
+    } *dep;                       /* [ndep] l8i_params_attach, in attach order */
+    int ndep, capdep;
 };
 
 static int64_t round_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -164,6 +172,12 @@ void l8_params_destroy(l8_params *g)
 {
     if (!g)
         return;
+    /* each lost() may call back into l8i_params_detach / _set_grad_ready_cb */
+    while (g->ndep > 0) {
+        struct dependent d = g->dep[--g->ndep];
+        d.lost(d.obj);
+    }
+    free(g->dep);
     unfinalize(g);
     for (int i = 0; i < g->n; i++)
         free(g->p[i].name);
@@ -412,6 +426,36 @@ l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_grad_ready_fn fn, void *a
     g->cb = fn;
     g->cb_arg = fn ? arg : NULL;
     return L8_OK;
+}
+
+l8_status l8i_params_attach(l8_params *g, void (*lost)(void *obj), void *obj)
+{
+    if (g->ndep == g->capdep) {
+        int cap = g->capdep ? 2 * g->capdep : 4;
+        struct dependent *d = realloc(g->dep, (size_t)cap * sizeof *d);
+        if (!d)
+            return L8_FAIL(L8_ERR_OOM, "l8_params: out of host memory");
+        g->dep = d;
+        g->capdep = cap;
+    }
+    g->dep[g->ndep++] = (struct dependent){ lost, obj };
+    return L8_OK;
+}
+
+void l8i_params_detach(l8_params *g, void *obj)
+{
+    for (int i = 0; i < g->ndep; i++)
+        if (g->dep[i].obj == obj) {
+            memmove(&g->dep[i], &g->dep[i + 1], (size_t)(g->ndep - i - 1) * sizeof *g->dep);
+            g->ndep--;
+            return;
+        }
+}
+
+l8_grad_ready_fn l8i_params_grad_ready_cb(const l8_params *g, void **arg)
+{
+    *arg = g->cb_arg;
+    return g->cb;
 }
 
 l8_status l8_params_grad_ready(void *group, int id, l8_event *ev)

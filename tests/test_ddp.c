@@ -455,6 +455,88 @@ START_TEST(test_ddp_errors)
 }
 END_TEST
 
+static l8_status count_report(void *arg, int id, l8_event *ev)
+{
+    (void)id, (void)ev;
+    ++*(int *)arg;
+    return L8_OK;
+}
+
+/* A group has one grad-ready consumer: a second reducer is refused (it would
+ * have replaced the first, whose reports would then be lost), and a reducer
+ * destroyed after the user replaced its callback leaves the user's alone.
+ * Teardown in the wrong order (the group before its reducer and optimizers)
+ * leaves them inert, with an error on each call that needs the group and no
+ * use of freed memory (the sanitizer build and valgrind run this too). */
+START_TEST(test_ddp_group_destroyed_first)
+{
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    l8_comm_id cid;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &cid));
+    L8_CK(l8_comm_init_rank(ctx, &cid, 0, 1, NULL, &c));
+    l8_params *g = NULL;
+    L8_CK(l8_params_create(ctx, NULL, &g));
+    int64_t sh[1] = { 10 };
+    int a;
+    L8_CK(l8_params_add(g, "a", 1, sh, &a));
+    L8_CK(l8_params_finalize(g));
+
+    l8_ddp *d = NULL, *d2 = NULL;
+    L8_CK(l8_ddp_create(g, c, NULL, &d));
+    L8_CK_ST(l8_ddp_create(g, c, NULL, &d2), L8_ERR_STATE);
+    ck_assert_ptr_null(d2);
+    ck_assert_msg(strstr(l8_last_error_string(), "already has a grad-ready consumer"), "%s",
+                  l8_last_error_string());
+    int reports = 0;                      /* the user takes the callback over, then d goes */
+    L8_CK(l8_params_set_grad_ready_cb(g, count_report, &reports));
+    l8_ddp_destroy(d);
+    L8_CK(l8_params_grad_ready(g, a, NULL));
+    ck_assert_int_eq(reports, 1);         /* still the user's */
+    L8_CK_ST(l8_ddp_create(g, c, NULL, &d), L8_ERR_STATE);
+    L8_CK(l8_params_set_grad_ready_cb(g, NULL, NULL));
+
+    /* the wrong order: a reducer and three optimizers (one destroyed in between) */
+    l8_optim *o[3] = { NULL, NULL, NULL };
+    L8_CK(l8_ddp_create(g, c, NULL, &d));
+    for (int k = 0; k < 3; k++)
+        L8_CK(l8_optim_create_adamw(g, NULL, &o[k]));
+    l8_optim_destroy(o[1]);
+    o[1] = NULL;
+    L8_CK(l8_ddp_begin_micro_batch(d, 1));
+    L8_CK(l8_params_grad_ready(g, a, NULL));
+    L8_CK(l8_ddp_finish(d, NULL));
+    L8_CK(l8_optim_step(o[0], NULL, NULL));
+    l8_params_destroy(g);
+
+    L8_CK_ST(l8_ddp_begin_micro_batch(d, 1), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "group was destroyed before this reducer"), "%s",
+                  l8_last_error_string());
+    L8_CK_ST(l8_ddp_mark_unused(d, a), L8_ERR_STATE);
+    L8_CK_ST(l8_ddp_finish(d, NULL), L8_ERR_STATE);
+    L8_CK_ST(l8_ddp_gather_params(d, NULL, 1), L8_ERR_STATE);
+    L8_CK_ST(l8_ddp_wait_param(d, -1, NULL), L8_ERR_STATE);
+    l8_ddp_stats ds = { .size = sizeof ds };
+    L8_CK(l8_ddp_get_stats(d, &ds));      /* what it did before stays readable */
+    ck_assert_int_eq(ds.steps, 1);
+    int64_t first, n;
+    L8_CK(l8_ddp_bucket(d, 0, &first, &n));
+    for (int k = 0; k < 3; k += 2) {
+        L8_CK_ST(l8_optim_step(o[k], NULL, NULL), L8_ERR_STATE);
+        ck_assert_msg(strstr(l8_last_error_string(), "group was destroyed before this optimizer"),
+                      "%s", l8_last_error_string());
+        l8_tensor *v = NULL;
+        L8_CK_ST(l8_optim_state_view(o[k], 0, a, &v), L8_ERR_STATE);
+        ck_assert_ptr_null(v);
+    }
+    l8_optim_destroy(o[2]);
+    l8_ddp_destroy(d);
+    l8_optim_destroy(o[0]);
+    l8_comm_destroy(c);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 /* GPU, world size 1 over NCCL: the same network, several buckets; the
  * buckets launch during backward (before finish), the step completes and
  * equals the run without a reducer bitwise (an average over one rank). */
@@ -505,6 +587,7 @@ Suite *l8_ddp_suite(void)
     tcase_set_tags(tc, "host");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_ddp_errors);
+    tcase_add_test(tc, test_ddp_group_destroyed_first);
     tcase_add_test(tc, test_ddp_overlap_bitwise);
     tcase_add_test(tc, test_ddp_equals_one_rank);
     tcase_add_test(tc, test_ddp_seed000_scenarios);
