@@ -55,6 +55,8 @@ struct l8_linear {
     int weight_id, bias_id;
     l8_grad_ready_fn grad_ready;
     void *grad_ready_arg;
+    l8_params *group;             /* grad_ready = l8_params_grad_ready: the group, attached to it */
+    int group_lost;               /* that group was destroyed first (group_lost): reports fail */
     int accumulate_grad;
     int has_hooks;
     l8_save_hooks hooks;
@@ -325,6 +327,14 @@ void l8_linear_config_init(l8_linear_config *cfg)
     if (cfg) *cfg = (l8_linear_config)L8_LINEAR_CONFIG_INIT;
 }
 
+/* The group this layer reports to is being destroyed first (l8_params_destroy calls this). */
+static void group_lost(void *obj)
+{
+    l8_linear *l = obj;
+    l->group = NULL;
+    l->group_lost = 1;
+}
+
 l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear **out)
 {
     L8_ARG(out != NULL);
@@ -389,6 +399,10 @@ l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear *
         L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8, l->meta_w), fail);
         L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8t, l->meta_w), fail);
     }
+    if (l->grad_ready == l8_params_grad_ready && l->grad_ready_arg) {
+        L8_TRY(ret, l8i_params_attach(l->grad_ready_arg, group_lost, l), fail);
+        l->group = l->grad_ready_arg;
+    }
     *out = l;
     return L8_OK;
 fail:
@@ -400,6 +414,8 @@ void l8_linear_destroy(l8_linear *l)
 {
     if (!l)
         return;
+    if (l->group)
+        l8i_params_detach(l->group, l);
     l8_tensor_destroy(l->w);
     l8_tensor_destroy(l->gw);
     l8_tensor_destroy(l->b);
@@ -1278,7 +1294,10 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     /* the layer's work is enqueued: the ctx is consumed whatever follows */
     l8_linear_ctx_destroy(c);
     *saved = NULL;
-    if (l->grad_ready) {
+    if (l->group_lost) {
+        ret = L8_FAIL(L8_ERR_STATE, "l8_linear_backward: %s reports to a parameter group that was "
+                      "destroyed (destroy the layer first)", l->name);
+    } else if (l->grad_ready) {
         l8_status st = l->grad_ready(l->grad_ready_arg, l->weight_id, l->ev);
         if (l->gb) {
             l8_status sb = l->grad_ready(l->grad_ready_arg, l->bias_id, l->ev);

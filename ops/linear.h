@@ -59,6 +59,9 @@
  * (l8_stream_wait_event) or query it inside the callback; do not keep it.
  * Set grad_ready = l8_params_grad_ready, grad_ready_arg = the parameter
  * group to report into the group (runtime/params.h: one signature for both).
+ * Destroy the layer before that group; if the group goes first, the layer is
+ * told, and each later backward enqueues its work and then fails with
+ * L8_ERR_STATE instead of reporting into freed memory.
  *
  * Saved tensors. Forward hands what backward needs to an l8_linear_ctx
  * (FP8: X8t, or X8 with column SP at T % 16 != 0; bf16: X) and, when save

@@ -147,12 +147,12 @@ l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world
 void l8i_interleave_set_launch_words(uint32_t words);
 
 /* ---- params.c: what is built over a group ----
- * An object that keeps a pointer to a group (a DDP reducer, an optimizer)
- * attaches after it is made and detaches in its destroy. l8_params_destroy
- * calls lost(obj) for each one still attached, newest first, before it frees
- * anything: the object drops its pointer and refuses later calls with
- * L8_ERR_STATE, and its own destroy still works. lost() may detach and may
- * clear the group's grad-ready callback. Errors: L8_ERR_OOM. */
+ * An object that keeps a pointer to a group (a DDP reducer, an optimizer, a
+ * layer reporting into it) attaches after it is made and detaches in its
+ * destroy. l8_params_destroy calls lost(obj) for each one still attached,
+ * newest first, before it frees anything: the object drops its pointer and
+ * refuses later calls with L8_ERR_STATE, and its own destroy still works.
+ * lost() must not call into the group. Errors: L8_ERR_OOM. */
 L8_NODISCARD l8_status l8i_params_attach(l8_params *g, void (*lost)(void *obj), void *obj);
 void l8i_params_detach(l8_params *g, void *obj);   /* not attached: no-op */
 /* The installed grad-ready callback (NULL: none) and its arg. */

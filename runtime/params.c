@@ -12,8 +12,9 @@
  *    registered params and never exceeds PADDED_MAX, so every byte offset
  *    into every buffer fits int64 and size_t.
  *  - `dep` lists the objects built over the group that are still alive (a
- *    DDP reducer, an optimizer; l8i_params_attach); l8_params_destroy tells
- *    each one before it frees anything, so none keeps a dangling pointer.
+ *    DDP reducer, an optimizer, a layer; l8i_params_attach);
+ *    l8_params_destroy tells each one before it frees anything, so none
+ *    keeps a dangling pointer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -172,7 +173,7 @@ void l8_params_destroy(l8_params *g)
 {
     if (!g)
         return;
-    /* each lost() may call back into l8i_params_detach / _set_grad_ready_cb */
+    /* newest first; each is off the list before its lost() runs */
     while (g->ndep > 0) {
         struct dependent d = g->dep[--g->ndep];
         d.lost(d.obj);

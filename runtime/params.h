@@ -101,10 +101,10 @@ L8_NODISCARD l8_status l8_params_create(l8_ctx *ctx, const l8_params_config *cfg
  * stream; views the caller made from the group's views keep the storage
  * alive). Destroy what was built over the group first: a DDP reducer
  * (l8_ddp_destroy, which uninstalls itself from the group) and an optimizer
- * (l8_optim_destroy). In the other order they are told and turn inert: their
- * calls that need the group fail with L8_ERR_STATE, their destroy still
- * works. A layer that reports to the group (grad_ready_arg = g) is not told:
- * it must not report after this. NULL: no-op. */
+ * (l8_optim_destroy), and the layers that report into it (l8_linear with
+ * grad_ready = l8_params_grad_ready, grad_ready_arg = g). In the other order
+ * they are told and turn inert: their calls that need the group fail with
+ * L8_ERR_STATE, their destroy still works. NULL: no-op. */
 void l8_params_destroy(l8_params *g);
 
 /* ---- registration ---- */

@@ -465,9 +465,10 @@ static l8_status count_report(void *arg, int id, l8_event *ev)
 /* A group has one grad-ready consumer: a second reducer is refused (it would
  * have replaced the first, whose reports would then be lost), and a reducer
  * destroyed after the user replaced its callback leaves the user's alone.
- * Teardown in the wrong order (the group before its reducer and optimizers)
- * leaves them inert, with an error on each call that needs the group and no
- * use of freed memory (the sanitizer build and valgrind run this too). */
+ * Teardown in the wrong order (the group before its reducer, optimizers and
+ * the layers that report into it) leaves them inert, with an error on each
+ * call that needs the group and no use of freed memory (the sanitizer build
+ * and valgrind run this too). */
 START_TEST(test_ddp_group_destroyed_first)
 {
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
@@ -532,6 +533,18 @@ START_TEST(test_ddp_group_destroyed_first)
     l8_optim_destroy(o[2]);
     l8_ddp_destroy(d);
     l8_optim_destroy(o[0]);
+
+    /* layers that report into the group are told too: a net's group destroyed first */
+    ddp_case k = { .mode = L8_LINEAR_BF16, .salt = 5 };
+    net nt;
+    L8_CK(net_make(ctx, NULL, &k, &nt));
+    L8_CK(net_step(&nt, &k, 0, 0, ROWS));
+    l8_params_destroy(nt.g);
+    nt.g = NULL;
+    L8_CK_ST(net_step(&nt, &k, 1, 0, ROWS), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "fc2 reports to a parameter group that was "
+                         "destroyed"), "%s", l8_last_error_string());
+    net_free(&nt);
     l8_comm_destroy(c);
     l8t_ctx_finish(ctx);
 }
