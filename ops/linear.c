@@ -75,7 +75,8 @@ struct l8_linear {
     l8_event *ev_side;            /* forward_gelu: s <-> side (created on first use) */
     int gelu_amax_by_caller;      /* l8_linear_set_gelu_amax_by_caller */
     /* tensor parallel */
-    l8_comm *tp;                  /* NULL: none */
+    l8_comm *tp;                  /* NULL: none (or destroyed: tp_lost) */
+    int tp_lost;                  /* tp was destroyed first (comm_lost): forward/backward fail */
     l8_linear_parallel par;
     int sp, tp_size, tp_rank;
     l8_event *ev_tp[3];           /* s -> comm, the X re-gather done, the dX reduction done */
@@ -327,12 +328,28 @@ void l8_linear_config_init(l8_linear_config *cfg)
     if (cfg) *cfg = (l8_linear_config)L8_LINEAR_CONFIG_INIT;
 }
 
-/* The group this layer reports to is being destroyed first (l8_params_destroy calls this). */
+/* The group this layer reports to, or its tensor-parallel communicator, is
+ * being destroyed first (l8_params_destroy / l8_comm_destroy call these). */
 static void group_lost(void *obj)
 {
     l8_linear *l = obj;
     l->group = NULL;
     l->group_lost = 1;
+}
+
+static void comm_lost(void *obj)
+{
+    l8_linear *l = obj;
+    l->tp = NULL;
+    l->tp_lost = 1;
+}
+
+static l8_status need_tp(const l8_linear *l, const char *op)
+{
+    if (!l->tp_lost)
+        return L8_OK;
+    return L8_FAIL(L8_ERR_STATE, "%s: %s: its tensor-parallel communicator was destroyed (destroy "
+                   "the layer first)", op, l->name);
 }
 
 l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear **out)
@@ -399,6 +416,8 @@ l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg, l8_linear *
         L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8, l->meta_w), fail);
         L8_TRY(ret, l8_tensor_set_fp8_meta(l->w8t, l->meta_w), fail);
     }
+    if (l->tp)
+        L8_TRY(ret, l8i_comm_attach(l->tp, comm_lost, l), fail);
     if (l->grad_ready == l8_params_grad_ready && l->grad_ready_arg) {
         L8_TRY(ret, l8i_params_attach(l->grad_ready_arg, group_lost, l), fail);
         l->group = l->grad_ready_arg;
@@ -416,6 +435,8 @@ void l8_linear_destroy(l8_linear *l)
         return;
     if (l->group)
         l8i_params_detach(l->group, l);
+    if (l->tp)
+        l8i_comm_detach(l->tp, l);
     l8_tensor_destroy(l->w);
     l8_tensor_destroy(l->gw);
     l8_tensor_destroy(l->b);
@@ -790,6 +811,7 @@ static l8_status forward_impl(l8_linear *l, const char *op, const fwd_in *in, l8
     if (saved)
         *saved = NULL;
     L8_ARG(l != NULL);
+    L8_CHECK(need_tp(l, op));
     const l8_act act = in->act;
     L8_CHECK(act_known(op, act));
     L8_CHECK(l8i_resolve_stream(op, l->ctx, &s));
@@ -1085,6 +1107,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
                                l8_linear_ctx **saved, l8_tensor *dx, l8_stream *s)
 {
     L8_ARG(l != NULL && saved != NULL);
+    L8_CHECK(need_tp(l, op));
     const l8_act act = in->act;
     const l8_tensor *dy = in->dy, *y = in->y;
     const int precast = dy == NULL;
@@ -1295,8 +1318,8 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     l8_linear_ctx_destroy(c);
     *saved = NULL;
     if (l->group_lost) {
-        ret = L8_FAIL(L8_ERR_STATE, "l8_linear_backward: %s reports to a parameter group that was "
-                      "destroyed (destroy the layer first)", l->name);
+        ret = L8_FAIL(L8_ERR_STATE, "%s: %s reports to a parameter group that was destroyed "
+                      "(destroy the layer first)", op, l->name);
     } else if (l->grad_ready) {
         l8_status st = l->grad_ready(l->grad_ready_arg, l->weight_id, l->ev);
         if (l->gb) {

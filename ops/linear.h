@@ -98,7 +98,9 @@
  * every rank computes the same bias gradient. In SP modes T must divide by
  * tp (else L8_ERR_INVALID_ARG; pad the batch). The weight gradient is this
  * rank's shard's: reduce it over the data-parallel group, not over tp_comm.
- * With tp_comm of size 1 every collective is a copy or nothing.
+ * With tp_comm of size 1 every collective is a copy or nothing. Destroy the
+ * layer before tp_comm; if tp_comm goes first the layer is told, and its
+ * forward and backward fail with L8_ERR_STATE.
  *
  * Memory tags (alloc/trace.h): "<name>.w_fp8", "<name>.w_t_fp8",
  * "<name>.w_bf16", "<name>.b_bf16" (at create), "<name>.x_fp8",

@@ -336,6 +336,8 @@ void l8_optim_destroy(l8_optim *o)
         return;
     if (o->g)
         l8i_params_detach(o->g, o);
+    l8_status ignored = l8_optim_set_norm_reduce(o, NULL, NULL);   /* detaches: never fails */
+    (void)ignored;
     for (int k = 0; k < 2; k++) {
         l8_tensor_destroy(o->state[k]);
         l8_storage_release(o->state_st[k]);
@@ -659,6 +661,10 @@ l8_status l8_optim_step(l8_optim *o, l8_stream *s, l8_optim_result *res)
     L8_ARG(o != NULL);
     L8_CHECK(need_result(res, op));
     L8_CHECK(need_group(o, op));
+    if (o->reduce_lost)
+        return L8_FAIL(L8_ERR_STATE, "%s: the communicator of the norm reduction "
+                       "(l8_optim_set_norm_reduce) was destroyed first; set another hook or none",
+                       op);
     l8_ctx *ctx = o->ctx;
     l8_stream *compute = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     L8_CHECK(l8i_resolve_stream(op, ctx, &s));

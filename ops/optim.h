@@ -367,7 +367,9 @@ typedef l8_status (*l8_optim_norm_reduce_fn)(void *arg, l8_tensor *partial, l8_s
  * SUM-reduce the f32 [1] partial in place over the group, on or after s;
  * a non-OK status fails the step, nothing changed); arg is passed through.
  * Any time (the next step uses it). Over a communicator: fn = l8_comm_reduce_sum
- * (runtime/comm.h), arg = the l8_comm. Errors: L8_ERR_INVALID_ARG (o NULL). */
+ * (runtime/comm.h), arg = the l8_comm; if the communicator is destroyed
+ * first, l8_optim_step fails with L8_ERR_STATE until a hook is set again.
+ * Errors: L8_ERR_INVALID_ARG (o NULL), L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_optim_set_norm_reduce(l8_optim *o, l8_optim_norm_reduce_fn fn,
                                                 void *arg);
 

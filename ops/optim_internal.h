@@ -72,6 +72,7 @@ struct l8_optim {
     int touched;                    /* a step or a restore happened: set_shard refuses */
     l8_optim_norm_reduce_fn reduce;
     void *reduce_arg;
+    int reduce_lost;                /* its communicator was destroyed first: steps fail */
 };
 
 /* The norm partials' device (or host) pointer. */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include "ops/optim.h"
 #include "ops/optim_internal.h"
+#include "runtime/comm.h"
 #include "runtime/internal.h"
 
 #define ALIGN ((int64_t)L8_PARAMS_ALIGN_ELEMS)
@@ -161,11 +162,26 @@ l8_status l8_optim_shard_range(const l8_optim *o, int i, int64_t *offset, int64_
 /* ------------------------------------------------------------------------ */
 /* the norm hook                                                             */
 
+/* The hook's communicator is being destroyed first (l8_comm_destroy calls this). */
+static void comm_lost(void *obj)
+{
+    l8_optim *o = obj;
+    o->reduce_arg = NULL;
+    o->reduce_lost = 1;
+}
+
 l8_status l8_optim_set_norm_reduce(l8_optim *o, l8_optim_norm_reduce_fn fn, void *arg)
 {
     L8_ARG(o != NULL);
+    /* over a communicator (the documented pairing): attach, so that
+     * l8_comm_destroy first leaves an error here and not a dangling arg */
+    if (fn == l8_comm_reduce_sum && arg)
+        L8_CHECK(l8i_comm_attach(arg, comm_lost, o));
+    if (o->reduce == l8_comm_reduce_sum && o->reduce_arg)
+        l8i_comm_detach(o->reduce_arg, o);
     o->reduce = fn;
     o->reduce_arg = fn ? arg : NULL;
+    o->reduce_lost = 0;
     return L8_OK;
 }
 

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ops/recipe.h"
+#include "runtime/comm.h"
 #include "runtime/fp8.h"
 #include "runtime/internal.h"
 #include "ops/internal.h"
@@ -46,6 +47,7 @@ struct l8_recipe {
     l8_fp8_format format;
     l8_amax_reduce_fn reduce;
     void *reduce_arg;
+    int reduce_lost;              /* its communicator was destroyed first (comm_lost) */
     int n, cap;                   /* live roles; capacity of st */
     l8_storage *st;               /* NULL until the first registration */
     int hcap;                     /* capacity of the host arrays */
@@ -107,8 +109,11 @@ l8_status l8_recipe_create(l8_ctx *ctx, const l8_recipe_config *cfg, l8_recipe *
     r->margin = c.margin;
     r->amax_compute = c.amax_compute;
     r->format = c.format;
-    r->reduce = c.reduce;
-    r->reduce_arg = c.reduce_arg;
+    l8_status st = l8_recipe_set_reduce(r, c.reduce, c.reduce_arg);
+    if (st != L8_OK) {
+        free(r);
+        return st;
+    }
     *out = r;
     return L8_OK;
 }
@@ -117,6 +122,8 @@ void l8_recipe_destroy(l8_recipe *r)
 {
     if (!r)
         return;
+    l8_status ignored = l8_recipe_set_reduce(r, NULL, NULL);   /* detaches: never fails */
+    (void)ignored;
     for (int i = 0; i < r->n; i++) {
         l8_fp8_meta_release(r->metas[i]);
         free(r->names[i]);
@@ -157,11 +164,26 @@ l8_fp8_meta *l8_recipe_meta(const l8_recipe *r, int i)
     return r && i >= 0 && i < r->n ? r->metas[i] : NULL;
 }
 
+/* The hook's communicator is being destroyed first (l8_comm_destroy calls this). */
+static void comm_lost(void *obj)
+{
+    l8_recipe *r = obj;
+    r->reduce_arg = NULL;
+    r->reduce_lost = 1;
+}
+
 l8_status l8_recipe_set_reduce(l8_recipe *r, l8_amax_reduce_fn fn, void *arg)
 {
     L8_ARG(r != NULL);
+    /* over a communicator (the documented pairing): attach, so that
+     * l8_comm_destroy first leaves an error here and not a dangling arg */
+    if (fn == l8_comm_reduce_amax && arg)
+        L8_CHECK(l8i_comm_attach(arg, comm_lost, r));
+    if (r->reduce == l8_comm_reduce_amax && r->reduce_arg)
+        l8i_comm_detach(r->reduce_arg, r);
     r->reduce = fn;
     r->reduce_arg = fn ? arg : NULL;
+    r->reduce_lost = 0;
     return L8_OK;
 }
 
@@ -402,6 +424,9 @@ l8_status l8_recipe_update(l8_recipe *r, l8_stream *s)
 {
     L8_ARG(r != NULL);
     L8_CHECK(l8i_resolve_stream("l8_recipe_update", r->ctx, &s));
+    if (r->reduce_lost)
+        return L8_FAIL(L8_ERR_STATE, "l8_recipe_update: the communicator of the amax reduction "
+                       "(l8_recipe_set_reduce) was destroyed first; set another hook or none");
     if (r->n == 0) {
         r->updates++;
         return L8_OK;

@@ -130,7 +130,11 @@ l8_fp8_meta *l8_recipe_meta(const l8_recipe *r, int i);    /* borrowed; NULL if 
 uint64_t l8_recipe_updates(const l8_recipe *r);
 l8_ctx *l8_recipe_ctx(const l8_recipe *r);
 
-/* Install or remove (fn NULL) the amax-reduction hook. Errors: L8_ERR_INVALID_ARG. */
+/* Install or remove (fn NULL) the amax-reduction hook. Over a communicator
+ * (fn = l8_comm_reduce_amax, arg = the l8_comm) the recipe is told when the
+ * communicator is destroyed first: l8_recipe_update then fails with
+ * L8_ERR_STATE until a hook is set again. Errors: L8_ERR_INVALID_ARG,
+ * L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_recipe_set_reduce(l8_recipe *r, l8_amax_reduce_fn fn, void *arg);
 
 /* The step's update (see the banner), enqueued on s (NULL: compute stream).

@@ -135,9 +135,20 @@ void l8_comm_abort(l8_comm *c)
     }
 }
 
+l8_status l8i_comm_attach(l8_comm *c, void (*lost)(void *obj), void *obj)
+{
+    return l8i_deps_add(&c->deps, lost, obj, "l8_comm");
+}
+
+void l8i_comm_detach(l8_comm *c, void *obj)
+{
+    l8i_deps_remove(&c->deps, obj);
+}
+
 void l8_comm_destroy(l8_comm *c)
 {
     if (!c) return;
+    l8i_deps_notify(&c->deps);           /* first: nothing may use c from here on */
     if (c->nccl) l8i_nccl_destroy(c);
     if (c->xp) {
         /* The root communicator leaves the group; children only drop their

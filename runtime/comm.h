@@ -192,7 +192,9 @@ L8_NODISCARD l8_status l8_comm_grid(l8_comm *comm, int tp, l8_comm **tp_comm, l8
 /* Leave: waits for this rank's outstanding collectives (NCCL: ncclCommFinalize,
  * bounded by the timeout, then ncclCommDestroy; a failed communicator is
  * aborted instead). Sub-communicators are independent objects: destroy each.
- * NULL: no-op. */
+ * Destroy what uses the communicator first (a DDP reducer, tensor-parallel
+ * layers, hooks installed with it as arg); what is left is told and fails
+ * with L8_ERR_STATE where it would have used it. NULL: no-op. */
 void l8_comm_destroy(l8_comm *comm);
 
 /* Abort now (ncclCommAbort; host: close the sockets / leave the group): the

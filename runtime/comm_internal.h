@@ -135,6 +135,7 @@ struct l8_comm {
     /* the first error, repeated by every later call */
     l8_status failed;
     char failure[512];
+    l8i_deps deps;                        /* told at destroy (l8i_comm_attach) */
 };
 
 /* Record the communicator's first failure and return it (later calls return

@@ -14,9 +14,10 @@
  *    report in one micro-batch is caught, and reported[id] >= step_mb0 says
  *    it reported in this step; done[id] = 1 once it reported in the last
  *    micro-batch (or was zeroed, or finish took its earlier gradient).
- *  - g is NULL once the group was destroyed (group_lost): every call that
- *    needs the group then fails with L8_ERR_STATE; the views in b_view and
- *    the shards hold their own references to its storage.
+ *  - g is NULL once the group was destroyed (group_lost), dp once the
+ *    communicator was (comm_lost): every call that steps, zeroes or gathers
+ *    then fails with L8_ERR_STATE; the views in b_view and the shards hold
+ *    their own references to the group's storage.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,17 +58,16 @@ void l8_ddp_config_init(l8_ddp_config *cfg)
 
 static l8_status on_report(void *arg, int id, l8_event *ev);
 
-/* The group is being destroyed before this reducer (l8_params_destroy calls this). */
-static void group_lost(void *obj)
-{
-    ((l8_ddp *)obj)->g = NULL;
-}
+/* The group or the communicator is being destroyed before this reducer
+ * (l8_params_destroy / l8_comm_destroy call these). */
+static void group_lost(void *obj) { ((l8_ddp *)obj)->g = NULL; }
+static void comm_lost(void *obj) { ((l8_ddp *)obj)->dp = NULL; }
 
-static l8_status need_group(const l8_ddp *d, const char *op)
+static l8_status need_parts(const l8_ddp *d, const char *op)
 {
-    if (d->g) return L8_OK;
-    return L8_FAIL(L8_ERR_STATE, "%s: the parameter group was destroyed before this reducer "
-                   "(l8_ddp_destroy it first)", op);
+    if (d->g && d->dp) return L8_OK;
+    return L8_FAIL(L8_ERR_STATE, "%s: the %s was destroyed before this reducer (l8_ddp_destroy "
+                   "it first)", op, d->g ? "communicator" : "parameter group");
 }
 
 /* pending[b] = the parameters in bucket b (a parameter spanning two counts in both). */
@@ -209,6 +209,7 @@ l8_status l8_ddp_create(l8_params *g, l8_comm *dp, const l8_ddp_config *cfg, l8_
     if (st == L8_OK) st = l8_event_create(d->ctx, 0, &d->ev);
     if (st == L8_OK) reset_pending(d);
     if (st == L8_OK) st = l8i_params_attach(g, group_lost, d);
+    if (st == L8_OK) st = l8i_comm_attach(dp, comm_lost, d);
     if (st == L8_OK) st = l8_params_set_grad_ready_cb(g, on_report, d);
     if (st != L8_OK) {
         l8_ddp_destroy(d);
@@ -231,6 +232,7 @@ void l8_ddp_destroy(l8_ddp *d)
         }
         l8i_params_detach(d->g, d);
     }
+    if (d->dp) l8i_comm_detach(d->dp, d);
     for (int b = 0; d->b_view && b < d->nb; b++) {
         l8_tensor_destroy(d->b_view[b]);
         l8_tensor_destroy(d->g_shard[b]);
@@ -277,6 +279,7 @@ static l8_status count_done(l8_ddp *d, int id)
 static l8_status on_report(void *arg, int id, l8_event *ev)
 {
     l8_ddp *d = arg;
+    L8_CHECK(need_parts(d, "l8_ddp"));
     if (id < 0 || id >= d->np)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp: report of parameter id %d (the group has %d)",
                        id, d->np);
@@ -294,7 +297,7 @@ static l8_status on_report(void *arg, int id, l8_event *ev)
 l8_status l8_ddp_begin_micro_batch(l8_ddp *d, int last)
 {
     L8_ARG(d != NULL && (last == 0 || last == 1));
-    L8_CHECK(need_group(d, "l8_ddp_begin_micro_batch"));
+    L8_CHECK(need_parts(d, "l8_ddp_begin_micro_batch"));
     d->mb++;
     d->last = last;
     return L8_OK;
@@ -321,7 +324,7 @@ static l8_status zero_param(l8_ddp *d, int id)
 l8_status l8_ddp_mark_unused(l8_ddp *d, int id)
 {
     L8_ARG(d != NULL);
-    L8_CHECK(need_group(d, "l8_ddp_mark_unused"));
+    L8_CHECK(need_parts(d, "l8_ddp_mark_unused"));
     if (id < 0 || id >= d->np)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_mark_unused: parameter id %d (the group has %d)",
                        id, d->np);
@@ -349,7 +352,7 @@ static void reset_step(l8_ddp *d)
 l8_status l8_ddp_finish(l8_ddp *d, l8_stream *s)
 {
     L8_ARG(d != NULL);
-    L8_CHECK(need_group(d, "l8_ddp_finish"));
+    L8_CHECK(need_parts(d, "l8_ddp_finish"));
     L8_CHECK(l8i_resolve_stream("l8_ddp_finish", d->ctx, &s));
     l8_status st = L8_OK;
     if (d->strict) {
@@ -432,7 +435,7 @@ l8_status l8_ddp_shard_ranges(const l8_ddp *d, int max, int *n, int64_t *offset,
 l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait)
 {
     L8_ARG(d != NULL && (wait == 0 || wait == 1));
-    L8_CHECK(need_group(d, "l8_ddp_gather_params"));
+    L8_CHECK(need_parts(d, "l8_ddp_gather_params"));
     if (!d->zero1)
         return L8_FAIL(L8_ERR_STATE, "l8_ddp_gather_params: the reducer was not made with zero1 = 1");
     L8_CHECK(l8i_resolve_stream("l8_ddp_gather_params", d->ctx, &s));
@@ -451,7 +454,7 @@ l8_status l8_ddp_gather_params(l8_ddp *d, l8_stream *s, int wait)
 l8_status l8_ddp_wait_param(l8_ddp *d, int id, l8_stream *s)
 {
     L8_ARG(d != NULL);
-    L8_CHECK(need_group(d, "l8_ddp_wait_param"));
+    L8_CHECK(need_parts(d, "l8_ddp_wait_param"));
     if (id < -1 || id >= d->np)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_ddp_wait_param: parameter id %d (the group has %d)",
                        id, d->np);

@@ -89,9 +89,10 @@ typedef struct l8_ddp_config {
 void l8_ddp_config_init(l8_ddp_config *cfg);
 
 /* A reducer for finalized group g over dp (of g's context); it becomes g's
- * grad-ready consumer until destroyed. dp must outlive it. g should: a group
- * destroyed first leaves the reducer inert (every call below that steps,
- * zeroes or gathers fails with L8_ERR_STATE; l8_ddp_destroy still works).
+ * grad-ready consumer until destroyed. g and dp should outlive it: either
+ * one destroyed first leaves the reducer inert (every call below that
+ * steps, zeroes or gathers, and a report through the group, fails with
+ * L8_ERR_STATE; l8_ddp_destroy still works).
  * Errors: L8_ERR_INVALID_ARG (NULL, not finalized, another context,
  * bucket_elems < 0, overlap/strict not 0 or 1), L8_ERR_STATE (g already has a
  * grad-ready consumer: another reducer, or l8_params_set_grad_ready_cb; a

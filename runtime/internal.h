@@ -146,15 +146,31 @@ l8_status l8i_interleave(l8_stream *s, void *dst, const void *src, int64_t world
  * thread-safe against concurrent l8i_interleave calls. */
 void l8i_interleave_set_launch_words(uint32_t words);
 
-/* ---- params.c: what is built over a group ----
- * An object that keeps a pointer to a group (a DDP reducer, an optimizer, a
- * layer reporting into it) attaches after it is made and detaches in its
- * destroy. l8_params_destroy calls lost(obj) for each one still attached,
- * newest first, before it frees anything: the object drops its pointer and
- * refuses later calls with L8_ERR_STATE, and its own destroy still works.
- * lost() must not call into the group. Errors: L8_ERR_OOM. */
+/* ---- deps.c: dependents ----
+ * An object that keeps a pointer to a parameter group (a DDP reducer, an
+ * optimizer, a layer reporting into it) or to a communicator (a reducer, a
+ * tensor-parallel layer, a recipe's or optimizer's reduce hook over it)
+ * attaches after it is made and detaches in its destroy. Destroying the
+ * group or communicator calls lost(obj) for each one still attached, newest
+ * first, before it frees anything: the object drops its pointer and refuses
+ * later calls that need it with L8_ERR_STATE, and its own destroy still
+ * works. lost() must not call into what is being destroyed. */
+typedef struct l8i_deps {
+    struct l8i_dep *v;
+    int n, cap;
+} l8i_deps;
+/* Errors: L8_ERR_OOM (the message names `what`). */
+L8_NODISCARD l8_status l8i_deps_add(l8i_deps *d, void (*lost)(void *obj), void *obj,
+                                    const char *what);
+void l8i_deps_remove(l8i_deps *d, void *obj);   /* not in the list: no-op */
+void l8i_deps_notify(l8i_deps *d);              /* lost() each, newest first; empties, frees */
+
+/* ---- params.c, comm.c: the dependents of a group and of a communicator ---- */
+typedef struct l8_comm l8_comm;   /* runtime/comm.h */
 L8_NODISCARD l8_status l8i_params_attach(l8_params *g, void (*lost)(void *obj), void *obj);
-void l8i_params_detach(l8_params *g, void *obj);   /* not attached: no-op */
+void l8i_params_detach(l8_params *g, void *obj);
+L8_NODISCARD l8_status l8i_comm_attach(l8_comm *c, void (*lost)(void *obj), void *obj);
+void l8i_comm_detach(l8_comm *c, void *obj);
 /* The installed grad-ready callback (NULL: none) and its arg. */
 l8_grad_ready_fn l8i_params_grad_ready_cb(const l8_params *g, void **arg);
 

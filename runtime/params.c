@@ -11,7 +11,7 @@
  *  - `padded` is the running sum of round_up(numel, ALIGN) over all
  *    registered params and never exceeds PADDED_MAX, so every byte offset
  *    into every buffer fits int64 and size_t.
- *  - `dep` lists the objects built over the group that are still alive (a
+ *  - `deps` lists the objects built over the group that are still alive (a
  *    DDP reducer, an optimizer, a layer; l8i_params_attach);
  *    l8_params_destroy tells each one before it frees anything, so none
  *    keeps a dangling pointer.
@@ -53,11 +53,7 @@ struct l8_params {
     int *ready;                   /* reports per param since the last reset */
     l8_grad_ready_fn cb;
     void *cb_arg;
-    struct dependent {
-        void (*lost)(void *obj);
-        void *obj;
-    } *dep;                       /* [ndep] l8i_params_attach, in attach order */
-    int ndep, capdep;
+    l8i_deps deps;                /* l8i_params_attach */
 };
 
 static int64_t round_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -173,12 +169,7 @@ void l8_params_destroy(l8_params *g)
 {
     if (!g)
         return;
-    /* newest first; each is off the list before its lost() runs */
-    while (g->ndep > 0) {
-        struct dependent d = g->dep[--g->ndep];
-        d.lost(d.obj);
-    }
-    free(g->dep);
+    l8i_deps_notify(&g->deps);
     unfinalize(g);
     for (int i = 0; i < g->n; i++)
         free(g->p[i].name);
@@ -431,26 +422,12 @@ l8_status l8_params_set_grad_ready_cb(l8_params *g, l8_grad_ready_fn fn, void *a
 
 l8_status l8i_params_attach(l8_params *g, void (*lost)(void *obj), void *obj)
 {
-    if (g->ndep == g->capdep) {
-        int cap = g->capdep ? 2 * g->capdep : 4;
-        struct dependent *d = realloc(g->dep, (size_t)cap * sizeof *d);
-        if (!d)
-            return L8_FAIL(L8_ERR_OOM, "l8_params: out of host memory");
-        g->dep = d;
-        g->capdep = cap;
-    }
-    g->dep[g->ndep++] = (struct dependent){ lost, obj };
-    return L8_OK;
+    return l8i_deps_add(&g->deps, lost, obj, "l8_params");
 }
 
 void l8i_params_detach(l8_params *g, void *obj)
 {
-    for (int i = 0; i < g->ndep; i++)
-        if (g->dep[i].obj == obj) {
-            memmove(&g->dep[i], &g->dep[i + 1], (size_t)(g->ndep - i - 1) * sizeof *g->dep);
-            g->ndep--;
-            return;
-        }
+    l8i_deps_remove(&g->deps, obj);
 }
 
 l8_grad_ready_fn l8i_params_grad_ready_cb(const l8_params *g, void **arg)

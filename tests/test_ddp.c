@@ -550,6 +550,41 @@ START_TEST(test_ddp_group_destroyed_first)
 }
 END_TEST
 
+/* The communicator destroyed before what uses it: the reducer over it, the
+ * recipe's amax hook and the optimizer's norm hook over it are told; each
+ * call that would use it fails, and a hook set anew (here: none) works. */
+START_TEST(test_ddp_comm_destroyed_first)
+{
+    l8_ctx *ctx = l8t_ctx("host", NULL, 0);
+    l8_comm_id cid;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &cid));
+    L8_CK(l8_comm_init_rank(ctx, &cid, 0, 1, NULL, &c));
+    ddp_case k = { .mode = L8_LINEAR_FP8, .zero = 1, .salt = 9 };
+    net nt;
+    L8_CK(net_make(ctx, c, &k, &nt));     /* ZeRO-1: the norm hook over c too */
+    L8_CK(net_step(&nt, &k, 0, 0, ROWS));
+    l8_comm_destroy(c);
+    L8_CK_ST(l8_ddp_begin_micro_batch(nt.ddp, 1), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "the communicator was destroyed before this "
+                         "reducer"), "%s", l8_last_error_string());
+    L8_CK_ST(l8_ddp_finish(nt.ddp, NULL), L8_ERR_STATE);
+    L8_CK_ST(l8_ddp_gather_params(nt.ddp, NULL, 1), L8_ERR_STATE);
+    L8_CK_ST(l8_params_grad_ready(nt.g, nt.w1, NULL), L8_ERR_STATE);   /* the reducer's hook */
+    L8_CK_ST(l8_recipe_update(nt.r, NULL), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "amax reduction"), "%s",
+                  l8_last_error_string());
+    L8_CK_ST(l8_optim_step(nt.o, NULL, NULL), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "norm reduction"), "%s", l8_last_error_string());
+    L8_CK(l8_recipe_set_reduce(nt.r, NULL, NULL));
+    L8_CK(l8_recipe_update(nt.r, NULL));
+    L8_CK(l8_optim_set_norm_reduce(nt.o, NULL, NULL));
+    L8_CK(l8_optim_step(nt.o, NULL, NULL));
+    net_free(&nt);
+    l8t_ctx_finish(ctx);
+}
+END_TEST
+
 /* GPU, world size 1 over NCCL: the same network, several buckets; the
  * buckets launch during backward (before finish), the step completes and
  * equals the run without a reducer bitwise (an average over one rank). */
@@ -601,6 +636,7 @@ Suite *l8_ddp_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_ddp_errors);
     tcase_add_test(tc, test_ddp_group_destroyed_first);
+    tcase_add_test(tc, test_ddp_comm_destroyed_first);
     tcase_add_test(tc, test_ddp_overlap_bitwise);
     tcase_add_test(tc, test_ddp_equals_one_rank);
     tcase_add_test(tc, test_ddp_seed000_scenarios);

@@ -401,6 +401,22 @@ START_TEST(test_tp_errors)
              L8_ERR_UNSUPPORTED);
     l8_linear_destroy(lin);
     lin = NULL;
+    /* its communicator destroyed before the layer: told, and every pass then
+     * fails with an error instead of using the freed communicator */
+    l8_comm *c2 = NULL;
+    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &id));
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c2));
+    cfg.tp_comm = c2;
+    L8_CK(l8_linear_create(ctx, &cfg, &lin));
+    l8_linear_ctx *saved = NULL;
+    L8_CK(l8_linear_forward(lin, x, y, &saved, NULL));
+    l8_comm_destroy(c2);
+    L8_CK_ST(l8_linear_backward(lin, &saved, y, NULL, NULL), L8_ERR_STATE);
+    ck_assert_msg(strstr(l8_last_error_string(), "tensor-parallel communicator was destroyed"),
+                  "%s", l8_last_error_string());
+    L8_CK_ST(l8_linear_forward(lin, x, y, NULL, NULL), L8_ERR_STATE);
+    l8_linear_ctx_destroy(saved);
+    l8_linear_destroy(lin);
     l8_tensor_destroy(b), l8_tensor_destroy(gb), l8_tensor_destroy(x), l8_tensor_destroy(y);
     l8_tensor_destroy(hh);
     l8_tensor_destroy(w), l8_tensor_destroy(gw);
