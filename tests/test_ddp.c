@@ -409,18 +409,22 @@ START_TEST(test_ddp_seed000_scenarios)
 }
 END_TEST
 
+/* A group of one parameter, "a" of 10 elements (its id in *a); not finalized. */
+static l8_params *small_group(l8_ctx *ctx, int *a)
+{
+    l8_params *g = NULL;
+    int64_t sh[1] = { 10 };
+    L8_CK(l8_params_create(ctx, NULL, &g));
+    L8_CK(l8_params_add(g, "a", 1, sh, a));
+    return g;
+}
+
 START_TEST(test_ddp_errors)
 {
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
-    l8_comm_id id;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &id));
-    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
-    l8_params *g = NULL;
-    L8_CK(l8_params_create(ctx, NULL, &g));
-    int64_t sh[1] = { 10 };
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_THREADS);
     int a;
-    L8_CK(l8_params_add(g, "a", 1, sh, &a));
+    l8_params *g = small_group(ctx, &a);
     l8_ddp *d = NULL;
     L8_CK_ST(l8_ddp_create(g, c, NULL, &d), L8_ERR_INVALID_ARG);          /* not finalized */
     L8_CK(l8_params_finalize(g));
@@ -472,15 +476,9 @@ static l8_status count_report(void *arg, int id, l8_event *ev)
 START_TEST(test_ddp_group_destroyed_first)
 {
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
-    l8_comm_id cid;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &cid));
-    L8_CK(l8_comm_init_rank(ctx, &cid, 0, 1, NULL, &c));
-    l8_params *g = NULL;
-    L8_CK(l8_params_create(ctx, NULL, &g));
-    int64_t sh[1] = { 10 };
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_THREADS);
     int a;
-    L8_CK(l8_params_add(g, "a", 1, sh, &a));
+    l8_params *g = small_group(ctx, &a);
     L8_CK(l8_params_finalize(g));
 
     l8_ddp *d = NULL, *d2 = NULL;
@@ -556,10 +554,7 @@ END_TEST
 START_TEST(test_ddp_comm_destroyed_first)
 {
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
-    l8_comm_id cid;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &cid));
-    L8_CK(l8_comm_init_rank(ctx, &cid, 0, 1, NULL, &c));
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_THREADS);
     ddp_case k = { .mode = L8_LINEAR_FP8, .zero = 1, .salt = 9 };
     net nt;
     L8_CK(net_make(ctx, c, &k, &nt));     /* ZeRO-1: the norm hook over c too */
@@ -591,10 +586,7 @@ END_TEST
 START_TEST(test_gpu_ddp_world1)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
-    l8_comm_id id;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
-    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_NCCL);
     for (int zero = 0; zero <= 1; zero++)
     for (int mode = L8_LINEAR_FP8; mode <= L8_LINEAR_BF16; mode++) {
         /* every parameter reports (an unused one would hold its bucket and the

@@ -362,10 +362,7 @@ START_TEST(test_tp_errors)
     l8t_world_free(jobs, 2);
     /* configuration mistakes, one rank */
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
-    l8_comm_id id;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &id));
-    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_THREADS);
     l8_gemm_handle *h = NULL;
     l8_gemm_config gc = L8_GEMM_CONFIG_INIT;
     L8_CK(l8_gemm_handle_create(ctx, &gc, &h));
@@ -403,9 +400,7 @@ START_TEST(test_tp_errors)
     lin = NULL;
     /* its communicator destroyed before the layer: told, and every pass then
      * fails with an error instead of using the freed communicator */
-    l8_comm *c2 = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_THREADS, &id));
-    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c2));
+    l8_comm *c2 = l8t_comm_one(ctx, L8_COMM_THREADS);
     cfg.tp_comm = c2;
     L8_CK(l8_linear_create(ctx, &cfg, &lin));
     l8_linear_ctx *saved = NULL;
@@ -434,10 +429,7 @@ END_TEST
 START_TEST(test_gpu_tp_world1)
 {
     l8_ctx *ctx = l8t_ctx("cuda:0", NULL, 0);
-    l8_comm_id id;
-    l8_comm *c = NULL;
-    L8_CK(l8_comm_id_create(ctx, L8_COMM_NCCL, &id));
-    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    l8_comm *c = l8t_comm_one(ctx, L8_COMM_NCCL);
     result *ref = l8t_xmalloc(sizeof *ref), *got = l8t_xmalloc(sizeof *got);
     static const int counts[] = { T, 40 };
     for (int i = 0; i < 2 * 2 * 2 * 2; i++) {     /* count, mode, par, sp */

@@ -118,6 +118,9 @@ struct l8t_job {
 void *l8t_rank_main(void *job);
 /* A new id of transport t (int: an l8_comm_transport). */
 struct l8_comm_id l8t_comm_id(int transport);
+/* A communicator of one rank over transport t on ctx (fails the test if it
+ * cannot be made). */
+struct l8_comm *l8t_comm_one(l8_ctx *ctx, int transport);
 /* Run fn on `world` (<= 8) ranks of a new communicator of transport t;
  * jobs[world] out. timeout_ms 0: 20 s. */
 void l8t_world_run(int world, int transport, l8t_rank_fn fn, const void *arg, l8t_job *jobs,

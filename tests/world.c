@@ -36,6 +36,15 @@ l8_comm_id l8t_comm_id(int transport)
     return id;
 }
 
+l8_comm *l8t_comm_one(l8_ctx *ctx, int transport)
+{
+    l8_comm_id id;
+    l8_comm *c = NULL;
+    L8_CK(l8_comm_id_create(ctx, (l8_comm_transport)transport, &id));
+    L8_CK(l8_comm_init_rank(ctx, &id, 0, 1, NULL, &c));
+    return c;
+}
+
 /* Run fn on `world` ranks (threads) of a new communicator; jobs[world] out. */
 void l8t_world_run(int world, int t, l8t_rank_fn fn, const void *arg, l8t_job *jobs,
                    int timeout_ms)
