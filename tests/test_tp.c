@@ -401,6 +401,11 @@ START_TEST(test_tp_errors)
     /* its communicator destroyed before the layer: told, and every pass then
      * fails with an error instead of using the freed communicator */
     l8_comm *c2 = l8t_comm_one(ctx, L8_COMM_THREADS);
+    l8_tensor *in[] = { w, b, x };   /* what the forward reads, defined (host memory) */
+    for (int i = 0; i < 3; i++) {
+        L8_CK(l8_tensor_data(in[i], &p));
+        memset(p, 0, l8_tensor_nbytes(in[i]));
+    }
     cfg.tp_comm = c2;
     L8_CK(l8_linear_create(ctx, &cfg, &lin));
     l8_linear_ctx *saved = NULL;
