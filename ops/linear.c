@@ -245,6 +245,12 @@ static l8_status check_config(l8_ctx *ctx, const l8_linear_config *c)
     if (c->accumulate_grad != 0 && c->accumulate_grad != 1)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: accumulate_grad is %d, not 0 or 1", op,
                        c->accumulate_grad);
+    if (c->grad_ready == l8_params_grad_ready && !c->grad_ready_arg)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: grad_ready is l8_params_grad_ready but "
+                       "grad_ready_arg is NULL (it must be the group to report into)", op);
+    if (c->grad_ready == l8_params_grad_ready && l8_params_ctx(c->grad_ready_arg) != ctx)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: grad_ready_arg is a group of another context",
+                       op);
     if (c->save_hooks && c->save_hooks->size < sizeof(l8_save_hooks))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: save_hooks->size is %zu, expected %zu (use"
                        " L8_SAVE_HOOKS_INIT)", op, c->save_hooks->size, sizeof(l8_save_hooks));

@@ -206,7 +206,8 @@ void l8_linear_config_init(l8_linear_config *cfg);
  * retained), allocates its persistent weight copies, and in FP8 mode
  * registers its three roles in the recipe. Nothing is cast until the first
  * forward. Errors: L8_ERR_INVALID_ARG (config, shapes, dtypes, contexts,
- * name), L8_ERR_UNSUPPORTED (FP8 with K or N not a multiple of 16),
+ * name, grad_ready = l8_params_grad_ready without a group of ctx as its
+ * arg), L8_ERR_UNSUPPORTED (FP8 with K or N not a multiple of 16),
  * L8_ERR_OOM; on error nothing is left behind (a role already registered in
  * the recipe stays there, unused). */
 L8_NODISCARD l8_status l8_linear_create(l8_ctx *ctx, const l8_linear_config *cfg,

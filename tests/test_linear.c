@@ -1953,6 +1953,11 @@ START_TEST(test_errors)
     BAD(c.bias = b8, L8_ERR_INVALID_ARG);
     BAD(c.accumulate_grad = 2, L8_ERR_INVALID_ARG);
     BAD(c.name = "", L8_ERR_INVALID_ARG);
+    l8_params *g_o = NULL;
+    L8_CK(l8_params_create(other, NULL, &g_o));
+    BAD(c.grad_ready = l8_params_grad_ready, L8_ERR_INVALID_ARG);          /* no group */
+    BAD((c.grad_ready = l8_params_grad_ready, c.grad_ready_arg = g_o), L8_ERR_INVALID_ARG);
+    l8_params_destroy(g_o);
     BAD((c.weight = w24, c.weight_grad = gw24), L8_ERR_UNSUPPORTED);   /* FP8: K = 24 */
     BAD((c.weight = w24, c.weight_grad = gw24, c.bias = b8, c.bias_grad = NULL),
         L8_ERR_INVALID_ARG);
