@@ -97,6 +97,9 @@ module lean8
     type, bind(c), public :: l8_comm
         type(c_ptr) :: p = c_null_ptr
     end type
+    type, bind(c), public :: l8_ddp               ! a data-parallel gradient reducer
+        type(c_ptr) :: p = c_null_ptr
+    end type
     ! A communicator's id: plain bytes, to broadcast from the rank that made it,
     ! e.g. call MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, ierr)
     type, bind(c), public :: l8_comm_id
@@ -133,6 +136,22 @@ module lean8
         type(c_ptr) :: tp_comm
         integer(c_int) :: parallel, sequence_parallel
     end type
+    type, bind(c) :: params_config
+        integer(c_size_t) :: size
+        integer(c_int) :: grad_dtype
+        integer(c_int64_t) :: pad_to
+    end type
+    type, bind(c) :: ddp_config
+        integer(c_size_t) :: size
+        integer(c_int64_t) :: bucket_elems
+        integer(c_int) :: overlap, strict, zero1
+    end type
+    type, bind(c) :: ddp_stats                    ! read back, not a config: no defaults
+        integer(c_size_t) :: size
+        integer(c_int) :: buckets
+        integer(c_int64_t) :: largest_bucket, steps
+        integer(c_int) :: launched_in_backward, launched_at_finish, zeroed
+    end type
 
     public :: l8_last_error_message, l8_status_name, l8_version
     public :: l8_ctx_create, l8_ctx_destroy, l8_ctx_synchronize, l8_ctx_device_name
@@ -167,6 +186,11 @@ module lean8
     public :: l8_ckpt_close, l8_ckpt_check_tensor
     public :: l8_comm_id_create, l8_comm_init_rank, l8_comm_destroy, l8_comm_rank, l8_comm_size
     public :: l8_comm_all_reduce, l8_comm_broadcast
+    public :: l8_recipe_set_reduce, l8_optim_set_norm_reduce
+    public :: l8_optim_set_shard, l8_optim_set_shard_rank
+    public :: l8_ddp_create, l8_ddp_destroy, l8_ddp_begin_micro_batch, l8_ddp_mark_unused
+    public :: l8_ddp_finish, l8_ddp_shard_ranges, l8_ddp_gather_params, l8_ddp_wait_param
+    public :: l8_ddp_get_stats, l8_ddp_bucket
     public :: l8_fortran_check_layouts
 
     ! Tensors from and to Fortran arrays of f32 (real(c_float)), i32
@@ -766,6 +790,121 @@ module lean8
         end function
     end interface
 
+    ! ---- data parallel (runtime/ddp.h) and the hooks over a communicator ----
+    interface
+        ! Taken by address only (c_funloc): the hooks C calls back.
+        function c_params_grad_ready(group, id, ev) bind(c, name='l8_params_grad_ready')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: group, ev
+            integer(c_int), value :: id
+            integer(c_int) :: c_params_grad_ready
+        end function
+        function c_comm_reduce_amax(comm, t, s) bind(c, name='l8_comm_reduce_amax')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, t, s
+            integer(c_int) :: c_comm_reduce_amax
+        end function
+        function c_comm_reduce_sum(comm, t, s) bind(c, name='l8_comm_reduce_sum')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, t, s
+            integer(c_int) :: c_comm_reduce_sum
+        end function
+        subroutine c_params_config_init(cfg) bind(c, name='l8_params_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_recipe_set_reduce(r, fn, arg) bind(c, name='l8_recipe_set_reduce')
+            import :: c_ptr, c_funptr, c_int
+            type(c_ptr), value :: r, arg
+            type(c_funptr), value :: fn
+            integer(c_int) :: c_recipe_set_reduce
+        end function
+        function c_optim_set_norm_reduce(o, fn, arg) bind(c, name='l8_optim_set_norm_reduce')
+            import :: c_ptr, c_funptr, c_int
+            type(c_ptr), value :: o, arg
+            type(c_funptr), value :: fn
+            integer(c_int) :: c_optim_set_norm_reduce
+        end function
+        function c_optim_set_shard(o, n, offset, numel) bind(c, name='l8_optim_set_shard')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: o
+            integer(c_int), value :: n
+            integer(c_int64_t), intent(in) :: offset(*), numel(*)
+            integer(c_int) :: c_optim_set_shard
+        end function
+        function c_optim_set_shard_rank(o, rank, world) bind(c, name='l8_optim_set_shard_rank')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int), value :: rank, world
+            integer(c_int) :: c_optim_set_shard_rank
+        end function
+        subroutine c_ddp_config_init(cfg) bind(c, name='l8_ddp_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_ddp_create(g, dp, cfg, out) bind(c, name='l8_ddp_create')
+            import :: c_ptr, c_int, ddp_config
+            type(c_ptr), value :: g, dp
+            type(ddp_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_ddp_create
+        end function
+        subroutine c_ddp_destroy(d) bind(c, name='l8_ddp_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: d
+        end subroutine
+        function c_ddp_begin_micro_batch(d, last) bind(c, name='l8_ddp_begin_micro_batch')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: d
+            integer(c_int), value :: last
+            integer(c_int) :: c_ddp_begin_micro_batch
+        end function
+        function c_ddp_mark_unused(d, id) bind(c, name='l8_ddp_mark_unused')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: d
+            integer(c_int), value :: id
+            integer(c_int) :: c_ddp_mark_unused
+        end function
+        function c_ddp_finish(d, s) bind(c, name='l8_ddp_finish')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: d, s
+            integer(c_int) :: c_ddp_finish
+        end function
+        function c_ddp_shard_ranges(d, max, n, offset, numel) bind(c, name='l8_ddp_shard_ranges')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: d
+            integer(c_int), value :: max
+            integer(c_int) :: n
+            integer(c_int64_t) :: offset(*), numel(*)
+            integer(c_int) :: c_ddp_shard_ranges
+        end function
+        function c_ddp_gather_params(d, s, wait) bind(c, name='l8_ddp_gather_params')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: d, s
+            integer(c_int), value :: wait
+            integer(c_int) :: c_ddp_gather_params
+        end function
+        function c_ddp_wait_param(d, id, s) bind(c, name='l8_ddp_wait_param')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: d, s
+            integer(c_int), value :: id
+            integer(c_int) :: c_ddp_wait_param
+        end function
+        function c_ddp_get_stats(d, out) bind(c, name='l8_ddp_get_stats')
+            import :: c_ptr, c_int, ddp_stats
+            type(c_ptr), value :: d
+            type(ddp_stats) :: out
+            integer(c_int) :: c_ddp_get_stats
+        end function
+        function c_ddp_bucket(d, b, first, n) bind(c, name='l8_ddp_bucket')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: d
+            integer(c_int), value :: b
+            integer(c_int64_t) :: first, n
+            integer(c_int) :: c_ddp_bucket
+        end function
+    end interface
+
     ! Room for the C init functions to write a whole (grown) struct into.
     integer, parameter :: SCRATCH_WORDS = 512             ! 4 KiB
 
@@ -803,6 +942,22 @@ contains
         cfg = transfer(c_defaults(c_linear_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
+    subroutine init_params_config(cfg)
+        type(params_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_params_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_ddp_config(cfg)
+        type(ddp_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_ddp_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+
+    ! A logical as the C side's 0 / 1.
+    pure integer(c_int) function int01(x)
+        logical, intent(in) :: x
+        int01 = merge(1_c_int, 0_c_int, x)
+    end function
 
     ! ---- strings ----
 
@@ -1065,10 +1220,19 @@ contains
 
     ! ---- parameter groups ----
 
-    integer(c_int) function l8_params_create(ctx, g) result(st)
+    ! A new empty group. grad_dtype: L8_F32 (default) or L8_BF16 main_grads;
+    ! pad_to: the buffers' length a multiple of this many elements (default
+    ! 128; ZeRO-1 over p ranks needs 128 * p, see l8_ddp_create).
+    integer(c_int) function l8_params_create(ctx, g, grad_dtype, pad_to) result(st)
         type(l8_ctx), intent(in) :: ctx
         type(l8_params), intent(out) :: g
-        st = c_params_create(ctx%p, c_null_ptr, g%p)
+        integer(c_int), intent(in), optional :: grad_dtype
+        integer, intent(in), optional :: pad_to
+        type(params_config), target :: cfg
+        call init_params_config(cfg)
+        if (present(grad_dtype)) cfg%grad_dtype = grad_dtype
+        if (present(pad_to)) cfg%pad_to = int(pad_to, c_int64_t)
+        st = c_params_create(ctx%p, c_loc(cfg), g%p)
     end function
 
     subroutine l8_params_destroy(g)
@@ -1260,9 +1424,11 @@ contains
     ! Y = X . W^T + b. weight/weight_grad: the group's master and main_grad
     ! views of a parameter of Fortran dims [K, N] (C (N, K)); bias/bias_grad
     ! [N], optional together; recipe required for L8_LINEAR_FP8 (the default
-    ! mode). weight_id/bias_id: the group's ids.
+    ! mode). weight_id/bias_id: the group's ids. grad_ready: the group the
+    ! layer reports each finished gradient to (l8_params_grad_ready; what a
+    ! data-parallel reducer over the group listens to, l8_ddp_create).
     integer(c_int) function l8_linear_create(ctx, name, gemm, weight, weight_grad, lin, mode, &
-            recipe, bias, bias_grad, weight_id, bias_id) result(st)
+            recipe, bias, bias_grad, weight_id, bias_id, grad_ready) result(st)
         type(l8_ctx), intent(in) :: ctx
         character(len=*), intent(in) :: name
         type(l8_gemm_handle), intent(in) :: gemm
@@ -1271,6 +1437,7 @@ contains
         integer(c_int), intent(in), optional :: mode, weight_id, bias_id
         type(l8_recipe), intent(in), optional :: recipe
         type(l8_tensor), intent(in), optional :: bias, bias_grad
+        type(l8_params), intent(in), optional :: grad_ready
         type(linear_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: cname
         call init_linear_config(cfg)
@@ -1285,6 +1452,10 @@ contains
         if (present(bias_grad)) cfg%bias_grad = bias_grad%p
         if (present(weight_id)) cfg%weight_id = weight_id
         if (present(bias_id)) cfg%bias_id = bias_id
+        if (present(grad_ready)) then
+            cfg%grad_ready = c_funloc(c_params_grad_ready)
+            cfg%grad_ready_arg = grad_ready%p
+        end if
         st = c_linear_create(ctx%p, cfg, lin%p)
     end function
 
@@ -1790,6 +1961,153 @@ contains
         st = c_comm_broadcast(comm%p, buf%p, int(root, c_int), c_null_ptr)
     end function
 
+    ! ---- data parallel (runtime/ddp.h) ----
+    ! A step: l8_ddp_begin_micro_batch(d, last) before each micro-batch's
+    ! backward (optional with one), the backward (layers created with
+    ! grad_ready = g report into the group), l8_ddp_finish(d) before the
+    ! optimizer step: main_grad then holds the average over the ranks.
+
+    ! The amax hook of a recipe over comm (l8_comm_reduce_amax: every rank
+    ! casts with one scale); comm absent: no hook.
+    integer(c_int) function l8_recipe_set_reduce(r, comm) result(st)
+        type(l8_recipe), intent(in) :: r
+        type(l8_comm), intent(in), optional :: comm
+        if (present(comm)) then
+            st = c_recipe_set_reduce(r%p, c_funloc(c_comm_reduce_amax), comm%p)
+        else
+            st = c_recipe_set_reduce(r%p, c_null_funptr, c_null_ptr)
+        end if
+    end function
+    ! The norm hook of an optimizer over comm (l8_comm_reduce_sum: the
+    ! gradient norm of a ZeRO-1 group is its shards' sum); comm absent: none.
+    integer(c_int) function l8_optim_set_norm_reduce(opt, comm) result(st)
+        type(l8_optim), intent(in) :: opt
+        type(l8_comm), intent(in), optional :: comm
+        if (present(comm)) then
+            st = c_optim_set_norm_reduce(opt%p, c_funloc(c_comm_reduce_sum), comm%p)
+        else
+            st = c_optim_set_norm_reduce(opt%p, c_null_funptr, c_null_ptr)
+        end if
+    end function
+    ! ZeRO-1: the optimizer keeps state for these ranges of the group's
+    ! buffers only (what l8_ddp_shard_ranges gives: offset(1:n), numel(1:n)).
+    integer(c_int) function l8_optim_set_shard(opt, offset, numel) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer(c_int64_t), intent(in) :: offset(:), numel(:)
+        if (size(offset) /= size(numel)) then
+            st = c_optim_set_shard(opt%p, -1_c_int, offset, numel)   ! refused, with its message
+        else
+            st = c_optim_set_shard(opt%p, int(size(offset), c_int), offset, numel)
+        end if
+    end function
+    ! Which rank (0-based) of how many the shard is: named in checkpoints.
+    integer(c_int) function l8_optim_set_shard_rank(opt, rank, world) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer, intent(in) :: rank, world
+        st = c_optim_set_shard_rank(opt%p, int(rank, c_int), int(world, c_int))
+    end function
+
+    ! A reducer for the finalized group g over comm; it becomes the group's
+    ! grad-ready consumer. bucket_elems: target elements per bucket (default
+    ! 40M); overlap (default .true.): reduce buckets during backward; strict:
+    ! a parameter that never reports fails finish (default: it is zeroed);
+    ! zero1: reduce-scatter for a sharded optimizer (g created with
+    ! pad_to = 128 * ranks).
+    integer(c_int) function l8_ddp_create(g, comm, d, bucket_elems, overlap, strict, zero1) &
+            result(st)
+        type(l8_params), intent(in) :: g
+        type(l8_comm), intent(in) :: comm
+        type(l8_ddp), intent(out) :: d
+        integer, intent(in), optional :: bucket_elems
+        logical, intent(in), optional :: overlap, strict, zero1
+        type(ddp_config) :: cfg
+        call init_ddp_config(cfg)
+        if (present(bucket_elems)) cfg%bucket_elems = int(bucket_elems, c_int64_t)
+        if (present(overlap)) cfg%overlap = int01(overlap)
+        if (present(strict)) cfg%strict = int01(strict)
+        if (present(zero1)) cfg%zero1 = int01(zero1)
+        st = c_ddp_create(g%p, comm%p, cfg, d%p)
+    end function
+    subroutine l8_ddp_destroy(d)
+        type(l8_ddp), intent(inout) :: d
+        call c_ddp_destroy(d%p)
+        d%p = c_null_ptr
+    end subroutine
+    ! The next backward is a micro-batch; last = .true. for the step's last.
+    integer(c_int) function l8_ddp_begin_micro_batch(d, last) result(st)
+        type(l8_ddp), intent(in) :: d
+        logical, intent(in) :: last
+        st = c_ddp_begin_micro_batch(d%p, int01(last))
+    end function
+    ! Parameter id (0-based) gets no gradient this step (zeroed, counts as
+    ! reported), during the last micro-batch.
+    integer(c_int) function l8_ddp_mark_unused(d, id) result(st)
+        type(l8_ddp), intent(in) :: d
+        integer(c_int), intent(in) :: id
+        st = c_ddp_mark_unused(d%p, id)
+    end function
+    ! End of backward: the remaining buckets launched, the compute stream
+    ! waits for them; main_grad is the ranks' average after it.
+    integer(c_int) function l8_ddp_finish(d) result(st)
+        type(l8_ddp), intent(in) :: d
+        st = c_ddp_finish(d%p, c_null_ptr)
+    end function
+    ! ZeRO-1: this rank's range of each bucket, n of them, in offset(1:n),
+    ! numel(1:n) (elements of the group's buffers; 0-based offsets). The
+    ! arrays need one entry per bucket (l8_ddp_get_stats' buckets).
+    integer(c_int) function l8_ddp_shard_ranges(d, offset, numel, n) result(st)
+        type(l8_ddp), intent(in) :: d
+        integer(c_int64_t), intent(out) :: offset(:), numel(:)
+        integer, intent(out) :: n
+        integer(c_int) :: cn
+        cn = 0
+        st = c_ddp_shard_ranges(d%p, int(min(size(offset), size(numel)), c_int), cn, offset, &
+                                numel)
+        n = int(cn)
+    end function
+    ! ZeRO-1, after the optimizer step: every rank's master weights whole
+    ! again. wait (default .true.): the compute stream waits for all of them;
+    ! .false.: call l8_ddp_wait_param before each parameter's first use.
+    integer(c_int) function l8_ddp_gather_params(d, wait) result(st)
+        type(l8_ddp), intent(in) :: d
+        logical, intent(in), optional :: wait
+        integer(c_int) :: w
+        w = 1
+        if (present(wait)) w = int01(wait)
+        st = c_ddp_gather_params(d%p, c_null_ptr, w)
+    end function
+    ! The compute stream waits for parameter id's gather (-1: every one's).
+    integer(c_int) function l8_ddp_wait_param(d, id) result(st)
+        type(l8_ddp), intent(in) :: d
+        integer(c_int), intent(in) :: id
+        st = c_ddp_wait_param(d%p, id, c_null_ptr)
+    end function
+    ! The buckets and the last finished step's counters, each optional.
+    integer(c_int) function l8_ddp_get_stats(d, buckets, largest_bucket, steps, &
+            launched_in_backward, launched_at_finish, zeroed) result(st)
+        type(l8_ddp), intent(in) :: d
+        integer, intent(out), optional :: buckets, launched_in_backward, launched_at_finish, zeroed
+        integer(c_int64_t), intent(out), optional :: largest_bucket, steps
+        type(ddp_stats) :: s
+        s = ddp_stats(c_sizeof(s), 0, 0, 0, 0, 0, 0)
+        st = c_ddp_get_stats(d%p, s)
+        if (present(buckets)) buckets = int(s%buckets)
+        if (present(largest_bucket)) largest_bucket = s%largest_bucket
+        if (present(steps)) steps = s%steps
+        if (present(launched_in_backward)) launched_in_backward = int(s%launched_in_backward)
+        if (present(launched_at_finish)) launched_at_finish = int(s%launched_at_finish)
+        if (present(zeroed)) zeroed = int(s%zeroed)
+    end function
+    ! Bucket b's (0-based) range of the grad buffer: elements [first, first + n).
+    integer(c_int) function l8_ddp_bucket(d, b, first, n) result(st)
+        type(l8_ddp), intent(in) :: d
+        integer, intent(in) :: b
+        integer(c_int64_t), intent(out) :: first, n
+        first = 0
+        n = 0
+        st = c_ddp_bucket(d%p, int(b, c_int), first, n)
+    end function
+
     ! ---- self-check ----
 
     ! 0 when every struct mirror of this module fits the C library's struct
@@ -1799,6 +2117,8 @@ contains
         type(ctx_config) :: cc
         type(adamw_config) :: ac
         type(linear_config) :: lc
+        type(params_config) :: pc
+        type(ddp_config) :: dc
         type(l8_comm_id) :: id_mold
         integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
         bad = 0
@@ -1811,9 +2131,20 @@ contains
         scratch = 0
         call c_linear_config_init(c_loc(scratch))
         if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(lc)) bad = bad + 1
+        scratch = 0
+        call c_params_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(pc)) bad = bad + 1
+        scratch = 0
+        call c_ddp_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(dc)) bad = bad + 1
         call init_ctx_config(cc)
         call init_adamw_config(ac)
         call init_linear_config(lc)
+        call init_params_config(pc)
+        call init_ddp_config(dc)
+        if (pc%grad_dtype /= L8_F32 .or. pc%pad_to /= 0) bad = bad + 1
+        if (dc%bucket_elems /= 0 .or. dc%overlap /= 1 .or. dc%strict /= 0 .or. dc%zero1 /= 0) &
+            bad = bad + 1
         if (c_associated(cc%device) .or. cc%memory_limit /= 0 .or. c_associated(cc%provider)) &
             bad = bad + 1
         if (abs(ac%lr - 1e-3) > 1e-9 .or. abs(ac%beta2 - 0.999) > 1e-7) bad = bad + 1

@@ -23,15 +23,30 @@
 !      trained k steps, saved (master, optimizer states, step, recipe state
 !      and metas) through l8_ckpt_*, destroyed, rebuilt and restored from the
 !      file, then trained N - k; bad state indices and steps are refused.
+!  11. data parallel over two processes (this program starts a second copy of
+!      itself as rank 1; TCP transport on host contexts): layers report into
+!      the group (grad_ready), the reducer averages main_grad over the ranks
+!      in buckets during backward, two micro-batches accumulate first, a
+!      parameter that never reports is zeroed; main_grad equals the mean of
+!      both ranks' gradients computed by a twin layer, bit for bit, with and
+!      without overlap; ZeRO-1 (a padded group, the shard ranges, the norm
+!      hook, the gather) gives the master weights of an unsharded AdamW on
+!      those gradients bit for bit; the recipe's amax hook gives every rank
+!      the same scales; errors (a second consumer, a bad id, a twice-marked
+!      parameter, grad_ready without a group). Each rank's failures are summed
+!      over the communicator, so rank 0 reports rank 1's too.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
     use, intrinsic :: iso_fortran_env, only: real64
+    use, intrinsic :: ieee_exceptions, only: ieee_set_flag, ieee_all
     use lean8
     implicit none
     integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
     ! -- 10. the FP8 model of the resume test: x(K, T) -> N -> N, GELU between
     integer, parameter :: NR8 = 6                          ! its recipe rows, 3 per layer
+    ! -- 11. the data-parallel layer DK -> DN, micro-batches of DT, a spare of DS
+    integer, parameter :: DK = 32, DN = 16, DT = 8, DS = 168   ! 896 elements, 1024 padded
     type :: fp8_model
         type(l8_params) :: g
         type(l8_gemm_handle) :: gemm
@@ -61,7 +76,20 @@ program test_fortran
     integer(c_int) :: wid, bid
     integer :: fails, i, j, tt
     character(len=256) :: path
+    character(len=1024) :: arg
     fails = 0
+
+    ! -- 11, the second rank: `lean8-fortran-test --ddp-rank1 IDFILE`
+    if (command_argument_count() == 2) then
+        call get_command_argument(1, arg)
+        if (arg == '--ddp-rank1') then
+            call get_command_argument(2, arg)
+            call ddp_world(1, trim(arg))
+            if (fails > 0) error stop 1
+            call ieee_set_flag(ieee_all, .false.)    ! STOP prints no floating-point summary
+            stop
+        end if
+    end if
 
     call check(l8_fortran_check_layouts() == 0, 'struct mirrors are prefixes of the C structs')
     call ok(l8_ctx_create(ctx), 'l8_ctx_create')
@@ -245,6 +273,7 @@ program test_fortran
     call rows_at()
     call lr_table()
     call resume()
+    call ddp_world(0, '')
 
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
     call l8_optim_destroy(opt)
@@ -1030,6 +1059,315 @@ contains
         call l8_tensor_destroy(amax)
         call l8_tensor_destroy(mv)
         call l8_tensor_destroy(stt)
+    end subroutine
+
+    ! -- 11. Data parallel over two processes. Rank 0 makes the id, writes it
+    !    to a file and starts rank 1 (this program with --ddp-rank1 FILE).
+    subroutine ddp_world(rank, idfile)
+        integer, intent(in) :: rank
+        character(len=*), intent(in) :: idfile
+        integer, parameter :: NSTEP = 2
+        interface
+            integer(c_int) function c_getpid() bind(c, name='getpid')
+                import :: c_int
+            end function
+            integer(c_int) function c_setenv(name, val, over) bind(c, name='setenv')
+                import :: c_int, c_char
+                character(kind=c_char), intent(in) :: name(*), val(*)
+                integer(c_int), value :: over
+            end function
+        end interface
+        type(l8_ctx) :: hc
+        type(l8_comm_id) :: cid
+        type(l8_comm) :: dp
+        type(l8_params) :: gd, gt, gz, gf, gx
+        type(l8_gemm_handle) :: gh
+        type(l8_linear) :: ld, lt, lz, lf, lx
+        type(l8_ddp) :: d, d2
+        type(l8_optim) :: ot, oz
+        type(l8_recipe) :: rc
+        type(l8_tensor) :: vt
+        integer(c_int) :: wd, bd, sd, wt, bt, st_, wz, bz, sz, wf, bf
+        integer(c_int64_t) :: off(8), num(8), first, nb
+        integer :: u, cs, es, nr, buckets, inb, atf, zeroed, q, m
+        integer(c_int64_t) :: steps
+        real(c_float) :: gw(DK, DN, 0:1), gb(DN, 0:1), ew(DK, DN), eb(DN), aw(DK, DN), ab(DN)
+        real(c_float) :: spare(DS), mw(DK, DN), mb(DN), tw(DK, DN), tb(DN), sc(3), sc0(3), tot(1)
+        real(c_float) :: w0(DK, DN)
+        character(len=1024) :: exe, idp
+        character(len=256) :: msg
+
+        if (rank == 0) then
+            call ok(l8_ctx_create(hc, 'host'), 'ddp: a host context')
+            call ok(l8_comm_id_create(hc, cid, L8_COMM_TCP), 'ddp: l8_comm_id_create (TCP)')
+            call get_environment_variable('TMPDIR', idp)
+            if (len_trim(idp) == 0) idp = '/tmp'
+            write(idp, '(a, a, i0, a)') trim(idp), '/lean8-fortran-ddp.', c_getpid(), '.id'
+            open(newunit=u, file=trim(idp), access='stream', form='unformatted', status='replace')
+            write(u) cid%bytes
+            close(u)
+            ! a dead or lost peer fails in seconds, not after the defaults (inherited by rank 1)
+            u = c_setenv('L8_INIT_TIMEOUT' // c_null_char, '60' // c_null_char, 0_c_int)
+            u = c_setenv('L8_COMM_TIMEOUT' // c_null_char, '120' // c_null_char, 0_c_int)
+            call get_command_argument(0, exe)
+            msg = ''
+            es = 0
+            cs = 0
+            call execute_command_line("'" // trim(exe) // "' --ddp-rank1 '" // trim(idp) // "'", &
+                                      wait=.false., exitstat=es, cmdstat=cs, cmdmsg=msg)
+            call check(cs == 0, 'ddp: rank 1 started: ' // trim(msg))
+        else
+            call ok(l8_ctx_create(hc, 'host'), 'ddp rank 1: a host context')
+            open(newunit=u, file=idfile, access='stream', form='unformatted', status='old')
+            read(u) cid%bytes
+            close(u)
+        end if
+        call ok(l8_comm_init_rank(hc, cid, rank, 2, dp), 'ddp: l8_comm_init_rank of 2')
+        if (rank == 0) then                          ! rank 1 has read it: both joined
+            open(newunit=u, file=trim(idp), status='old')
+            close(u, status='delete')
+        end if
+        call check(l8_comm_size(dp) == 2, 'ddp: a world of 2')
+        call check(l8_comm_rank(dp) == rank, 'ddp: the rank')
+        call ok(l8_gemm_handle_create(hc, gh), 'ddp: gemm handle')
+
+        ! every rank's gradients by a twin layer that reports to nobody
+        call model(hc, gh, gt, lt, wt, bt, st_, 'twin')
+        do q = 0, 1
+            call ok(l8_linear_begin_step(lt), 'ddp: twin begin_step')
+            do m = 1, 2
+                call fwd_bwd(hc, lt, q, m)
+            end do
+            call ok(l8_tensor_to_array(l8_params_main_grad(gt, wt), gw(:, :, q)), 'ddp: twin dW')
+            call ok(l8_tensor_to_array(l8_params_main_grad(gt, bt), gb(:, q)), 'ddp: twin db')
+        end do
+        ew = (gw(:, :, 0) + gw(:, :, 1)) * 0.5_c_float     ! f32 sum in rank order, then / 2
+        eb = (gb(:, 0) + gb(:, 1)) * 0.5_c_float
+
+        ! the layer reports into its group, the reducer averages
+        call model(hc, gh, gd, ld, wd, bd, sd, 'dp', .true.)
+        call ok(l8_ddp_create(gd, dp, d, bucket_elems=128), 'l8_ddp_create')
+        call check(l8_ddp_create(gd, dp, d2) == L8_ERR_STATE, 'a second consumer of a group is refused')
+        call check(l8_ddp_begin_micro_batch(l8_ddp(), .true.) == L8_ERR_INVALID_ARG, &
+                   'an unset reducer is refused')
+        call check(l8_ddp_mark_unused(d, 99_c_int) == L8_ERR_INVALID_ARG, 'a bad id is refused')
+        call check(l8_linear_create(hc, 'x', gh, l8_params_master(gd, wd), &
+                   l8_params_main_grad(gd, wd), lx, mode=L8_LINEAR_BF16, grad_ready=gx) &
+                   == L8_ERR_INVALID_ARG, 'grad_ready with an unset group is refused')
+        do u = 0, 1                                  ! overlapped, then all at finish
+            if (u == 1) then
+                call l8_ddp_destroy(d)
+                call check(.not. c_associated(d%p), 'l8_ddp_destroy nulls the handle')
+                call ok(l8_ddp_create(gd, dp, d, bucket_elems=128, overlap=.false.), &
+                        'l8_ddp_create, overlap off')
+            end if
+            spare = 7
+            call ok(l8_tensor_copy_from_array(l8_params_main_grad(gd, sd), spare), 'ddp: a stale spare')
+            call ok(l8_linear_begin_step(ld), 'ddp: begin_step')
+            do m = 1, 2
+                call ok(l8_ddp_begin_micro_batch(d, m == 2), 'l8_ddp_begin_micro_batch')
+                call fwd_bwd(hc, ld, rank, m)
+            end do
+            call ok(l8_ddp_finish(d), 'l8_ddp_finish')
+            call ok(l8_tensor_to_array(l8_params_main_grad(gd, wd), aw), 'ddp: dW')
+            call ok(l8_tensor_to_array(l8_params_main_grad(gd, bd), ab), 'ddp: db')
+            call ok(l8_tensor_to_array(l8_params_main_grad(gd, sd), spare), 'ddp: spare')
+            call check(same_bits(aw, ew), 'ddp: dW is the mean of both ranks'' dW, bit for bit')
+            call check(same_bits(reshape(ab, [DN, 1]), reshape(eb, [DN, 1])), &
+                       'ddp: db is the mean of both ranks'' db, bit for bit')
+            call check(all(spare == 0), 'ddp: a parameter that never reported is zeroed')
+            call ok(l8_ddp_get_stats(d, buckets=buckets, steps=steps, launched_in_backward=inb, &
+                                     launched_at_finish=atf, zeroed=zeroed), 'l8_ddp_get_stats')
+            call check(buckets == 3 .and. steps == 1 .and. zeroed == 1 .and. inb + atf == 3, &
+                       'ddp: three buckets, one step, the spare zeroed')
+            if (u == 0) call check(inb == 2, 'ddp: overlap: two buckets launched in backward')
+            if (u == 1) call check(inb == 0, 'ddp: overlap off: every bucket at finish')
+        end do
+        call ok(l8_ddp_bucket(d, 0, first, nb), 'l8_ddp_bucket')
+        call check(first == 0 .and. nb > 0, 'ddp: bucket 0 starts the buffer')
+        call check(l8_ddp_bucket(d, 3, first, nb) == L8_ERR_INVALID_ARG, 'ddp: bucket 3 is refused')
+        call ok(l8_ddp_begin_micro_batch(d, .true.), 'ddp: a step with mark_unused')
+        call ok(l8_ddp_mark_unused(d, sd), 'l8_ddp_mark_unused')
+        call check(l8_ddp_mark_unused(d, sd) == L8_ERR_STATE, 'ddp: marked twice is refused')
+        call ok(l8_ddp_mark_unused(d, wd), 'ddp: mark the weight unused')
+        call ok(l8_ddp_mark_unused(d, bd), 'ddp: mark the bias unused')
+        call ok(l8_ddp_finish(d), 'ddp: finish, nothing reported')
+        call ok(l8_tensor_to_array(l8_params_main_grad(gd, wd), aw), 'ddp: dW, unused')
+        call check(all(aw == 0), 'ddp: an unused weight''s main_grad is zero')
+
+        ! ZeRO-1 against AdamW on the whole group with the mean gradients
+        call check(l8_ddp_create(gt, dp, d2, zero1=.true.) == L8_ERR_INVALID_ARG, &
+                   'zero1 over a group not padded to 128 x 2 is refused')
+        call model(hc, gh, gz, lz, wz, bz, sz, 'z1', .true., 256)
+        call ok(l8_ddp_create(gz, dp, d2, bucket_elems=128, zero1=.true.), 'l8_ddp_create zero1')
+        call ok(l8_optim_create_adamw(gz, oz, lr=0.01, max_grad_norm=1e6), 'zero1: AdamW')
+        call ok(l8_ddp_shard_ranges(d2, off, num, nr), 'l8_ddp_shard_ranges')
+        call ok(l8_ddp_get_stats(d2, buckets=buckets), 'zero1: buckets')
+        call check(nr == buckets .and. buckets >= 2 .and. sum(num(1:nr)) == 512, &
+                   'zero1: a range per bucket, half of the 1024 elements')
+        call ok(l8_optim_set_shard(oz, off(1:nr), num(1:nr)), 'l8_optim_set_shard')
+        call ok(l8_optim_set_shard_rank(oz, rank, 2), 'l8_optim_set_shard_rank')
+        call ok(l8_optim_set_norm_reduce(oz, dp), 'l8_optim_set_norm_reduce')
+        call check(l8_optim_set_shard(oz, off(1:2), num(1:1)) == L8_ERR_INVALID_ARG, &
+                   'zero1: ranges of two lengths are refused')
+        call ok(l8_optim_create_adamw(gt, ot, lr=0.01, max_grad_norm=1e6), 'zero1: twin AdamW')
+        call ok(l8_tensor_to_array(l8_params_master(gz, wz), w0), 'zero1: W before')
+        do q = 1, NSTEP
+            call ok(l8_linear_begin_step(lz), 'zero1: begin_step')
+            do m = 1, 2
+                call ok(l8_ddp_begin_micro_batch(d2, m == 2), 'zero1: micro-batch')
+                call fwd_bwd(hc, lz, rank, m)
+            end do
+            call ok(l8_ddp_finish(d2), 'zero1: finish (reduce-scatter)')
+            call ok(l8_optim_step(oz), 'zero1: the sharded step')
+            call ok(l8_ddp_gather_params(d2, wait=q == 1), 'l8_ddp_gather_params')
+            if (q /= 1) call ok(l8_ddp_wait_param(d2, -1_c_int), 'l8_ddp_wait_param')
+            ! the twin: both ranks' gradients of its own weights, averaged
+            call ok(l8_linear_begin_step(lt), 'zero1: twin begin_step')
+            do u = 0, 1
+                do m = 1, 2
+                    call fwd_bwd(hc, lt, u, m)
+                end do
+                call ok(l8_tensor_to_array(l8_params_main_grad(gt, wt), gw(:, :, u)), 'zero1: tw')
+                call ok(l8_tensor_to_array(l8_params_main_grad(gt, bt), gb(:, u)), 'zero1: tb')
+                if (u == 0) call ok(l8_linear_begin_step(lt), 'zero1: twin begin_step')
+            end do
+            tw = (gw(:, :, 0) + gw(:, :, 1)) * 0.5_c_float
+            tb = (gb(:, 0) + gb(:, 1)) * 0.5_c_float
+            call ok(l8_tensor_copy_from_array(l8_params_main_grad(gt, wt), tw), 'zero1: twin dW')
+            call ok(l8_tensor_copy_from_array(l8_params_main_grad(gt, bt), tb), 'zero1: twin db')
+            call ok(l8_optim_step(ot), 'zero1: the twin''s step')
+        end do
+        call ok(l8_tensor_to_array(l8_params_master(gz, wz), mw), 'zero1: W')
+        call ok(l8_tensor_to_array(l8_params_master(gz, bz), mb), 'zero1: b')
+        call ok(l8_tensor_to_array(l8_params_master(gt, wt), tw), 'zero1: twin W')
+        call ok(l8_tensor_to_array(l8_params_master(gt, bt), tb), 'zero1: twin b')
+        call check(same_bits(mw, tw) .and. same_bits(reshape(mb, [DN, 1]), reshape(tb, [DN, 1])), &
+                   'zero1: gathered weights equal the unsharded AdamW''s, bit for bit')
+        call check(any(mw /= w0), 'zero1: the weights moved')
+
+        ! the recipe's amax hook: rank 1's input is twice rank 0's, one scale
+        call ok(l8_recipe_create(hc, rc), 'amax: recipe')
+        call ok(l8_params_create(hc, gf), 'amax: group')
+        call ok(l8_params_add(gf, 'f.weight', [DK, DN], wf), 'amax: weight')
+        call ok(l8_params_add(gf, 'f.bias', [DN], bf), 'amax: bias')
+        call ok(l8_params_finalize(gf), 'amax: finalize')
+        call ok(l8_params_init_uniform(gf, wf, -0.5, 0.5, 11_c_int64_t), 'amax: init')
+        call ok(l8_linear_create(hc, 'f', gh, l8_params_master(gf, wf), l8_params_main_grad(gf, wf), &
+                lf, recipe=rc, bias=l8_params_master(gf, bf), bias_grad=l8_params_main_grad(gf, bf), &
+                weight_id=wf, bias_id=bf), 'amax: an FP8 layer')
+        call ok(l8_recipe_set_reduce(rc, dp), 'l8_recipe_set_reduce')
+        call ok(l8_linear_begin_step(lf), 'amax: begin_step')
+        call fwd_bwd(hc, lf, rank, 1, real(rank + 1, c_float))
+        call ok(l8_recipe_update(rc), 'amax: l8_recipe_update (reduced over the ranks)')
+        call ok(l8_recipe_state(rc, scale=vt), 'amax: the scales')
+        call ok(l8_tensor_to_array(vt, sc), 'amax: scales to an array')
+        call ok(l8_comm_broadcast(dp, vt, 0), 'amax: rank 0''s scales')
+        call ok(l8_tensor_to_array(vt, sc0), 'amax: rank 0''s scales to an array')
+        call l8_tensor_destroy(vt)
+        call check(same_bits(reshape(sc, [3, 1]), reshape(sc0, [3, 1])), &
+                   'amax: every rank casts with the same scales')
+        call ok(l8_recipe_set_reduce(rc), 'l8_recipe_set_reduce, none')
+        call ok(l8_optim_set_norm_reduce(oz), 'l8_optim_set_norm_reduce, none')
+
+        ! the verdict: rank 1's failures counted on rank 0 too
+        tot(1) = real(fails, c_float)
+        call ok(l8_tensor_from_array(hc, tot, vt), 'ddp: the failure count')
+        call ok(l8_comm_all_reduce(dp, vt, vt, L8_REDUCE_SUM), 'ddp: failures summed over the ranks')
+        call ok(l8_tensor_to_array(vt, tot), 'ddp: the sum')
+        call l8_tensor_destroy(vt)
+        if (rank == 0 .and. nint(tot(1)) > fails) then
+            print '(a, i0, a)', 'FAIL  rank 1 of the data-parallel test: ', nint(tot(1)) - fails, &
+                ' check(s) failed'
+            fails = nint(tot(1))
+        end if
+
+        call l8_ddp_destroy(d)
+        call l8_ddp_destroy(d2)
+        call l8_optim_destroy(oz)
+        call l8_optim_destroy(ot)
+        call l8_linear_destroy(ld)
+        call l8_linear_destroy(lt)
+        call l8_linear_destroy(lz)
+        call l8_linear_destroy(lf)
+        call l8_recipe_destroy(rc)
+        call l8_params_destroy(gd)
+        call l8_params_destroy(gt)
+        call l8_params_destroy(gz)
+        call l8_params_destroy(gf)
+        call l8_gemm_handle_destroy(gh)
+        call l8_comm_destroy(dp)
+        call l8_ctx_destroy(hc)
+    end subroutine
+
+    ! A bf16 layer DK -> DN with a bias and a spare parameter that never
+    ! gets a gradient (registered first, like the layers a forward uses
+    ! first: its bucket is the last), the same weights in every model; reporting into its
+    ! group when `report` is given; the group padded to `pad` when given.
+    subroutine model(hc, gh, gg, ll, w_, b_, s_, name, report, pad)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_gemm_handle), intent(in) :: gh
+        type(l8_params), intent(out) :: gg
+        type(l8_linear), intent(out) :: ll
+        integer(c_int), intent(out) :: w_, b_, s_
+        character(len=*), intent(in) :: name
+        logical, intent(in), optional :: report
+        integer, intent(in), optional :: pad
+        call ok(l8_params_create(hc, gg, pad_to=pad), name // ': l8_params_create')
+        call ok(l8_params_add(gg, name // '.spare', [DS], s_), name // ': spare')
+        call ok(l8_params_add(gg, name // '.weight', [DK, DN], w_), name // ': weight')
+        call ok(l8_params_add(gg, name // '.bias', [DN], b_), name // ': bias')
+        call ok(l8_params_finalize(gg), name // ': finalize')
+        call ok(l8_params_init_uniform(gg, w_, -0.5, 0.5, 5_c_int64_t), name // ': init W')
+        call ok(l8_params_init_uniform(gg, b_, -0.5, 0.5, 6_c_int64_t), name // ': init b')
+        if (present(report)) then                ! report into its own group
+            call ok(l8_linear_create(hc, name, gh, l8_params_master(gg, w_), &
+                    l8_params_main_grad(gg, w_), ll, mode=L8_LINEAR_BF16, &
+                    bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
+                    weight_id=w_, bias_id=b_, grad_ready=gg), name // ': layer')
+        else
+            call ok(l8_linear_create(hc, name, gh, l8_params_master(gg, w_), &
+                    l8_params_main_grad(gg, w_), ll, mode=L8_LINEAR_BF16, &
+                    bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
+                    weight_id=w_, bias_id=b_), name // ': layer')
+        end if
+    end subroutine
+
+    ! Forward and backward of rank r's micro-batch m (small integers,
+    ! exact in bf16; times amp when given).
+    subroutine fwd_bwd(hc, ll, r, m, amp)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_linear), intent(in) :: ll
+        integer, intent(in) :: r, m
+        real(c_float), intent(in), optional :: amp
+        real(c_float) :: xa(DK, DT), dya(DN, DT)
+        type(l8_tensor) :: xf_, xb_, yb_, dyf, dyb
+        type(l8_linear_ctx) :: sv
+        integer :: i, t
+        do t = 1, DT
+            do i = 1, DK
+                xa(i, t) = real(mod(i * (r + 2) + 3 * t + 5 * m, 9) - 4, c_float)
+            end do
+            do i = 1, DN
+                dya(i, t) = real(mod(2 * i + t * (m + 1) + 7 * r, 5) - 2, c_float)
+            end do
+        end do
+        if (present(amp)) xa = xa * amp
+        call ok(l8_tensor_from_array(hc, xa, xf_), 'fwd_bwd: x')
+        call ok(l8_tensor_empty(hc, L8_BF16, [DK, DT], xb_), 'fwd_bwd: x bf16')
+        call ok(l8_convert(xf_, xb_), 'fwd_bwd: x to bf16')
+        call ok(l8_tensor_empty(hc, L8_BF16, [DN, DT], yb_), 'fwd_bwd: y')
+        call ok(l8_tensor_from_array(hc, dya, dyf), 'fwd_bwd: dy')
+        call ok(l8_tensor_empty(hc, L8_BF16, [DN, DT], dyb), 'fwd_bwd: dy bf16')
+        call ok(l8_convert(dyf, dyb), 'fwd_bwd: dy to bf16')
+        call ok(l8_linear_forward(ll, xb_, yb_, sv), 'fwd_bwd: forward')
+        call ok(l8_linear_backward(ll, sv, dyb), 'fwd_bwd: backward')
+        call l8_linear_ctx_destroy(sv)
+        call l8_tensor_destroy(xf_)
+        call l8_tensor_destroy(xb_)
+        call l8_tensor_destroy(yb_)
+        call l8_tensor_destroy(dyf)
+        call l8_tensor_destroy(dyb)
     end subroutine
 
     subroutine ok(st, what)
