@@ -94,8 +94,9 @@ void l8_error_clear(void)
     g_err.foreign_name[0] = g_err.call[0] = g_err.message[0] = '\0';
 }
 
-l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name, const char *call,
-                       const char *file, int line, const char *fmt, ...)
+/* (l8_error_set): the name in parentheses is never the analyzer's macro (status.h) */
+l8_status (l8_error_set)(l8_status st, int foreign_code, const char *foreign_name, const char *call,
+                         const char *file, int line, const char *fmt, ...)
 {
     l8_last_error();
     err_slot *e = &g_err;
