@@ -90,6 +90,7 @@ typedef struct layout {
     int64_t strides[L8_MAX_DIMS];
     int64_t numel;
     int64_t extent;               /* bytes from element 0 past the farthest element; 0 if empty */
+    size_t esize;                 /* bytes per element of the (valid) dtype: never 0 */
 } layout;
 
 /* ---- dtypes ---- */
@@ -161,6 +162,7 @@ static l8_status layout_make(const char *fn, l8_dtype dt, int ndim, const int64_
     int64_t esize = (int64_t)l8_dtype_size(dt), dense_elems = 1, bytes = 0;
     lo->ndim = ndim;
     lo->numel = 1;
+    lo->esize = (size_t)esize;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dimension %d of shape %s has negative"
@@ -433,9 +435,10 @@ l8_status l8_fp8_meta_set(l8_fp8_meta *m, float scale, float scale_inv, float am
 
 /* ---- tensors ---- */
 
-/* A tensor over st at offset with layout lo; retains st and meta. */
-static l8_status tensor_new(l8_storage *st, size_t offset, l8_dtype dt, const layout *lo,
-                            l8_fp8_meta *meta, l8_tensor **out)
+/* A tensor over st at offset with layout lo; retains meta and takes over the
+ * caller's reference to st (kept by the caller on failure). */
+static l8_status tensor_adopt(l8_storage *st, size_t offset, l8_dtype dt, const layout *lo,
+                              l8_fp8_meta *meta, l8_tensor **out)
 {
     l8_tensor *t = calloc(1, sizeof *t);
     if (!t) return L8_FAIL(L8_ERR_OOM, "out of host memory for a tensor");
@@ -446,9 +449,17 @@ static l8_status tensor_new(l8_storage *st, size_t offset, l8_dtype dt, const la
     memcpy(t->shape, lo->shape, sizeof t->shape);
     memcpy(t->strides, lo->strides, sizeof t->strides);
     t->meta = meta;
-    l8_storage_retain(st);
     l8_fp8_meta_retain(meta);
     *out = t;
+    return L8_OK;
+}
+
+/* A tensor over st at offset with layout lo; retains st and meta. */
+static l8_status tensor_new(l8_storage *st, size_t offset, l8_dtype dt, const layout *lo,
+                            l8_fp8_meta *meta, l8_tensor **out)
+{
+    L8_CHECK(tensor_adopt(st, offset, dt, lo, meta, out));
+    l8_storage_retain(st);
     return L8_OK;
 }
 
@@ -471,11 +482,10 @@ static l8_status tensor_empty_on(const char *fn, l8_ctx *ctx, l8_stream *s, l8_d
     layout lo;
     L8_CHECK(layout_make(fn, dt, ndim, shape, NULL, &lo));
     l8_storage *st = NULL;
-    l8_status ret = L8_OK;
-    L8_TRY(ret, l8_storage_create(ctx, (size_t)lo.numel * l8_dtype_size(dt), s, &st), done);
-    L8_TRY(ret, tensor_new(st, 0, dt, &lo, NULL, out), done);
-done:
-    l8_storage_release(st);       /* the tensor holds its own reference */
+    L8_CHECK(l8_storage_create(ctx, (size_t)lo.numel * l8_dtype_size(dt), s, &st));
+    /* the tensor takes over the creation's reference; without a tensor it goes */
+    l8_status ret = tensor_adopt(st, 0, dt, &lo, NULL, out);
+    if (ret != L8_OK) l8_storage_release(st);
     return ret;
 }
 
@@ -496,7 +506,7 @@ l8_status l8_tensor_from_storage(l8_storage *st, size_t byte_offset, l8_dtype dt
     L8_ARG(st != NULL);
     layout lo;
     L8_CHECK(layout_make(fn, dt, ndim, shape, strides, &lo));
-    size_t esize = l8_dtype_size(dt);
+    size_t esize = lo.esize;
     if (byte_offset % esize)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: byte offset %zu is not a multiple of the %s"
                        " size %zu", fn, byte_offset, l8_dtype_name(dt), esize);
