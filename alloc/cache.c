@@ -1247,12 +1247,14 @@ l8_status l8_alloc_empty_cache(l8_alloc *a)
      * remaining events are done can come back now; those held for a graph
      * wait for l8_alloc_graph_release. */
     for (segment *s = a->segs; s; s = s->next) {
-    again:
-        for (block *b = s->head; b; b = b->next)
+    again:;
+        block *b = s->head;           /* a segment is never without blocks */
+        do
             if (b->state == B_PENDING && b->held && !b->gheld && b->events == 0) {
                 release_block(a, b);   /* may merge b away: rescan the segment */
                 goto again;
             }
+        while ((b = b->next) != NULL);
     }
     l8_status st2 = seg_release_free(a, NULL, 0, NULL);   /* without the lock */
     if (st == L8_OK) st = st2;
@@ -1380,13 +1382,15 @@ l8_status l8_alloc_graph_release(l8_alloc *a, uint32_t gid)
     if (a->last[0] && a->last[0]->released) a->last[0] = NULL;
     if (a->last[1] && a->last[1]->released) a->last[1] = NULL;
     for (segment *s = a->segs; s; s = s->next) {
-    again:
-        for (block *b = s->head; b; b = b->next)
+    again:;
+        block *b = s->head;           /* a segment is never without blocks */
+        do
             if (b->state == B_PENDING && b->gheld == gid) {
                 a->st.graph_held_bytes -= b->size;
                 release_block(a, b);   /* may merge b away or move s home: rescan */
                 goto again;
             }
+        while ((b = b->next) != NULL);
     }
     /* wholly free segments of its pools go home now (release_block moved those it freed) */
     segment *s = a->segs;
