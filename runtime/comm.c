@@ -276,14 +276,24 @@ static l8_status check_op(const char *fn, l8_reduce_op op)
     return L8_OK;
 }
 
+/* The device pointers of a and b (both checked by need), in use on s. */
 static l8_status pointers(const char *fn, l8_stream *s, const l8_tensor *a, void **pa,
                           const l8_tensor *b, void **pb)
 {
     L8_CHECK(l8_tensor_data(a, pa));
-    if (b) L8_CHECK(l8_tensor_data(b, pb));
-    if (!*pa || (b && !*pb))
+    L8_CHECK(l8_tensor_data(b, pb));
+    if (!*pa || !*pb)
         return L8_FAIL(L8_ERR_STATE, "%s: a tensor has no data on the device", fn);
     return l8i_tensors_use(s, (const l8_tensor *const[]){ a, b }, 2);
+}
+
+/* pointers for one tensor. */
+static l8_status pointer(const char *fn, l8_stream *s, const l8_tensor *a, void **pa)
+{
+    L8_CHECK(l8_tensor_data(a, pa));
+    if (!*pa)
+        return L8_FAIL(L8_ERR_STATE, "%s: a tensor has no data on the device", fn);
+    return l8i_tensors_use(s, (const l8_tensor *const[]){ a }, 1);
 }
 
 /* The checks every send/recv collective starts with; *s resolved. */
@@ -323,7 +333,7 @@ l8_status l8_comm_broadcast(l8_comm *c, l8_tensor *buf, int root, l8_stream *s)
     if (root < 0 || root >= c->size)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: root %d outside [0, %d)", fn, root, c->size);
     void *p;
-    L8_CHECK(pointers(fn, s, buf, &p, NULL, NULL));
+    L8_CHECK(pointer(fn, s, buf, &p));
     if (c->nccl)
         return l8i_comm_fail(c, l8i_nccl_broadcast(c, p, (size_t)l8_tensor_numel(buf),
                                                    l8_tensor_dtype(buf), root, s));
