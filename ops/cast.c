@@ -603,6 +603,7 @@ static int strip_can(const ct_job *j, unsigned flags)
 static int strip_grid(const ct_job *j, unsigned sms, unsigned *gx, unsigned *gy, uint32_t *seg)
 {
     uint64_t strips = ((uint64_t)j->C + 127) / 128, steps = ((uint64_t)j->R + 127) / 128;
+    if (steps == 0) return 0;     /* never: strip_can took R % 16 != 0 only */
     uint64_t segs = sms / strips;
     if (segs < 1) segs = 1;
     if (segs > steps) segs = steps;
@@ -1325,6 +1326,7 @@ static void scale_update_host(float *hist, int64_t H, float *amax, uint32_t as, 
                               uint32_t ss, float *sinv, uint32_t is, const float *fmax,
                               uint32_t fs, int64_t n, int recent, int reset, float mdiv)
 {
+    if (!hist) H = 0;             /* no history: the caller's H is 0 already */
     for (int64_t t = 0; t < n; t++) {
         float nv = amax[t * as];
         uint32_t m = l8_amax_bits(nv);

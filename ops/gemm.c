@@ -896,12 +896,13 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     plan *pl = NULL;
     ws_slot *w = NULL;
     pthread_mutex_lock(&h->lock);
-    if (h->cuda) {
+    const int cuda = h->cuda;     /* fixed at create: w is set exactly when it is */
+    if (cuda) {
         L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
         L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
     }
     L8_TRY(ret, plan_get(h, &p, s, &pl), out);
-    if (h->cuda) {
+    if (cuda) {
         L8_TRY(ret, l8i_gemm_set_ptrs(pl, &p), out);
         L8_TRY(ret, l8i_gemm_launch(h, pl, &p, s, w->ptr), out);
     } else {

@@ -520,7 +520,9 @@ static l8_status time_candidates(l8_gemm_handle *h, plan *pl, const problem *p, 
     float t[MAX_TOTAL];
     unsigned char ok[MAX_TOTAL];
     problem q = *p;
-    for (int i = 0; i < n; i++) { t[i] = INFINITY; ok[i] = 1; }
+    /* every slot, not just n: the final reads ok[0] and fin[0], and the caller's
+     * n >= 2 lies beyond what the static analyzer follows */
+    for (int i = 0; i < MAX_TOTAL; i++) { t[i] = INFINITY; ok[i] = 1; }
     L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
     L8_TRY(ret, l8_ctx_malloc(h->ctx, d_bytes(p), s, &scratch_d), out);
     q.d = scratch_d;
