@@ -6,7 +6,9 @@
 #                   UBSan and TSan, GPU suites when a GPU is present, and
 #                   ptxas over every PTX module (ptx/*.ptx and
 #                   the build/ptx/*.ptx generated from ptx/*.ptx.in), and
-#                   the PTX kernels' logic on the CPU (tools/ptxsim.py)
+#                   the PTX kernels' logic on the CPU (tools/ptxsim.py), and
+#                   the clang static analyzer over the library (test-analyze:
+#                   any finding fails; installs clang and clang-tools if missing)
 #   make run        the main job: lean8-train on Fashion-MNIST (RUN_ARGS=... for flags)
 #   make info       lean8-info: devices, libraries, allocator self-check
 #   make bench      lean8-bench alloc, cast, gemm, offload
@@ -167,7 +169,7 @@ deps:
 	    else echo "Check is missing: install the 'check' package (or set CHECK_PREFIX)"; exit 1; fi; \
 	fi
 
-.PHONY: test test-ptx test-host test-valgrind test-sanitize test-gpu test-link test-train test-abi
+.PHONY: test test-ptx test-host test-valgrind test-sanitize test-analyze test-gpu test-link test-train test-abi
 # tools/ktrace.py on a made-up trace; libl8ktrace.so's entry point where it is built
 .PHONY: test-ktrace test-sass
 test-ktrace: $(KTRACE_LIB)
@@ -204,6 +206,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-ptxsim
 	$(Q)$(MAKE) --no-print-directory test-valgrind
 	$(Q)$(MAKE) --no-print-directory test-sanitize
+	$(Q)$(MAKE) --no-print-directory test-analyze
 	$(Q)$(MAKE) --no-print-directory test-gpu
 
 test-ptx: $(PTX_GEN)
@@ -305,6 +308,35 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 	        --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
 	        $(BUILD)/bin/lean8-tests --tags host; \
 	else echo "  VALGRIND skipped: valgrind not found"; fi
+
+# The clang static analyzer (scan-build) over the library's sources, in a
+# fresh build of its own ($(BUILD)/analyze): any finding fails the target and
+# is printed, with the folder of its HTML report (the path that leads to it).
+# Installs clang and clang-tools where they are missing (as root, with
+# apt-get); prints one SKIPPED line where it cannot.
+SCAN_BUILD ?= scan-build
+ANALYZE    := $(BUILD)/analyze
+.PHONY: test-analyze
+test-analyze:
+	@if ! command -v $(SCAN_BUILD) >/dev/null 2>&1 || ! command -v clang >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "  DEPS    installing the clang static analyzer (apt-get install clang clang-tools)"; \
+	        apt-get install -y -qq clang clang-tools >/dev/null 2>&1 || \
+	        { apt-get update -qq && apt-get install -y -qq clang clang-tools; } >/dev/null 2>&1 || true; \
+	    fi; \
+	fi; \
+	if ! command -v $(SCAN_BUILD) >/dev/null 2>&1 || ! command -v clang >/dev/null 2>&1; then \
+	    echo "  ANALYZE SKIPPED: scan-build or clang not found (Debian: apt-get install clang clang-tools)"; \
+	    exit 0; fi; \
+	rm -rf $(ANALYZE) && mkdir -p $(ANALYZE) && echo "  ANALYZE library sources (scan-build)"; \
+	if $(SCAN_BUILD) -o $(ANALYZE)/report --status-bugs sh -c '$(MAKE) --no-print-directory \
+	        BUILD=$(ANALYZE)/build CC="$$CC" $(ANALYZE)/build/liblean8.a' > $(ANALYZE)/log 2>&1; then \
+	    echo "  ANALYZE $(words $(filter %.c,$(LIB_SRCS))) files: no findings"; \
+	else \
+	    grep -E -A3 'warning:|error:' $(ANALYZE)/log || cat $(ANALYZE)/log; \
+	    grep -E 'bugs? found|scan-view' $(ANALYZE)/log; \
+	    echo "test-analyze: the findings above (fix them; see $(ANALYZE)/report)"; exit 1; \
+	fi
 
 # The host suites, lean8-train and lean8-run built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (in $(BUILD)/san, a build of its own): the
