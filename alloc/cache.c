@@ -1091,7 +1091,10 @@ __attribute__((noinline, cold)) static l8_status malloc_slow(l8_alloc *a, pool *
         if (p->released && seg_wholly_free(s)) seg_go_home(a, s);
         st = oom_fail(a, bytes, stream, "host memory for allocator metadata");
     }
-    if (--p->pins == 0 && p->released && p->reserved == 0) pool_drop(a, p);
+    /* A pool that served the block holds its segment (reserved > 0): only a
+     * failure can leave a released pool empty. st says so where the caller
+     * goes on to take() from p, for readers and the static analyzer alike. */
+    if (--p->pins == 0 && st != L8_OK && p->released && p->reserved == 0) pool_drop(a, p);
     return st;
 }
 
