@@ -45,8 +45,10 @@ module lean8
     ! ---- dtypes (runtime/tensor.h) ----
     integer(c_int), parameter, public :: L8_F32 = 0, L8_BF16 = 1, L8_F16 = 2, L8_E4M3 = 3, &
         L8_E5M2 = 4, L8_I32 = 5, L8_U8 = 6, L8_DTYPE_INVALID = -1
-    ! ---- Linear modes (ops/linear.h) ----
+    ! ---- Linear modes and tensor-parallel splits (ops/linear.h) ----
     integer(c_int), parameter, public :: L8_LINEAR_FP8 = 0, L8_LINEAR_BF16 = 1
+    integer(c_int), parameter, public :: L8_PARALLEL_NONE = 0, L8_PARALLEL_COLUMN = 1, &
+        L8_PARALLEL_ROW = 2
     ! ---- activations fused into the Linear's casts (ops/cast.h) ----
     integer(c_int), parameter, public :: L8_ACT_NONE = 0, L8_ACT_GELU = 1
     ! ---- FP8 tensor roles of a recipe (ops/recipe.h) ----
@@ -1427,8 +1429,13 @@ contains
     ! mode). weight_id/bias_id: the group's ids. grad_ready: the group the
     ! layer reports each finished gradient to (l8_params_grad_ready; what a
     ! data-parallel reducer over the group listens to, l8_ddp_create).
+    ! Tensor parallel: tp_comm, parallel (L8_PARALLEL_COLUMN: weight, its
+    ! grad and bias are this rank's shard of the out features; _ROW: of the
+    ! in features) and sequence_parallel (.true.: the activations outside
+    ! the layer are this rank's share of the tokens), as in ops/linear.h.
     integer(c_int) function l8_linear_create(ctx, name, gemm, weight, weight_grad, lin, mode, &
-            recipe, bias, bias_grad, weight_id, bias_id, grad_ready) result(st)
+            recipe, bias, bias_grad, weight_id, bias_id, grad_ready, tp_comm, parallel, &
+            sequence_parallel) result(st)
         type(l8_ctx), intent(in) :: ctx
         character(len=*), intent(in) :: name
         type(l8_gemm_handle), intent(in) :: gemm
@@ -1438,6 +1445,9 @@ contains
         type(l8_recipe), intent(in), optional :: recipe
         type(l8_tensor), intent(in), optional :: bias, bias_grad
         type(l8_params), intent(in), optional :: grad_ready
+        type(l8_comm), intent(in), optional :: tp_comm
+        integer(c_int), intent(in), optional :: parallel
+        logical, intent(in), optional :: sequence_parallel
         type(linear_config) :: cfg
         character(kind=c_char, len=:), allocatable, target :: cname
         call init_linear_config(cfg)
@@ -1456,6 +1466,9 @@ contains
             cfg%grad_ready = c_funloc(c_params_grad_ready)
             cfg%grad_ready_arg = grad_ready%p
         end if
+        if (present(tp_comm)) cfg%tp_comm = tp_comm%p
+        if (present(parallel)) cfg%parallel = parallel
+        if (present(sequence_parallel)) cfg%sequence_parallel = int01(sequence_parallel)
         st = c_linear_create(ctx%p, cfg, lin%p)
     end function
 
@@ -2149,7 +2162,7 @@ contains
             bad = bad + 1
         if (abs(ac%lr - 1e-3) > 1e-9 .or. abs(ac%beta2 - 0.999) > 1e-7) bad = bad + 1
         if (lc%mode /= L8_LINEAR_FP8 .or. lc%weight_id /= 0 .or. lc%bias_id /= 1 .or. &
-            c_associated(lc%save_hooks)) bad = bad + 1
+            c_associated(lc%save_hooks) .or. lc%parallel /= L8_PARALLEL_NONE) bad = bad + 1
         if (c_sizeof(id_mold) /= L8_COMM_ID_BYTES) bad = bad + 1
     end function
 end module lean8

@@ -33,8 +33,13 @@
 !      hook, the gather) gives the master weights of an unsharded AdamW on
 !      those gradients bit for bit; the recipe's amax hook gives every rank
 !      the same scales; errors (a second consumer, a bad id, a twice-marked
-!      parameter, grad_ready without a group). Each rank's failures are summed
-!      over the communicator, so rank 0 reports rank 1's too.
+!      parameter, grad_ready without a group). Then tensor and sequence
+!      parallel on the same two ranks: Megatron's pair (a column-parallel
+!      layer that gathers the tokens, a row-parallel one that scatters them)
+!      gives this rank's rows and columns of the whole chain's outputs,
+!      input gradient and weight gradients, bit for bit (small integers:
+!      every sum exact). Each rank's failures are summed over the
+!      communicator, so rank 0 reports rank 1's too.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -1270,6 +1275,8 @@ contains
         call ok(l8_recipe_set_reduce(rc), 'l8_recipe_set_reduce, none')
         call ok(l8_optim_set_norm_reduce(oz), 'l8_optim_set_norm_reduce, none')
 
+        call tp_pair(hc, gh, dp, rank)
+
         ! the verdict: rank 1's failures counted on rank 0 too
         tot(1) = real(fails, c_float)
         call ok(l8_tensor_from_array(hc, tot, vt), 'ddp: the failure count')
@@ -1277,7 +1284,7 @@ contains
         call ok(l8_tensor_to_array(vt, tot), 'ddp: the sum')
         call l8_tensor_destroy(vt)
         if (rank == 0 .and. nint(tot(1)) > fails) then
-            print '(a, i0, a)', 'FAIL  rank 1 of the data-parallel test: ', nint(tot(1)) - fails, &
+            print '(a, i0, a)', 'FAIL  rank 1 of the two-process test: ', nint(tot(1)) - fails, &
                 ' check(s) failed'
             fails = nint(tot(1))
         end if
@@ -1298,6 +1305,146 @@ contains
         call l8_gemm_handle_destroy(gh)
         call l8_comm_destroy(dp)
         call l8_ctx_destroy(hc)
+    end subroutine
+
+    ! -- 11, tensor parallel: x [TT, TK] -> A (column, SP) -> h [TT, TN] -> B
+    !    (row, SP) -> y [TT, TM], C shapes; each rank holds half of A's out
+    !    features, half of B's in features and half of the tokens outside.
+    subroutine tp_pair(hc, gh, dp, rank)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_gemm_handle), intent(in) :: gh
+        type(l8_comm), intent(in) :: dp
+        integer, intent(in) :: rank
+        integer, parameter :: TT = 8, TK = 16, TN = 16, TM = 16, H = TN / 2, S = TT / 2
+        real(c_float) :: x(TK, TT), w1(TK, TN), w2(TN, TM), dy(TM, TT)
+        real(c_float) :: hf(TN, TT), yf(TM, TT), dxf(TK, TT), g1f(TK, TN), g2f(TN, TM)
+        real(c_float) :: ht(H, TT), yt(TM, S), dxt(TK, S), g1t(TK, H), g2t(H, TM)
+        type(l8_params) :: gf, gs
+        type(l8_linear) :: fa, fb, ta, tb, bad
+        integer(c_int) :: f1, f2, s1, s2
+        integer :: i, j, c0, t0
+        c0 = rank * H                             ! this rank's hidden features
+        t0 = rank * S                             ! and tokens
+        do j = 1, TT
+            do i = 1, TK
+                x(i, j) = real(mod(i + 2 * j, 3) - 1, c_float)
+            end do
+            do i = 1, TM
+                dy(i, j) = real(mod(2 * i + j, 3) - 1, c_float)
+            end do
+        end do
+        do j = 1, TN
+            do i = 1, TK
+                w1(i, j) = real(mod(i * j + 1, 3) - 1, c_float)
+            end do
+        end do
+        do j = 1, TM
+            do i = 1, TN
+                w2(i, j) = real(mod(i + 3 * j, 3) - 1, c_float)
+            end do
+        end do
+        ! the whole chain on this rank
+        call ok(l8_params_create(hc, gf), 'tp: group')
+        call ok(l8_params_add(gf, 'fa.weight', [TK, TN], f1), 'tp: fa.weight')
+        call ok(l8_params_add(gf, 'fb.weight', [TN, TM], f2), 'tp: fb.weight')
+        call ok(l8_params_finalize(gf), 'tp: finalize')
+        call ok(l8_tensor_copy_from_array(l8_params_master(gf, f1), w1), 'tp: w1')
+        call ok(l8_tensor_copy_from_array(l8_params_master(gf, f2), w2), 'tp: w2')
+        call ok(l8_linear_create(hc, 'fa', gh, l8_params_master(gf, f1), &
+                l8_params_main_grad(gf, f1), fa, mode=L8_LINEAR_BF16), 'tp: fa')
+        call ok(l8_linear_create(hc, 'fb', gh, l8_params_master(gf, f2), &
+                l8_params_main_grad(gf, f2), fb, mode=L8_LINEAR_BF16), 'tp: fb')
+        call tp_chain(hc, fa, fb, x, dy, hf, yf, dxf)
+        call ok(l8_tensor_to_array(l8_params_main_grad(gf, f1), g1f), 'tp: whole dW1')
+        call ok(l8_tensor_to_array(l8_params_main_grad(gf, f2), g2f), 'tp: whole dW2')
+        ! the same chain split over the two ranks
+        call ok(l8_params_create(hc, gs), 'tp: shard group')
+        call ok(l8_params_add(gs, 'ta.weight', [TK, H], s1), 'tp: ta.weight')
+        call ok(l8_params_add(gs, 'tb.weight', [H, TM], s2), 'tp: tb.weight')
+        call ok(l8_params_finalize(gs), 'tp: shard finalize')
+        call ok(l8_tensor_copy_from_array(l8_params_master(gs, s1), w1(:, c0 + 1:c0 + H)), &
+                'tp: w1 shard (out features)')
+        call ok(l8_tensor_copy_from_array(l8_params_master(gs, s2), w2(c0 + 1:c0 + H, :)), &
+                'tp: w2 shard (in features)')
+        call check(l8_linear_create(hc, 'bad', gh, l8_params_master(gs, s1), &
+                   l8_params_main_grad(gs, s1), bad, mode=L8_LINEAR_BF16, tp_comm=dp, &
+                   parallel=7_c_int) == L8_ERR_INVALID_ARG, 'tp: an unknown split is refused')
+        call ok(l8_linear_create(hc, 'ta', gh, l8_params_master(gs, s1), &
+                l8_params_main_grad(gs, s1), ta, mode=L8_LINEAR_BF16, tp_comm=dp, &
+                parallel=L8_PARALLEL_COLUMN, sequence_parallel=.true.), 'tp: column, SP')
+        call ok(l8_linear_create(hc, 'tb', gh, l8_params_master(gs, s2), &
+                l8_params_main_grad(gs, s2), tb, mode=L8_LINEAR_BF16, tp_comm=dp, &
+                parallel=L8_PARALLEL_ROW, sequence_parallel=.true.), 'tp: row, SP')
+        call tp_chain(hc, ta, tb, x(:, t0 + 1:t0 + S), dy(:, t0 + 1:t0 + S), ht, yt, dxt)
+        call ok(l8_tensor_to_array(l8_params_main_grad(gs, s1), g1t), 'tp: dW1 shard')
+        call ok(l8_tensor_to_array(l8_params_main_grad(gs, s2), g2t), 'tp: dW2 shard')
+        call check(same_bits(ht, hf(c0 + 1:c0 + H, :)), &
+                   'tp: h is this rank''s hidden features of every token')
+        call check(same_bits(yt, yf(:, t0 + 1:t0 + S)), 'tp: y is this rank''s tokens of the chain''s')
+        call check(same_bits(dxt, dxf(:, t0 + 1:t0 + S)), 'tp: dx is this rank''s tokens')
+        call check(same_bits(g1t, g1f(:, c0 + 1:c0 + H)), 'tp: dW1 is this rank''s shard')
+        call check(same_bits(g2t, g2f(c0 + 1:c0 + H, :)), 'tp: dW2 is this rank''s shard')
+        call check(any(g1t /= 0) .and. any(dxt /= 0), 'tp: the gradients are not all zero')
+        call l8_linear_destroy(ta)
+        call l8_linear_destroy(tb)
+        call l8_linear_destroy(fa)
+        call l8_linear_destroy(fb)
+        call l8_params_destroy(gs)
+        call l8_params_destroy(gf)
+    end subroutine
+
+    ! Forward and backward of a -> b (bf16 activations), everything back as f32.
+    subroutine tp_chain(hc, a, b, xa, dya, ha, ya, dxa)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_linear), intent(in) :: a, b
+        real(c_float), intent(in) :: xa(:, :), dya(:, :)
+        real(c_float), intent(out) :: ha(:, :), ya(:, :), dxa(:, :)
+        type(l8_tensor) :: xb, hb, yb, dyb, dhb, dxb
+        type(l8_linear_ctx) :: sa, sb
+        call bf16_in(hc, xa, xb)
+        call bf16_in(hc, dya, dyb)
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(ha), hb), 'tp: h')
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(ha), dhb), 'tp: dh')
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(ya), yb), 'tp: y')
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(dxa), dxb), 'tp: dx')
+        call ok(l8_linear_begin_step(a), 'tp: begin_step a')
+        call ok(l8_linear_begin_step(b), 'tp: begin_step b')
+        call ok(l8_linear_forward(a, xb, hb, sa), 'tp: forward a')
+        call ok(l8_linear_forward(b, hb, yb, sb), 'tp: forward b')
+        call ok(l8_linear_backward(b, sb, dyb, dhb), 'tp: backward b')
+        call ok(l8_linear_backward(a, sa, dhb, dxb), 'tp: backward a')
+        call f32_out(hc, hb, ha)
+        call f32_out(hc, yb, ya)
+        call f32_out(hc, dxb, dxa)
+        call l8_linear_ctx_destroy(sa)
+        call l8_linear_ctx_destroy(sb)
+        call l8_tensor_destroy(xb)
+        call l8_tensor_destroy(hb)
+        call l8_tensor_destroy(yb)
+        call l8_tensor_destroy(dyb)
+        call l8_tensor_destroy(dhb)
+        call l8_tensor_destroy(dxb)
+    end subroutine
+    subroutine bf16_in(hc, a, t)
+        type(l8_ctx), intent(in) :: hc
+        real(c_float), intent(in) :: a(:, :)
+        type(l8_tensor), intent(out) :: t
+        type(l8_tensor) :: f
+        call ok(l8_tensor_from_array(hc, a, f), 'tp: f32 in')
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(a), t), 'tp: bf16 in')
+        call ok(l8_convert(f, t), 'tp: to bf16')
+        call l8_tensor_destroy(f)
+    end subroutine
+    subroutine f32_out(hc, t, a)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_tensor), intent(in) :: t
+        real(c_float), intent(out) :: a(:, :)
+        type(l8_tensor) :: f
+        a = 0
+        call ok(l8_tensor_empty(hc, L8_F32, shape(a), f), 'tp: f32 out')
+        call ok(l8_convert(t, f), 'tp: to f32')
+        call ok(l8_tensor_to_array(f, a), 'tp: out')
+        call l8_tensor_destroy(f)
     end subroutine
 
     ! A bf16 layer DK -> DN with a bias and a spare parameter that never
