@@ -1094,9 +1094,9 @@ contains
         type(l8_tensor) :: vt
         integer(c_int) :: wd, bd, sd, wt, bt, st_, wz, bz, sz, wf, bf
         integer(c_int64_t) :: off(8), num(8), first, nb
-        integer :: u, cs, es, nr, buckets, inb, atf, zeroed, q, m
+        integer :: u, cs, es, nr, buckets, inb, atf, zeroed, q
         integer(c_int64_t) :: steps
-        real(c_float) :: gw(DK, DN, 0:1), gb(DN, 0:1), ew(DK, DN), eb(DN), aw(DK, DN), ab(DN)
+        real(c_float) :: ew(DK, DN), eb(DN), aw(DK, DN), ab(DN)
         real(c_float) :: spare(DS), mw(DK, DN), mb(DN), tw(DK, DN), tb(DN), sc(3), sc0(3), tot(1)
         real(c_float) :: w0(DK, DN)
         character(len=1024) :: exe, idp
@@ -1138,16 +1138,7 @@ contains
 
         ! every rank's gradients by a twin layer that reports to nobody
         call model(hc, gh, gt, lt, wt, bt, st_, 'twin')
-        do q = 0, 1
-            call ok(l8_linear_begin_step(lt), 'ddp: twin begin_step')
-            do m = 1, 2
-                call fwd_bwd(hc, lt, q, m)
-            end do
-            call ok(l8_tensor_to_array(l8_params_main_grad(gt, wt), gw(:, :, q)), 'ddp: twin dW')
-            call ok(l8_tensor_to_array(l8_params_main_grad(gt, bt), gb(:, q)), 'ddp: twin db')
-        end do
-        ew = (gw(:, :, 0) + gw(:, :, 1)) * 0.5_c_float     ! f32 sum in rank order, then / 2
-        eb = (gb(:, 0) + gb(:, 1)) * 0.5_c_float
+        call twin_mean(hc, gt, lt, wt, bt, ew, eb)
 
         ! the layer reports into its group, the reducer averages
         call model(hc, gh, gd, ld, wd, bd, sd, 'dp', .true.)
@@ -1168,12 +1159,7 @@ contains
             end if
             spare = 7
             call ok(l8_tensor_copy_from_array(l8_params_main_grad(gd, sd), spare), 'ddp: a stale spare')
-            call ok(l8_linear_begin_step(ld), 'ddp: begin_step')
-            do m = 1, 2
-                call ok(l8_ddp_begin_micro_batch(d, m == 2), 'l8_ddp_begin_micro_batch')
-                call fwd_bwd(hc, ld, rank, m)
-            end do
-            call ok(l8_ddp_finish(d), 'l8_ddp_finish')
+            call ddp_step(hc, ld, d, rank)
             call ok(l8_tensor_to_array(l8_params_main_grad(gd, wd), aw), 'ddp: dW')
             call ok(l8_tensor_to_array(l8_params_main_grad(gd, bd), ab), 'ddp: db')
             call ok(l8_tensor_to_array(l8_params_main_grad(gd, sd), spare), 'ddp: spare')
@@ -1218,27 +1204,12 @@ contains
         call ok(l8_optim_create_adamw(gt, ot, lr=0.01, max_grad_norm=1e6), 'zero1: twin AdamW')
         call ok(l8_tensor_to_array(l8_params_master(gz, wz), w0), 'zero1: W before')
         do q = 1, NSTEP
-            call ok(l8_linear_begin_step(lz), 'zero1: begin_step')
-            do m = 1, 2
-                call ok(l8_ddp_begin_micro_batch(d2, m == 2), 'zero1: micro-batch')
-                call fwd_bwd(hc, lz, rank, m)
-            end do
-            call ok(l8_ddp_finish(d2), 'zero1: finish (reduce-scatter)')
+            call ddp_step(hc, lz, d2, rank)          ! finish reduce-scatters
             call ok(l8_optim_step(oz), 'zero1: the sharded step')
             call ok(l8_ddp_gather_params(d2, wait=q == 1), 'l8_ddp_gather_params')
             if (q /= 1) call ok(l8_ddp_wait_param(d2, -1_c_int), 'l8_ddp_wait_param')
             ! the twin: both ranks' gradients of its own weights, averaged
-            call ok(l8_linear_begin_step(lt), 'zero1: twin begin_step')
-            do u = 0, 1
-                do m = 1, 2
-                    call fwd_bwd(hc, lt, u, m)
-                end do
-                call ok(l8_tensor_to_array(l8_params_main_grad(gt, wt), gw(:, :, u)), 'zero1: tw')
-                call ok(l8_tensor_to_array(l8_params_main_grad(gt, bt), gb(:, u)), 'zero1: tb')
-                if (u == 0) call ok(l8_linear_begin_step(lt), 'zero1: twin begin_step')
-            end do
-            tw = (gw(:, :, 0) + gw(:, :, 1)) * 0.5_c_float
-            tb = (gb(:, 0) + gb(:, 1)) * 0.5_c_float
+            call twin_mean(hc, gt, lt, wt, bt, tw, tb)
             call ok(l8_tensor_copy_from_array(l8_params_main_grad(gt, wt), tw), 'zero1: twin dW')
             call ok(l8_tensor_copy_from_array(l8_params_main_grad(gt, bt), tb), 'zero1: twin db')
             call ok(l8_optim_step(ot), 'zero1: the twin''s step')
@@ -1478,6 +1449,44 @@ contains
                     bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
                     weight_id=w_, bias_id=b_), name // ': layer')
         end if
+    end subroutine
+
+    ! Both ranks' gradients of layer ll (group gg, ids w_ and b_) over their
+    ! two micro-batches, and their mean as the reducer computes it: an f32
+    ! sum in rank order, then / 2.
+    subroutine twin_mean(hc, gg, ll, w_, b_, mw_, mb_)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_params), intent(in) :: gg
+        type(l8_linear), intent(in) :: ll
+        integer(c_int), intent(in) :: w_, b_
+        real(c_float), intent(out) :: mw_(DK, DN), mb_(DN)
+        real(c_float) :: gw(DK, DN, 0:1), gb(DN, 0:1)
+        integer :: r, m
+        do r = 0, 1
+            call ok(l8_linear_begin_step(ll), 'twin: begin_step')
+            do m = 1, 2
+                call fwd_bwd(hc, ll, r, m)
+            end do
+            call ok(l8_tensor_to_array(l8_params_main_grad(gg, w_), gw(:, :, r)), 'twin: dW')
+            call ok(l8_tensor_to_array(l8_params_main_grad(gg, b_), gb(:, r)), 'twin: db')
+        end do
+        mw_ = (gw(:, :, 0) + gw(:, :, 1)) * 0.5_c_float
+        mb_ = (gb(:, 0) + gb(:, 1)) * 0.5_c_float
+    end subroutine
+
+    ! One step of rank r through reducer d: two micro-batches, then finish.
+    subroutine ddp_step(hc, ll, d, r)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_linear), intent(in) :: ll
+        type(l8_ddp), intent(in) :: d
+        integer, intent(in) :: r
+        integer :: m
+        call ok(l8_linear_begin_step(ll), 'ddp: begin_step')
+        do m = 1, 2
+            call ok(l8_ddp_begin_micro_batch(d, m == 2), 'l8_ddp_begin_micro_batch')
+            call fwd_bwd(hc, ll, r, m)
+        end do
+        call ok(l8_ddp_finish(d), 'l8_ddp_finish')
     end subroutine
 
     ! Forward and backward of rank r's micro-batch m (small integers,
