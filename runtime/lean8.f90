@@ -138,6 +138,10 @@ module lean8
         type(c_ptr) :: tp_comm
         integer(c_int) :: parallel, sequence_parallel
     end type
+    type, bind(c) :: comm_config
+        integer(c_size_t) :: size
+        integer(c_int) :: timeout_ms, init_timeout_ms, transport
+    end type
     type, bind(c) :: params_config
         integer(c_size_t) :: size
         integer(c_int) :: grad_dtype
@@ -187,7 +191,9 @@ module lean8
     public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
     public :: l8_ckpt_close, l8_ckpt_check_tensor
     public :: l8_comm_id_create, l8_comm_init_rank, l8_comm_destroy, l8_comm_rank, l8_comm_size
-    public :: l8_comm_all_reduce, l8_comm_broadcast
+    public :: l8_comm_all_reduce, l8_comm_broadcast, l8_comm_all_gather, l8_comm_reduce_scatter
+    public :: l8_comm_init_env, l8_comm_split, l8_comm_grid, l8_comm_abort, l8_comm_check
+    public :: l8_comm_barrier
     public :: l8_recipe_set_reduce, l8_optim_set_norm_reduce
     public :: l8_optim_set_shard, l8_optim_set_shard_rank
     public :: l8_ddp_create, l8_ddp_destroy, l8_ddp_begin_micro_batch, l8_ddp_mark_unused
@@ -757,8 +763,9 @@ module lean8
             integer(c_int) :: c_comm_id_create
         end function
         function c_comm_init_rank(ctx, id, rank, world, cfg, out) bind(c, name='l8_comm_init_rank')
-            import :: c_ptr, c_int, l8_comm_id
-            type(c_ptr), value :: ctx, cfg
+            import :: c_ptr, c_int, l8_comm_id, comm_config
+            type(c_ptr), value :: ctx
+            type(comm_config), intent(in) :: cfg
             type(l8_comm_id), intent(in) :: id
             integer(c_int), value :: rank, world
             type(c_ptr) :: out
@@ -789,6 +796,57 @@ module lean8
             type(c_ptr), value :: comm, buf, s
             integer(c_int), value :: root
             integer(c_int) :: c_comm_broadcast
+        end function
+        function c_comm_all_gather(comm, send, recv, dim, s) bind(c, name='l8_comm_all_gather')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, send, recv, s
+            integer(c_int), value :: dim
+            integer(c_int) :: c_comm_all_gather
+        end function
+        function c_comm_reduce_scatter(comm, send, recv, op, dim, s) &
+                bind(c, name='l8_comm_reduce_scatter')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, send, recv, s
+            integer(c_int), value :: op, dim
+            integer(c_int) :: c_comm_reduce_scatter
+        end function
+        subroutine c_comm_config_init(cfg) bind(c, name='l8_comm_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_comm_init_env(ctx, cfg, out) bind(c, name='l8_comm_init_env')
+            import :: c_ptr, c_int, comm_config
+            type(c_ptr), value :: ctx
+            type(comm_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_comm_init_env
+        end function
+        function c_comm_split(comm, color, key, out) bind(c, name='l8_comm_split')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm
+            integer(c_int), value :: color, key
+            type(c_ptr) :: out
+            integer(c_int) :: c_comm_split
+        end function
+        function c_comm_grid(comm, tp, tp_comm, dp_comm) bind(c, name='l8_comm_grid')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm, tp_comm, dp_comm
+            integer(c_int), value :: tp
+            integer(c_int) :: c_comm_grid
+        end function
+        subroutine c_comm_abort(comm) bind(c, name='l8_comm_abort')
+            import :: c_ptr
+            type(c_ptr), value :: comm
+        end subroutine
+        function c_comm_check(comm) bind(c, name='l8_comm_check')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm
+            integer(c_int) :: c_comm_check
+        end function
+        function c_comm_barrier(comm) bind(c, name='l8_comm_barrier')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: comm
+            integer(c_int) :: c_comm_barrier
         end function
     end interface
 
@@ -943,6 +1001,14 @@ contains
         type(linear_config), intent(out) :: cfg
         cfg = transfer(c_defaults(c_linear_config_init), cfg)
         cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_comm_config(cfg, timeout_ms, init_timeout_ms)
+        type(comm_config), intent(out) :: cfg
+        integer, intent(in), optional :: timeout_ms, init_timeout_ms
+        cfg = transfer(c_defaults(c_comm_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+        if (present(timeout_ms)) cfg%timeout_ms = int(timeout_ms, c_int)
+        if (present(init_timeout_ms)) cfg%init_timeout_ms = int(init_timeout_ms, c_int)
     end subroutine
     subroutine init_params_config(cfg)
         type(params_config), intent(out) :: cfg
@@ -1935,13 +2001,72 @@ contains
         st = c_comm_id_create(ctx%p, t, id)
     end function
 
-    ! Join as `rank` of `world` (collective; default timeouts).
-    integer(c_int) function l8_comm_init_rank(ctx, id, rank, world, comm) result(st)
+    ! Join as `rank` of `world` (collective). timeout_ms: collectives and dead
+    ! peers, init_timeout_ms: joining (absent or 0: L8_COMM_TIMEOUT and
+    ! L8_INIT_TIMEOUT seconds, else 600 and 300 s).
+    integer(c_int) function l8_comm_init_rank(ctx, id, rank, world, comm, timeout_ms, &
+            init_timeout_ms) result(st)
         type(l8_ctx), intent(in) :: ctx
         type(l8_comm_id), intent(in) :: id
         integer, intent(in) :: rank, world
         type(l8_comm), intent(out) :: comm
-        st = c_comm_init_rank(ctx%p, id, int(rank, c_int), int(world, c_int), c_null_ptr, comm%p)
+        integer, intent(in), optional :: timeout_ms, init_timeout_ms
+        type(comm_config) :: cfg
+        call init_comm_config(cfg, timeout_ms, init_timeout_ms)
+        st = c_comm_init_rank(ctx%p, id, int(rank, c_int), int(world, c_int), cfg, comm%p)
+    end function
+
+    ! Join the job the launcher's environment describes (torchrun or
+    ! lean8-run, Slurm, Open MPI: rank and world size; the rendezvous at
+    ! MASTER_ADDR:MASTER_PORT or through the file L8_INIT_FILE; a world of 1
+    ! needs neither). transport absent: NCCL on a GPU context, TCP on the host.
+    integer(c_int) function l8_comm_init_env(ctx, comm, transport, timeout_ms, init_timeout_ms) &
+            result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_comm), intent(out) :: comm
+        integer(c_int), intent(in), optional :: transport
+        integer, intent(in), optional :: timeout_ms, init_timeout_ms
+        type(comm_config) :: cfg
+        call init_comm_config(cfg, timeout_ms, init_timeout_ms)
+        if (present(transport)) cfg%transport = transport
+        st = c_comm_init_env(ctx%p, cfg, comm%p)
+    end function
+
+    ! Sub-communicators (collective): the ranks of one color, ordered by key;
+    ! a negative color joins none (out stays unset).
+    integer(c_int) function l8_comm_split(comm, color, key, out) result(st)
+        type(l8_comm), intent(in) :: comm
+        integer, intent(in) :: color, key
+        type(l8_comm), intent(out) :: out
+        st = c_comm_split(comm%p, int(color, c_int), int(key, c_int), out%p)
+    end function
+    ! The Megatron grid, world = tp x dp with tensor-parallel ranks adjacent
+    ! (rank r: TP rank mod(r, tp), DP rank r / tp); either output optional.
+    integer(c_int) function l8_comm_grid(comm, tp, tp_comm, dp_comm) result(st)
+        type(l8_comm), intent(in) :: comm
+        integer, intent(in) :: tp
+        type(l8_comm), intent(out), optional, target :: tp_comm, dp_comm
+        type(c_ptr) :: pt, pd
+        pt = c_null_ptr
+        pd = c_null_ptr
+        if (present(tp_comm)) pt = c_loc(tp_comm%p)
+        if (present(dp_comm)) pd = c_loc(dp_comm%p)
+        st = c_comm_grid(comm%p, int(tp, c_int), pt, pd)
+    end function
+    ! Abort now: the peers' next collectives fail. Destroy it still.
+    subroutine l8_comm_abort(comm)
+        type(l8_comm), intent(in) :: comm
+        call c_comm_abort(comm%p)
+    end subroutine
+    ! L8_OK, or the communicator's first error (never blocks).
+    integer(c_int) function l8_comm_check(comm) result(st)
+        type(l8_comm), intent(in) :: comm
+        st = c_comm_check(comm%p)
+    end function
+    ! Wait until every rank has arrived.
+    integer(c_int) function l8_comm_barrier(comm) result(st)
+        type(l8_comm), intent(in) :: comm
+        st = c_comm_barrier(comm%p)
     end function
 
     subroutine l8_comm_destroy(comm)
@@ -1972,6 +2097,34 @@ contains
         type(l8_tensor), intent(in) :: buf
         integer, intent(in) :: root
         st = c_comm_broadcast(comm%p, buf%p, int(root, c_int), c_null_ptr)
+    end function
+    ! Every rank's send concatenated in rank order along Fortran dimension
+    ! dim of send: 1 (the first, fastest: [c, r] -> [world * c, r]) or the
+    ! last ([c, r] -> [c, world * r]).
+    integer(c_int) function l8_comm_all_gather(comm, send, recv, dim) result(st)
+        type(l8_comm), intent(in) :: comm
+        type(l8_tensor), intent(in) :: send, recv
+        integer, intent(in) :: dim
+        st = c_comm_all_gather(comm%p, send%p, recv%p, c_dim(send, dim), c_null_ptr)
+    end function
+    ! The reverse: op over the ranks, this rank's slice along Fortran
+    ! dimension dim of send (1 or the last) kept in recv.
+    integer(c_int) function l8_comm_reduce_scatter(comm, send, recv, op, dim) result(st)
+        type(l8_comm), intent(in) :: comm
+        type(l8_tensor), intent(in) :: send, recv
+        integer(c_int), intent(in) :: op
+        integer, intent(in) :: dim
+        st = c_comm_reduce_scatter(comm%p, send%p, recv%p, op, c_dim(send, dim), c_null_ptr)
+    end function
+    ! The C dimension of Fortran dimension dim of t (Fortran order reverses
+    ! C's): dim 1 is C's last, the last is C's 0. A dim C refuses stays one.
+    integer(c_int) function c_dim(t, dim)
+        type(l8_tensor), intent(in) :: t
+        integer, intent(in) :: dim
+        integer(c_int) :: nd
+        nd = c_tensor_ndim(t%p)
+        c_dim = nd - int(dim, c_int)
+        if (dim < 1 .or. dim > nd) c_dim = -100   ! refused by the C side, with its message
     end function
 
     ! ---- data parallel (runtime/ddp.h) ----
@@ -2131,6 +2284,7 @@ contains
         type(adamw_config) :: ac
         type(linear_config) :: lc
         type(params_config) :: pc
+        type(comm_config) :: mc
         type(ddp_config) :: dc
         type(l8_comm_id) :: id_mold
         integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
@@ -2148,6 +2302,9 @@ contains
         call c_params_config_init(c_loc(scratch))
         if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(pc)) bad = bad + 1
         scratch = 0
+        call c_comm_config_init(c_loc(scratch))
+        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(mc)) bad = bad + 1
+        scratch = 0
         call c_ddp_config_init(c_loc(scratch))
         if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(dc)) bad = bad + 1
         call init_ctx_config(cc)
@@ -2155,6 +2312,9 @@ contains
         call init_linear_config(lc)
         call init_params_config(pc)
         call init_ddp_config(dc)
+        call init_comm_config(mc)
+        if (mc%timeout_ms /= 0 .or. mc%init_timeout_ms /= 0 .or. mc%transport /= L8_COMM_DEFAULT) &
+            bad = bad + 1
         if (pc%grad_dtype /= L8_F32 .or. pc%pad_to /= 0) bad = bad + 1
         if (dc%bucket_elems /= 0 .or. dc%overlap /= 1 .or. dc%strict /= 0 .or. dc%zero1 /= 0) &
             bad = bad + 1

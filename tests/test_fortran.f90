@@ -38,8 +38,11 @@
 !      layer that gathers the tokens, a row-parallel one that scatters them)
 !      gives this rank's rows and columns of the whole chain's outputs,
 !      input gradient and weight gradients, bit for bit (small integers:
-!      every sum exact). Each rank's failures are summed over the
-!      communicator, so rank 0 reports rank 1's too.
+!      every sum exact). The gathers and reduce-scatters along either
+!      Fortran dimension, a barrier, split and grid, a communicator joined
+!      from the launcher's variables (L8_INIT_FILE) and aborted by rank 0
+!      (rank 1's next collective fails). Each rank's failures are summed over
+!      the communicator, so rank 0 reports rank 1's too.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -1099,7 +1102,7 @@ contains
         real(c_float) :: ew(DK, DN), eb(DN), aw(DK, DN), ab(DN)
         real(c_float) :: spare(DS), mw(DK, DN), mb(DN), tw(DK, DN), tb(DN), sc(3), sc0(3), tot(1)
         real(c_float) :: w0(DK, DN)
-        character(len=1024) :: exe, idp
+        character(len=1024) :: exe, idp, ip
         character(len=256) :: msg
 
         if (rank == 0) then
@@ -1114,6 +1117,11 @@ contains
             ! a dead or lost peer fails in seconds, not after the defaults (inherited by rank 1)
             u = c_setenv('L8_INIT_TIMEOUT' // c_null_char, '60' // c_null_char, 0_c_int)
             u = c_setenv('L8_COMM_TIMEOUT' // c_null_char, '120' // c_null_char, 0_c_int)
+            ! the launcher's variables l8_comm_init_env reads (comm_more; RANK set by each)
+            write(ip, '(a, a)') idp(1:len_trim(idp) - 3), '.init'
+            u = c_setenv('L8_INIT_FILE' // c_null_char, trim(ip) // c_null_char, 1_c_int)
+            u = c_setenv('WORLD_SIZE' // c_null_char, '2' // c_null_char, 1_c_int)
+            u = c_setenv('RANK' // c_null_char, '0' // c_null_char, 1_c_int)
             call get_command_argument(0, exe)
             msg = ''
             es = 0
@@ -1123,6 +1131,7 @@ contains
             call check(cs == 0, 'ddp: rank 1 started: ' // trim(msg))
         else
             call ok(l8_ctx_create(hc, 'host'), 'ddp rank 1: a host context')
+            u = c_setenv('RANK' // c_null_char, '1' // c_null_char, 1_c_int)
             open(newunit=u, file=idfile, access='stream', form='unformatted', status='old')
             read(u) cid%bytes
             close(u)
@@ -1247,6 +1256,11 @@ contains
         call ok(l8_optim_set_norm_reduce(oz), 'l8_optim_set_norm_reduce, none')
 
         call tp_pair(hc, gh, dp, rank)
+        call comm_more(hc, dp, rank)
+        if (rank == 0) then
+            open(newunit=u, file=trim(ip), status='old', iostat=es)
+            if (es == 0) close(u, status='delete')
+        end if
 
         ! the verdict: rank 1's failures counted on rank 0 too
         tot(1) = real(fails, c_float)
@@ -1276,6 +1290,85 @@ contains
         call l8_gemm_handle_destroy(gh)
         call l8_comm_destroy(dp)
         call l8_ctx_destroy(hc)
+    end subroutine
+
+    ! -- 11, the other collectives on two ranks, the sub-communicators, a
+    !    communicator joined from the launcher's variables (set by ddp_world:
+    !    WORLD_SIZE, RANK, L8_INIT_FILE) and aborted by rank 0.
+    subroutine comm_more(hc, dp, rank)
+        type(l8_ctx), intent(in) :: hc
+        type(l8_comm), intent(in) :: dp
+        integer, intent(in) :: rank
+        real(c_float) :: a(2, 3, 0:1), g1(4, 3), g2(2, 6), r1(2, 3), r2(2, 3)
+        type(l8_tensor) :: ta, tg1, tg2, tr
+        type(l8_comm) :: sp, tpc, dpc, none, ec
+        integer :: i, j, q
+        do q = 0, 1                               ! what each rank sends
+            do j = 1, 3
+                do i = 1, 2
+                    a(i, j, q) = real(10 * q + 3 * j + i, c_float)
+                end do
+            end do
+        end do
+        call ok(l8_tensor_from_array(hc, a(:, :, rank), ta), 'comm: send')
+        call ok(l8_tensor_empty(hc, L8_F32, [4, 3], tg1), 'comm: recv [4, 3]')
+        call ok(l8_tensor_empty(hc, L8_F32, [2, 6], tg2), 'comm: recv [2, 6]')
+        call ok(l8_comm_all_gather(dp, ta, tg1, 1), 'l8_comm_all_gather along dim 1')
+        call ok(l8_comm_all_gather(dp, ta, tg2, 2), 'l8_comm_all_gather along dim 2')
+        call ok(l8_tensor_to_array(tg1, g1), 'comm: gathered 1')
+        call ok(l8_tensor_to_array(tg2, g2), 'comm: gathered 2')
+        call check(all(g1(1:2, :) == a(:, :, 0)) .and. all(g1(3:4, :) == a(:, :, 1)), &
+                   'comm: a gather along Fortran dim 1 stacks the ranks'' columns')
+        call check(all(g2(:, 1:3) == a(:, :, 0)) .and. all(g2(:, 4:6) == a(:, :, 1)), &
+                   'comm: a gather along Fortran dim 2 stacks the ranks'' rows')
+        call check(l8_comm_all_gather(dp, ta, tg1, 3) == L8_ERR_INVALID_ARG, &
+                   'comm: dim 3 of a 2-d tensor is refused')
+        call ok(l8_tensor_empty(hc, L8_F32, [2, 3], tr), 'comm: recv [2, 3]')
+        call ok(l8_comm_reduce_scatter(dp, tg2, tr, L8_REDUCE_SUM, 2), 'l8_comm_reduce_scatter dim 2')
+        call ok(l8_tensor_to_array(tr, r2), 'comm: scattered 2')
+        call ok(l8_comm_reduce_scatter(dp, tg1, tr, L8_REDUCE_SUM, 1), 'l8_comm_reduce_scatter dim 1')
+        call ok(l8_tensor_to_array(tr, r1), 'comm: scattered 1')
+        ! every rank holds the same gathered tensors: the sum is twice its slice
+        call check(all(r2 == 2 * g2(:, 3 * rank + 1:3 * rank + 3)), &
+                   'comm: a reduce-scatter along dim 2 keeps this rank''s rows, summed')
+        call check(all(r1 == 2 * g1(2 * rank + 1:2 * rank + 2, :)), &
+                   'comm: a reduce-scatter along dim 1 keeps this rank''s columns, summed')
+        call ok(l8_comm_barrier(dp), 'l8_comm_barrier')
+        call ok(l8_comm_check(dp), 'l8_comm_check')
+        ! sub-communicators
+        call ok(l8_comm_split(dp, rank, 0, sp), 'l8_comm_split by rank')
+        call check(l8_comm_size(sp) == 1, 'comm: a split by rank is a world of 1')
+        call ok(l8_comm_split(dp, -1, 0, none), 'l8_comm_split, no color')
+        call check(.not. c_associated(none%p), 'comm: a negative color joins none')
+        call ok(l8_comm_grid(dp, 2, tp_comm=tpc, dp_comm=dpc), 'l8_comm_grid tp 2')
+        call check(l8_comm_size(tpc) == 2, 'comm: the TP group holds both ranks')
+        call check(l8_comm_rank(tpc) == rank, 'comm: TP rank is the rank')
+        call check(l8_comm_size(dpc) == 1, 'comm: the DP group holds one rank')
+        call check(l8_comm_grid(dp, 3, tp_comm=none) == L8_ERR_INVALID_ARG, &
+                   'comm: tp 3 of a world of 2 is refused')
+        ! joined from the environment, then rank 0 aborts it
+        call ok(l8_comm_init_env(hc, ec, init_timeout_ms=60000), 'l8_comm_init_env (L8_INIT_FILE)')
+        call check(l8_comm_size(ec) == 2, 'comm: the environment says a world of 2')
+        call check(l8_comm_rank(ec) == rank, 'comm: and this rank')
+        call ok(l8_comm_all_reduce(ec, ta, ta, L8_REDUCE_SUM), 'comm: a sum over it')
+        call ok(l8_tensor_to_array(ta, r1), 'comm: the sum')
+        call check(all(r1 == a(:, :, 0) + a(:, :, 1)), 'comm: both ranks'' sum')
+        call ok(l8_comm_barrier(dp), 'comm: before the abort')
+        if (rank == 0) then
+            call l8_comm_abort(ec)
+            call check(l8_comm_check(ec) /= L8_OK, 'comm: an aborted communicator says so')
+        end if
+        call ok(l8_comm_barrier(dp), 'comm: after the abort')
+        if (rank == 1) call check(l8_comm_all_reduce(ec, ta, ta, L8_REDUCE_SUM) == L8_ERR_COMM, &
+                                  'comm: the peer''s next collective fails with L8_ERR_COMM')
+        call l8_comm_destroy(ec)
+        call l8_comm_destroy(sp)
+        call l8_comm_destroy(tpc)
+        call l8_comm_destroy(dpc)
+        call l8_tensor_destroy(ta)
+        call l8_tensor_destroy(tg1)
+        call l8_tensor_destroy(tg2)
+        call l8_tensor_destroy(tr)
     end subroutine
 
     ! -- 11, tensor parallel: x [TT, TK] -> A (column, SP) -> h [TT, TN] -> B
