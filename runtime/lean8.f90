@@ -183,6 +183,7 @@ module lean8
     public :: l8_optim_set_lr_table, l8_optim_cursor
     public :: l8_optim_state_count, l8_optim_state_name, l8_optim_state, l8_optim_state_view
     public :: l8_optim_get_step, l8_optim_set_step
+    public :: l8_optim_save, l8_optim_check_load, l8_optim_load
     public :: l8_recipe_state, l8_recipe_push_scales
     public :: l8_gather_rows, l8_gather_rows_at, l8_put_rows_at
     public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
@@ -537,6 +538,21 @@ module lean8
             type(c_ptr), value :: r, t
             character(kind=c_char), intent(in) :: name(*)
             integer(c_int) :: c_ckpt_read_tensor
+        end function
+        function c_optim_save(o, w) bind(c, name='l8_optim_save')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, w
+            integer(c_int) :: c_optim_save
+        end function
+        function c_optim_check_load(o, r) bind(c, name='l8_optim_check_load')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, r
+            integer(c_int) :: c_optim_check_load
+        end function
+        function c_optim_load(o, r) bind(c, name='l8_optim_load')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o, r
+            integer(c_int) :: c_optim_load
         end function
         subroutine c_ckpt_close(r) bind(c, name='l8_ckpt_close')
             import :: c_ptr
@@ -1983,6 +1999,25 @@ contains
         call c_ckpt_close(r%p)
         r%p = c_null_ptr
     end subroutine
+
+    ! The optimizer's sections (state buffers, step; a ZeRO-1 shard's ranks
+    ! and ranges) in one call each: written into w, checked against r (would
+    ! load accept it? the message names what differs), restored from r.
+    integer(c_int) function l8_optim_save(opt, w) result(st)
+        type(l8_optim), intent(in) :: opt
+        type(l8_ckpt_writer), intent(in) :: w
+        st = c_optim_save(opt%p, w%p)
+    end function
+    integer(c_int) function l8_optim_check_load(opt, r) result(st)
+        type(l8_optim), intent(in) :: opt
+        type(l8_ckpt_reader), intent(in) :: r
+        st = c_optim_check_load(opt%p, r%p)
+    end function
+    integer(c_int) function l8_optim_load(opt, r) result(st)
+        type(l8_optim), intent(in) :: opt
+        type(l8_ckpt_reader), intent(in) :: r
+        st = c_optim_load(opt%p, r%p)
+    end function
 
     ! ---- communicators: an id made on one rank, broadcast, joined by all ----
     !   if (rank == 0) st = l8_comm_id_create(ctx, id)

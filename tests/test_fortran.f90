@@ -31,7 +31,9 @@
 !      both ranks' gradients computed by a twin layer, bit for bit, with and
 !      without overlap; ZeRO-1 (a padded group, the shard ranges, the norm
 !      hook, the gather) gives the master weights of an unsharded AdamW on
-!      those gradients bit for bit; the recipe's amax hook gives every rank
+!      those gradients bit for bit, and its sharded state saved and loaded
+!      per rank (l8_optim_save / _check_load / _load; another rank's shard
+!      refused); the recipe's amax hook gives every rank
 !      the same scales; errors (a second consumer, a bad id, a twice-marked
 !      parameter, grad_ready without a group). Then tensor and sequence
 !      parallel on the same two ranks: Megatron's pair (a column-parallel
@@ -1132,6 +1134,7 @@ contains
         else
             call ok(l8_ctx_create(hc, 'host'), 'ddp rank 1: a host context')
             u = c_setenv('RANK' // c_null_char, '1' // c_null_char, 1_c_int)
+            idp = idfile                             ! the stem of this run's files
             open(newunit=u, file=idfile, access='stream', form='unformatted', status='old')
             read(u) cid%bytes
             close(u)
@@ -1230,6 +1233,7 @@ contains
         call check(same_bits(mw, tw) .and. same_bits(reshape(mb, [DN, 1]), reshape(tb, [DN, 1])), &
                    'zero1: gathered weights equal the unsharded AdamW''s, bit for bit')
         call check(any(mw /= w0), 'zero1: the weights moved')
+        call shard_ckpt(gz, oz, off(1:nr), num(1:nr), rank, trim(idp) // '.r', ot)
 
         ! the recipe's amax hook: rank 1's input is twice rank 0's, one scale
         call ok(l8_recipe_create(hc, rc), 'amax: recipe')
@@ -1290,6 +1294,64 @@ contains
         call l8_gemm_handle_destroy(gh)
         call l8_comm_destroy(dp)
         call l8_ctx_destroy(hc)
+    end subroutine
+
+    ! -- 11, ZeRO-1 checkpoints: this rank's sharded optimizer saved into a
+    !    file of its own (name: `stem` and the rank), loaded into a new one
+    !    with the same shard (state and step bit for bit); the other rank's
+    !    shard and an unsharded optimizer are refused.
+    subroutine shard_ckpt(gz, oz, off, num, rank, stem, whole)
+        type(l8_params), intent(in) :: gz
+        type(l8_optim), intent(in) :: oz, whole
+        integer(c_int64_t), intent(in) :: off(:), num(:)
+        integer, intent(in) :: rank
+        character(len=*), intent(in) :: stem
+        type(l8_optim) :: o2, o3
+        type(l8_ckpt_writer) :: w
+        type(l8_ckpt_reader) :: r
+        real(c_float), allocatable :: a(:), b(:)
+        integer(c_int64_t) :: s1, s2
+        character(len=1100) :: path
+        integer :: k, u
+        write(path, '(a, i0, a)') stem, rank, '.ckpt'
+        call ok(l8_ckpt_writer_open(trim(path), 'fortran-zero1', 1, w), 'zero1 ckpt: open')
+        call ok(l8_optim_save(oz, w), 'l8_optim_save (a shard)')
+        call ok(l8_ckpt_writer_commit(w), 'zero1 ckpt: commit')
+        call ok(l8_optim_create_adamw(gz, o2, lr=0.01, max_grad_norm=1e6), 'zero1 ckpt: a new AdamW')
+        call ok(l8_optim_set_shard(o2, off, num), 'zero1 ckpt: the same shard')
+        call ok(l8_optim_set_shard_rank(o2, rank, 2), 'zero1 ckpt: the same rank')
+        call ok(l8_optim_create_adamw(gz, o3, lr=0.01), 'zero1 ckpt: another AdamW')
+        call ok(l8_optim_set_shard(o3, off, num), 'zero1 ckpt: its shard')
+        call ok(l8_optim_set_shard_rank(o3, 1 - rank, 2), 'zero1 ckpt: the other rank')
+        call ok(l8_ckpt_open(trim(path), r), 'zero1 ckpt: l8_ckpt_open')
+        call check(l8_optim_check_load(o3, r) == L8_ERR_INVALID_ARG, &
+                   'zero1 ckpt: the other rank''s shard is refused')
+        call check(index(l8_last_error_message(), 'rank') > 0, &
+                   'zero1 ckpt: the refusal names the rank: ' // l8_last_error_message())
+        call check(l8_optim_check_load(whole, r) == L8_ERR_INVALID_ARG, &
+                   'zero1 ckpt: an unsharded optimizer is refused')
+        call ok(l8_optim_check_load(o2, r), 'l8_optim_check_load')
+        call ok(l8_optim_load(o2, r), 'l8_optim_load')
+        call l8_ckpt_close(r)
+        call ok(l8_optim_get_step(oz, s1), 'zero1 ckpt: step')
+        call ok(l8_optim_get_step(o2, s2), 'zero1 ckpt: step loaded')
+        call check(s1 == s2 .and. s1 > 0, 'zero1 ckpt: the step comes back')
+        do k = 0, l8_optim_state_count(oz) - 1
+            allocate(a(l8_tensor_numel(l8_optim_state(oz, k))), b(l8_tensor_numel(l8_optim_state(o2, k))))
+            call ok(l8_tensor_to_array(l8_optim_state(oz, k), a), 'zero1 ckpt: state')
+            b = 0
+            call ok(l8_tensor_to_array(l8_optim_state(o2, k), b), 'zero1 ckpt: state loaded')
+            call check(size(a) == sum(num) .and. size(b) == size(a), &
+                       'zero1 ckpt: a state buffer holds the shard only')
+            if (size(b) == size(a)) call check(all(transfer(a, [0_c_int32_t]) == &
+                       transfer(b, [0_c_int32_t])) .and. any(a /= 0), &
+                       'zero1 ckpt: ' // l8_optim_state_name(oz, k) // ' comes back bit for bit')
+            deallocate(a, b)
+        end do
+        call l8_optim_destroy(o2)
+        call l8_optim_destroy(o3)
+        open(newunit=u, file=trim(path), status='old')
+        close(u, status='delete')
     end subroutine
 
     ! -- 11, the other collectives on two ranks, the sub-communicators, a
