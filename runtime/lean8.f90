@@ -1043,6 +1043,16 @@ contains
         int01 = merge(1_c_int, 0_c_int, x)
     end function
 
+    ! Does the C struct `init` fills not fit the scratch, or is it shorter
+    ! than a mirror of `bytes`? (Its size field comes first.)
+    logical function misfit(init, bytes)
+        procedure(c_config_init) :: init
+        integer(c_size_t), intent(in) :: bytes
+        integer(c_int64_t) :: scratch(SCRATCH_WORDS)
+        scratch = c_defaults(init)
+        misfit = scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < bytes
+    end function
+
     ! ---- strings ----
 
     ! A Fortran string as a NUL-terminated C string (trailing blanks trimmed).
@@ -1771,7 +1781,7 @@ contains
     integer(c_int) function l8_optim_set_lr_external(opt, external) result(st)
         type(l8_optim), intent(in) :: opt
         logical, intent(in) :: external
-        st = c_optim_set_lr_external(opt%p, merge(1_c_int, 0_c_int, external))
+        st = c_optim_set_lr_external(opt%p, int01(external))
     end function
     integer(c_int) function l8_optim_push_lr(opt) result(st)
         type(l8_optim), intent(in) :: opt
@@ -2322,26 +2332,13 @@ contains
         type(comm_config) :: mc
         type(ddp_config) :: dc
         type(l8_comm_id) :: id_mold
-        integer(c_int64_t), target :: scratch(SCRATCH_WORDS)
         bad = 0
-        scratch = 0
-        call c_ctx_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(cc)) bad = bad + 1
-        scratch = 0
-        call c_adamw_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(ac)) bad = bad + 1
-        scratch = 0
-        call c_linear_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(lc)) bad = bad + 1
-        scratch = 0
-        call c_params_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(pc)) bad = bad + 1
-        scratch = 0
-        call c_comm_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(mc)) bad = bad + 1
-        scratch = 0
-        call c_ddp_config_init(c_loc(scratch))
-        if (scratch(1) > SCRATCH_WORDS * 8 .or. scratch(1) < c_sizeof(dc)) bad = bad + 1
+        if (misfit(c_ctx_config_init, c_sizeof(cc))) bad = bad + 1
+        if (misfit(c_adamw_config_init, c_sizeof(ac))) bad = bad + 1
+        if (misfit(c_linear_config_init, c_sizeof(lc))) bad = bad + 1
+        if (misfit(c_params_config_init, c_sizeof(pc))) bad = bad + 1
+        if (misfit(c_comm_config_init, c_sizeof(mc))) bad = bad + 1
+        if (misfit(c_ddp_config_init, c_sizeof(dc))) bad = bad + 1
         call init_ctx_config(cc)
         call init_adamw_config(ac)
         call init_linear_config(lc)

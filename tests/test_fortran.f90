@@ -319,13 +319,19 @@ contains
         same_bits = all(transfer(a, [0_c_int32_t]) == transfer(b, [0_c_int32_t]))
     end function
 
-    ! A bf16 or f32 tensor of Fortran dims `shape(a)` into a (through f32).
-    subroutine get_f32(t, a, what)
+    ! A bf16 or f32 tensor of Fortran dims `shape(a)` into a (through f32);
+    ! t on context `on` (default: the test's ctx).
+    subroutine get_f32(t, a, what, on)
         type(l8_tensor), intent(in) :: t
         real(c_float), intent(inout) :: a(:, :)
         character(len=*), intent(in) :: what
+        type(l8_ctx), intent(in), optional :: on
         type(l8_tensor) :: f
-        call ok(l8_tensor_empty(ctx, L8_F32, shape(a), f), what // ': f32 tensor')
+        if (present(on)) then
+            call ok(l8_tensor_empty(on, L8_F32, shape(a), f), what // ': f32 tensor')
+        else
+            call ok(l8_tensor_empty(ctx, L8_F32, shape(a), f), what // ': f32 tensor')
+        end if
         call ok(l8_convert(t, f), what // ': to f32')
         call ok(l8_tensor_to_array(f, a), what // ': to an array')
         call l8_tensor_destroy(f)
@@ -1524,7 +1530,7 @@ contains
         type(l8_ctx), intent(in) :: hc
         type(l8_linear), intent(in) :: a, b
         real(c_float), intent(in) :: xa(:, :), dya(:, :)
-        real(c_float), intent(out) :: ha(:, :), ya(:, :), dxa(:, :)
+        real(c_float), intent(inout) :: ha(:, :), ya(:, :), dxa(:, :)
         type(l8_tensor) :: xb, hb, yb, dyb, dhb, dxb
         type(l8_linear_ctx) :: sa, sb
         call bf16_in(hc, xa, xb)
@@ -1539,9 +1545,9 @@ contains
         call ok(l8_linear_forward(b, hb, yb, sb), 'tp: forward b')
         call ok(l8_linear_backward(b, sb, dyb, dhb), 'tp: backward b')
         call ok(l8_linear_backward(a, sa, dhb, dxb), 'tp: backward a')
-        call f32_out(hc, hb, ha)
-        call f32_out(hc, yb, ya)
-        call f32_out(hc, dxb, dxa)
+        call get_f32(hb, ha, 'tp: h', hc)
+        call get_f32(yb, ya, 'tp: y', hc)
+        call get_f32(dxb, dxa, 'tp: dx', hc)
         call l8_linear_ctx_destroy(sa)
         call l8_linear_ctx_destroy(sb)
         call l8_tensor_destroy(xb)
@@ -1551,25 +1557,15 @@ contains
         call l8_tensor_destroy(dhb)
         call l8_tensor_destroy(dxb)
     end subroutine
+    ! An f32 array as a new bf16 tensor t on hc.
     subroutine bf16_in(hc, a, t)
         type(l8_ctx), intent(in) :: hc
         real(c_float), intent(in) :: a(:, :)
         type(l8_tensor), intent(out) :: t
         type(l8_tensor) :: f
-        call ok(l8_tensor_from_array(hc, a, f), 'tp: f32 in')
-        call ok(l8_tensor_empty(hc, L8_BF16, shape(a), t), 'tp: bf16 in')
-        call ok(l8_convert(f, t), 'tp: to bf16')
-        call l8_tensor_destroy(f)
-    end subroutine
-    subroutine f32_out(hc, t, a)
-        type(l8_ctx), intent(in) :: hc
-        type(l8_tensor), intent(in) :: t
-        real(c_float), intent(out) :: a(:, :)
-        type(l8_tensor) :: f
-        a = 0
-        call ok(l8_tensor_empty(hc, L8_F32, shape(a), f), 'tp: f32 out')
-        call ok(l8_convert(t, f), 'tp: to f32')
-        call ok(l8_tensor_to_array(f, a), 'tp: out')
+        call ok(l8_tensor_from_array(hc, a, f), 'bf16_in: from the array')
+        call ok(l8_tensor_empty(hc, L8_BF16, shape(a), t), 'bf16_in: a bf16 tensor')
+        call ok(l8_convert(f, t), 'bf16_in: to bf16')
         call l8_tensor_destroy(f)
     end subroutine
 
@@ -1580,12 +1576,15 @@ contains
     subroutine model(hc, gh, gg, ll, w_, b_, s_, name, report, pad)
         type(l8_ctx), intent(in) :: hc
         type(l8_gemm_handle), intent(in) :: gh
-        type(l8_params), intent(out) :: gg
+        type(l8_params), intent(out), target :: gg
         type(l8_linear), intent(out) :: ll
         integer(c_int), intent(out) :: w_, b_, s_
         character(len=*), intent(in) :: name
         logical, intent(in), optional :: report
         integer, intent(in), optional :: pad
+        type(l8_params), pointer :: to                ! disassociated: grad_ready absent
+        to => null()
+        if (present(report)) to => gg
         call ok(l8_params_create(hc, gg, pad_to=pad), name // ': l8_params_create')
         call ok(l8_params_add(gg, name // '.spare', [DS], s_), name // ': spare')
         call ok(l8_params_add(gg, name // '.weight', [DK, DN], w_), name // ': weight')
@@ -1593,17 +1592,10 @@ contains
         call ok(l8_params_finalize(gg), name // ': finalize')
         call ok(l8_params_init_uniform(gg, w_, -0.5, 0.5, 5_c_int64_t), name // ': init W')
         call ok(l8_params_init_uniform(gg, b_, -0.5, 0.5, 6_c_int64_t), name // ': init b')
-        if (present(report)) then                ! report into its own group
-            call ok(l8_linear_create(hc, name, gh, l8_params_master(gg, w_), &
-                    l8_params_main_grad(gg, w_), ll, mode=L8_LINEAR_BF16, &
-                    bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
-                    weight_id=w_, bias_id=b_, grad_ready=gg), name // ': layer')
-        else
-            call ok(l8_linear_create(hc, name, gh, l8_params_master(gg, w_), &
-                    l8_params_main_grad(gg, w_), ll, mode=L8_LINEAR_BF16, &
-                    bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
-                    weight_id=w_, bias_id=b_), name // ': layer')
-        end if
+        call ok(l8_linear_create(hc, name, gh, l8_params_master(gg, w_), &
+                l8_params_main_grad(gg, w_), ll, mode=L8_LINEAR_BF16, &
+                bias=l8_params_master(gg, b_), bias_grad=l8_params_main_grad(gg, b_), &
+                weight_id=w_, bias_id=b_, grad_ready=to), name // ': layer')
     end subroutine
 
     ! Both ranks' gradients of layer ll (group gg, ids w_ and b_) over their
@@ -1652,7 +1644,7 @@ contains
         integer, intent(in) :: r, m
         real(c_float), intent(in), optional :: amp
         real(c_float) :: xa(DK, DT), dya(DN, DT)
-        type(l8_tensor) :: xf_, xb_, yb_, dyf, dyb
+        type(l8_tensor) :: xb_, yb_, dyb
         type(l8_linear_ctx) :: sv
         integer :: i, t
         do t = 1, DT
@@ -1664,20 +1656,14 @@ contains
             end do
         end do
         if (present(amp)) xa = xa * amp
-        call ok(l8_tensor_from_array(hc, xa, xf_), 'fwd_bwd: x')
-        call ok(l8_tensor_empty(hc, L8_BF16, [DK, DT], xb_), 'fwd_bwd: x bf16')
-        call ok(l8_convert(xf_, xb_), 'fwd_bwd: x to bf16')
+        call bf16_in(hc, xa, xb_)
+        call bf16_in(hc, dya, dyb)
         call ok(l8_tensor_empty(hc, L8_BF16, [DN, DT], yb_), 'fwd_bwd: y')
-        call ok(l8_tensor_from_array(hc, dya, dyf), 'fwd_bwd: dy')
-        call ok(l8_tensor_empty(hc, L8_BF16, [DN, DT], dyb), 'fwd_bwd: dy bf16')
-        call ok(l8_convert(dyf, dyb), 'fwd_bwd: dy to bf16')
         call ok(l8_linear_forward(ll, xb_, yb_, sv), 'fwd_bwd: forward')
         call ok(l8_linear_backward(ll, sv, dyb), 'fwd_bwd: backward')
         call l8_linear_ctx_destroy(sv)
-        call l8_tensor_destroy(xf_)
         call l8_tensor_destroy(xb_)
         call l8_tensor_destroy(yb_)
-        call l8_tensor_destroy(dyf)
         call l8_tensor_destroy(dyb)
     end subroutine
 
