@@ -291,7 +291,7 @@ elif grep -q "dataset-fashion-mnist" "$tmp/o.txt"; then ok "missing dataset: cle
 else bad "missing dataset message unclear"; cat "$tmp/o.txt"; fi
 for a in "--batch 0" "--batch 65537" "--hidden 0" "--lr -1" "--epochs x" "--frobnicate" "--epochs 4294967297" \
          "--seed -1" "--lr inf" "--wd nan" "--limit 10" "--batch" "--fp8-head --bf16" \
-         "--graph-steps 0" "--graph-steps 65"; do
+         "--graph-steps 0" "--graph-steps 65" "--graph-steps"; do
     "$bin" $a > "$tmp/o.txt" 2>&1; rc=$?
     flag=${a%% *}
     if [ $rc = 2 ] && grep -q -- "$flag" "$tmp/o.txt"; then ok "bad flag '$a' -> message naming $flag, exit 2"

@@ -263,7 +263,6 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!strcmp(a, "--step-times")) o->step_times = 1;
         else if (!strcmp(a, "--drop-last")) o->drop_last = 1;
-        else if (!strcmp(a, "--graph-steps")) { if (parse_int(a, v, 1, 64, &o->graph_steps)) return -1; i++; }
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
@@ -271,6 +270,7 @@ static int parse(int argc, char **argv, opts *o)
             if (parse_int("--offload", a + 10, 0, MAX_LAYERS, &o->offload_keep)) return -1;
         }
         else if (!v) { fprintf(stderr, "lean8-train: %s needs a value\n", a); return -1; }
+        else if (!strcmp(a, "--graph-steps")) { if (parse_int(a, v, 1, 64, &o->graph_steps)) return -1; i++; }
         else if (!strcmp(a, "--hidden")) { if (parse_hidden(v, o)) { fprintf(stderr, "lean8-train: --hidden wants sizes that are multiples of 16 (16..65536), e.g. 256,128\n"); return -1; } i++; }
         else if (!strcmp(a, "--batch")) { if (parse_int(a, v, 1, 65536, &o->batch)) return -1; i++; }
         else if (!strcmp(a, "--tp")) { if (parse_int(a, v, 1, 64, &o->tp)) return -1; i++; }
