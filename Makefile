@@ -309,13 +309,18 @@ test-valgrind: $(BUILD)/bin/lean8-tests
 	        $(BUILD)/bin/lean8-tests --tags host; \
 	else echo "  VALGRIND skipped: valgrind not found"; fi
 
-# The clang static analyzer (scan-build) over the library's sources, in a
-# fresh build of its own ($(BUILD)/analyze): any finding fails the target and
-# is printed, with the folder of its HTML report (the path that leads to it).
-# Installs clang and clang-tools where they are missing (as root, with
-# apt-get); prints one SKIPPED line where it cannot.
+# The clang static analyzer (scan-build) over every C source - the library,
+# the tools, the tests - in a fresh build of its own ($(BUILD)/analyze): any
+# finding fails the target and is printed, with the folder of its HTML report
+# (the path that leads to it). Installs clang and clang-tools where they are
+# missing (as root, with apt-get); prints one SKIPPED line where it cannot.
 SCAN_BUILD ?= scan-build
 ANALYZE    := $(BUILD)/analyze
+ANALYZE_BINS := $(ANALYZE)/build/liblean8.a $(TOOLS:%=$(ANALYZE)/build/bin/%) \
+                $(ANALYZE)/build/bin/lean8-tests $(ANALYZE)/build/tests/comm_prog \
+                $(if $(HAVE_CUPTI),$(ANALYZE)/build/libl8ktrace.so)
+ANALYZE_SRCS := $(sort $(filter %.c,$(LIB_SRCS) $(BENCH_SRCS) $(TRAIN_SRCS) $(TRACE_TOOL_SRCS) \
+                $(TEST_SRCS) $(TOOLS:%=tools/%.c) tests/comm_prog.c $(if $(HAVE_CUPTI),tools/ktrace.c)))
 .PHONY: test-analyze
 test-analyze:
 	@if ! command -v $(SCAN_BUILD) >/dev/null 2>&1 || ! command -v clang >/dev/null 2>&1; then \
@@ -328,10 +333,10 @@ test-analyze:
 	if ! command -v $(SCAN_BUILD) >/dev/null 2>&1 || ! command -v clang >/dev/null 2>&1; then \
 	    echo "  ANALYZE SKIPPED: scan-build or clang not found (Debian: apt-get install clang clang-tools)"; \
 	    exit 0; fi; \
-	rm -rf $(ANALYZE) && mkdir -p $(ANALYZE) && echo "  ANALYZE library sources (scan-build)"; \
+	rm -rf $(ANALYZE) && mkdir -p $(ANALYZE) && echo "  ANALYZE library, tools and tests (scan-build)"; \
 	if $(SCAN_BUILD) -o $(ANALYZE)/report --status-bugs sh -c '$(MAKE) --no-print-directory \
-	        BUILD=$(ANALYZE)/build CC="$$CC" $(ANALYZE)/build/liblean8.a' > $(ANALYZE)/log 2>&1; then \
-	    echo "  ANALYZE $(words $(filter %.c,$(LIB_SRCS))) files: no findings"; \
+	        BUILD=$(ANALYZE)/build CC="$$CC" $(ANALYZE_BINS)' > $(ANALYZE)/log 2>&1; then \
+	    echo "  ANALYZE $(words $(ANALYZE_SRCS)) files: no findings"; \
 	else \
 	    grep -E -A3 'warning:|error:' $(ANALYZE)/log || cat $(ANALYZE)/log; \
 	    grep -E 'bugs? found|scan-view' $(ANALYZE)/log; \

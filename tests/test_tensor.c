@@ -180,7 +180,7 @@ static href href_slice(const href *in, int d, int64_t start, int64_t stop, int64
 
 static href href_transpose(const href *in, int d0, int d1)
 {
-    int64_t shape[L8_MAX_DIMS], idx[L8_MAX_DIMS];
+    int64_t shape[L8_MAX_DIMS], idx[L8_MAX_DIMS] = { 0 };
     memcpy(shape, in->shape, sizeof shape);
     shape[d0] = in->shape[d1];
     shape[d1] = in->shape[d0];
@@ -639,7 +639,7 @@ START_TEST(test_copy_between_views)
         l8_dtype dt = k_all_dtypes[l8_rng_below(&r, N_DTYPES)];
         size_t es = l8_dtype_size(dt);
         int ndim = 1 + (int)l8_rng_below(&r, L8_MAX_DIMS);
-        int64_t shape[L8_MAX_DIMS];
+        int64_t shape[L8_MAX_DIMS] = { 0 };
         random_shape(&r, ndim, 7, 0, shape);
         href dref = href_random(&r, ndim, shape, es);
         memset(dref.val, POISON, (size_t)dref.n * es);

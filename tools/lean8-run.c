@@ -358,11 +358,16 @@ static int pick_port(const char *addr, int *fd)
         say("cannot bind a port on --master-addr '%s' (%s): give --master-port", addr, strerror(err));
         exit(1);
     }
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    getsockname(*fd, (struct sockaddr *)&ss, &len);
-    return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                          : ((struct sockaddr_in *)&ss)->sin_port);
+    union { struct sockaddr sa; struct sockaddr_in in; struct sockaddr_in6 in6;
+            struct sockaddr_storage ss; } a;
+    memset(&a, 0, sizeof a);
+    socklen_t len = sizeof a;
+    if (getsockname(*fd, &a.sa, &len) != 0) {
+        say("cannot read the port bound on --master-addr '%s' (%s): give --master-port", addr,
+            strerror(errno));
+        exit(1);
+    }
+    return ntohs(a.sa.sa_family == AF_INET6 ? a.in6.sin6_port : a.in.sin_port);
 }
 
 /* Returns 0, or -1 when the environment could not grow. */
@@ -523,7 +528,7 @@ int main(int argc, char **argv)
     int code = -1, stopping = 0, killed = 0, open_streams = 2 * (int)opt.nproc;
     struct pollfd *pf = calloc((size_t)(2 * opt.nproc + 1), sizeof *pf);
     int *who = calloc((size_t)(2 * opt.nproc + 1), sizeof *who);
-    if (!pf || !who) { say("out of memory"); reap_all_now(); return 1; }
+    if (!pf || !who) { say("out of memory"); free(pf); free(who); reap_all_now(); return 1; }
 
     while (alive > 0 || open_streams > 0) {
         double t = now();

@@ -52,6 +52,17 @@ static void *xalloc(void *p, size_t n)
     return q;
 }
 
+/* n zeroed elements of size es (at least one: never NULL). */
+static void *xzalloc(size_t n, size_t es)
+{
+    void *q = calloc(n ? n : 1, es);
+    if (!q) {
+        fprintf(stderr, "lean8-trace plot: out of host memory\n");
+        exit(1);
+    }
+    return q;
+}
+
 /* Merge a state (total, tags, reserved) into bucket i, keeping the higher. */
 static void merge_into(bucket *b, uint64_t total, const uint64_t *tags, uint32_t ntags,
                        uint64_t reserved)
@@ -155,12 +166,12 @@ static void render(plot *p, trace_model *m, FILE *f, int top)
     int n = p->cur + 1;
     uint32_t nt = m->ntags;
     /* series: top tags by their highest bucket value */
-    uint64_t *best = xalloc(NULL, nt * sizeof *best);
-    memset(best, 0, nt * sizeof *best);
+    uint64_t *best = xzalloc(nt, sizeof *best);
     uint64_t ymax = 1;
     for (int i = 0; i < n; i++) {
         bucket *b = &p->b[i];
-        for (uint32_t k = 0; k < b->ntags; k++) if (b->tags[k] > best[k]) best[k] = b->tags[k];
+        for (uint32_t k = 0; k < b->ntags && k < nt; k++)   /* tags only grow: b->ntags <= nt */
+            if (b->tags[k] > best[k]) best[k] = b->tags[k];
         if (b->total > ymax) ymax = b->total;
         if (b->reserved > ymax) ymax = b->reserved;
     }
@@ -184,8 +195,7 @@ static void render(plot *p, trace_model *m, FILE *f, int top)
     fprintf(f, " - rank %d, %llu events, allocated by tag (stacked), reserved (line)</text>\n",
             m->info.rank, (unsigned long long)m->events);
     /* stacked areas, bottom first: series 0..ns-1, then other */
-    double *cum = xalloc(NULL, (size_t)n * sizeof *cum);
-    memset(cum, 0, (size_t)n * sizeof *cum);
+    double *cum = xzalloc((size_t)n, sizeof *cum);
     for (int s = 0; s <= ns; s++) {
         if (s == ns && !has_other) break;
         fprintf(f, "<polygon fill=\"%s\" stroke=\"none\" points=\"", s < ns ? k_colours[s] : OTHER_COLOUR);
@@ -280,8 +290,7 @@ int trace_cmd_plot(int argc, char **argv)
     }
     nb &= ~1;                                   /* halving merges pairs */
     plot p = { .nb = nb, .width = 1000 };       /* 1 us to start */
-    p.b = xalloc(NULL, (size_t)nb * sizeof *p.b);
-    memset(p.b, 0, (size_t)nb * sizeof *p.b);
+    p.b = xzalloc((size_t)nb, sizeof *p.b);
     trace_model m;
     int rc = tm_load(&m, path, plot_hook, &p, &p.snap);
     if (rc == 0) {
