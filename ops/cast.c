@@ -653,14 +653,22 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
     const unsigned smem = db ? STRIP_DB_SMEM((unsigned)l8_dtype_size(j->idt)) : 0;
     int cl = db && gy <= 8 && l8i_cast_strip_cl && l8i_ctx_clusters(j->ctx);
     CUfunction f, fr = NULL;
-    if (cl && gy > 1) {
+    if (cl && gy > 1 && w && l8i_cast_strip_cl < 2) {
+        /* not the w entries (columns % 8 != 0) in clusters of several CTAs:
+         * H100 SXM, 2026-12-05, lean8-bench cast --quick, x copy, two rounds:
+         * bf16 cast_t_db 8191^2 (64 clusters of 2) 0.612 / 0.590 against the
+         * partials' 0.749 / 0.747; the H200 gained 2% there (0.648 against
+         * 0.632 / 0.637, the twentieth session). 2 takes them (the tests). */
+        cl = 0;
+    } else if (cl && gy > 1) {
         /* clusters only where every strip's cluster runs at once (the
          * driver's count) and the grid leaves 4 multiprocessors idle. H200,
          * 2026-12-05, lean8-bench cast --quick, x copy: bf16 cast_t_db
          * 8191 x 8200 as 65 clusters of 2 ran at 0.58 against the partials'
          * 0.71, although the driver counts 66 such clusters at once; as 64
-         * (8191^2, 8200 x 8192) at 0.65 / 0.76 against 0.63 / 0.74. Why the
-         * 130-CTA grid loses is not known. */
+         * (8191^2, 8200 x 8192) at 0.65 / 0.76 against 0.63 / 0.74 (the H100:
+         * 8200 x 8192 0.781 / 0.775 against 0.772 / 0.770). Why the 130-CTA
+         * grid loses is not known. */
         unsigned n = 0, sms = 0;
         L8_CHECK(l8i_sm_count(j->ctx, &sms));
         L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[2][w][j->idt], smem, &f));

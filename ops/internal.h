@@ -137,8 +137,10 @@ extern int l8i_cast_strip;
 /* 1 (the default): the strip kernel's dbias entries run a strip's segments
  * (up to 8) as a cluster that sums the column partials itself (the _cl
  * entries, no l8_dbias_reduce launch) where the context launches clusters
- * and the grid's clusters fit (ops/cast.c cast_transpose_strip says which);
- * 0: partials and l8_dbias_reduce always. Tests set 0, then put 1 back. */
+ * and the grid's clusters fit, and columns % 8 == 0 where there are several
+ * segments (ops/cast.c cast_transpose_strip says which); 2: any columns;
+ * 0: partials and l8_dbias_reduce always. Tests set 2 and 0, then put 1
+ * back. */
 extern int l8i_cast_strip_cl;
 /* The strip kernel's dbias entries' dynamic shared memory for an input of
  * esz bytes an element: the rings, the step's input rows and the chains'

@@ -1603,8 +1603,10 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
  * != 0, any columns, with dbias or not; l8i_cast_strip = 2: also where its
  * segments are short, and f32 with dbias; and gpu_strip_cases, with dbias
  * summed in the kernel by a cluster of a strip's segments where ops/cast.c
- * takes the clusters (up to 8 segments, the grid's clusters fitting), then
- * again with l8i_cast_strip_cl = 0: partials and l8_dbias_reduce),
+ * takes the clusters (up to 8 segments, the grid's clusters fitting; with
+ * l8i_cast_strip_cl = 2, also for columns % 8 != 0, which the default leaves
+ * to the partials), then again with l8i_cast_strip_cl = 0: partials and
+ * l8_dbias_reduce),
  * then where tensors of up to 64 tiles (and
  * dbias up to 4 tile rows) take the small-tile kernel, once with 8 rows a
  * thread, once with 4 rows a thread (the quarter entries without dbias,
@@ -1695,6 +1697,7 @@ START_TEST(test_gpu_cast_transpose)
         printf("strip db_cl bf16: clusters at once of 2..8 CTAs: %u %u %u %u %u %u %u\n", n[2],
                n[3], n[4], n[5], n[6], n[7], n[8]);
     }
+    l8i_cast_strip_cl = 2;                          /* clusters for the w entries too */
     gpu_strip_cases(g, h, &r);
     l8i_cast_strip_cl = 0;                          /* dbias: partials and l8_dbias_reduce */
     gpu_strip_cases(g, h, &r);
