@@ -54,6 +54,9 @@ module lean8
     ! ---- FP8 tensor roles of a recipe (ops/recipe.h) ----
     integer(c_int), parameter, public :: L8_ROLE_INPUT = 0, L8_ROLE_WEIGHT = 1, &
         L8_ROLE_GRAD_OUTPUT = 2
+    ! ---- a recipe's amax rule and formats (ops/cast.h, ops/recipe.h) ----
+    integer(c_int), parameter, public :: L8_AMAX_MAX_HISTORY = 0, L8_AMAX_MOST_RECENT = 1
+    integer(c_int), parameter, public :: L8_FP8_HYBRID = 0, L8_FP8_E4M3 = 1
     ! ---- flags of the FP8 casts (ops/cast.h; `unsigned` there) ----
     integer(c_int), parameter, public :: L8_CAST_ACCUMULATE_AMAX = 1, L8_CAST_FEW_SMS = 2
     ! ---- communicator transports and reductions (runtime/comm.h) ----
@@ -125,6 +128,18 @@ module lean8
         integer(c_size_t) :: size
         real(c_float) :: lr, beta1, beta2, eps, weight_decay, max_grad_norm
     end type
+    type, bind(c) :: sgd_config
+        integer(c_size_t) :: size
+        real(c_float) :: lr, momentum, dampening, weight_decay
+        integer(c_int) :: nesterov
+        real(c_float) :: max_grad_norm
+    end type
+    type, bind(c) :: recipe_config               ! up to the reduce hook (l8_recipe_set_reduce)
+        integer(c_size_t) :: size
+        integer(c_int) :: history_len
+        real(c_float) :: margin
+        integer(c_int) :: amax_compute, format
+    end type
     type, bind(c) :: linear_config
         integer(c_size_t) :: size
         type(c_ptr) :: name
@@ -152,6 +167,12 @@ module lean8
         integer(c_int64_t) :: bucket_elems
         integer(c_int) :: overlap, strict, zero1
     end type
+    type, bind(c) :: optim_result                 ! read back, not a config: no defaults
+        integer(c_size_t) :: size
+        integer(c_int) :: skipped
+        real(c_float) :: grad_norm, clip_coef
+        integer(c_int64_t) :: step
+    end type
     type, bind(c) :: ddp_stats                    ! read back, not a config: no defaults
         integer(c_size_t) :: size
         integer(c_int) :: buckets
@@ -163,6 +184,8 @@ module lean8
     public :: l8_ctx_create, l8_ctx_destroy, l8_ctx_synchronize, l8_ctx_device_name
     public :: l8_tensor_empty, l8_tensor_from_array, l8_tensor_to_array, l8_tensor_copy_from_array
     public :: l8_tensor_destroy, l8_tensor_numel, l8_tensor_dims, l8_tensor_dtype
+    public :: l8_tensor_section, l8_tensor_reshape, l8_tensor_transpose
+    public :: l8_tensor_copy, l8_tensor_contiguous
     public :: l8_fp8_meta_create, l8_fp8_meta_release, l8_fp8_meta_get, l8_fp8_meta_set
     public :: l8_tensor_set_fp8_meta, l8_tensor_fp8_meta
     public :: l8_params_create, l8_params_destroy, l8_params_add, l8_params_finalize
@@ -171,6 +194,7 @@ module lean8
     public :: l8_gemm_handle_create, l8_gemm_handle_destroy
     public :: l8_recipe_create, l8_recipe_destroy, l8_recipe_update
     public :: l8_recipe_count, l8_recipe_meta, l8_recipe_dtype
+    public :: l8_recipe_history_len, l8_recipe_role_name, l8_recipe_updates
     public :: l8_fp8_cast, l8_fp8_cast_transpose, l8_fp8_cast_transpose_dbias, l8_fp8_dequantize
     public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
     public :: l8_linear_refresh_weights
@@ -179,6 +203,7 @@ module lean8
     public :: l8_linear_forward_fp8, l8_linear_backward_fp8, l8_linear_role_index
     public :: l8_linear_forward_gelu
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
+    public :: l8_optim_create_sgd, l8_optim_read_result
     public :: l8_optim_lr, l8_optim_set_lr_external, l8_optim_push_lr
     public :: l8_optim_set_lr_table, l8_optim_cursor
     public :: l8_optim_state_count, l8_optim_state_name, l8_optim_state, l8_optim_state_view
@@ -375,6 +400,26 @@ module lean8
             type(c_ptr) :: out
             integer(c_int) :: c_recipe_create
         end function
+        subroutine c_recipe_config_init(cfg) bind(c, name='l8_recipe_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_recipe_history_len(r) bind(c, name='l8_recipe_history_len')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r
+            integer(c_int) :: c_recipe_history_len
+        end function
+        function c_recipe_role_name(r, i) bind(c, name='l8_recipe_role_name')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: r
+            integer(c_int), value :: i
+            type(c_ptr) :: c_recipe_role_name
+        end function
+        function c_recipe_updates(r) bind(c, name='l8_recipe_updates')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: r
+            integer(c_int64_t) :: c_recipe_updates
+        end function
         subroutine c_recipe_destroy(r) bind(c, name='l8_recipe_destroy')
             import :: c_ptr
             type(c_ptr), value :: r
@@ -450,6 +495,23 @@ module lean8
             type(adamw_config), intent(in) :: cfg
             type(c_ptr) :: out
             integer(c_int) :: c_optim_create_adamw
+        end function
+        subroutine c_sgd_config_init(cfg) bind(c, name='l8_sgd_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_optim_create_sgd(g, cfg, out) bind(c, name='l8_optim_create_sgd')
+            import :: c_ptr, c_int, sgd_config
+            type(c_ptr), value :: g
+            type(sgd_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_optim_create_sgd
+        end function
+        function c_optim_read_result(o, res) bind(c, name='l8_optim_read_result')
+            import :: c_ptr, c_int, optim_result
+            type(c_ptr), value :: o
+            type(optim_result) :: res
+            integer(c_int) :: c_optim_read_result
         end function
         subroutine c_optim_destroy(o) bind(c, name='l8_optim_destroy')
             import :: c_ptr
@@ -566,6 +628,40 @@ module lean8
             import :: c_ptr, c_int
             type(c_ptr), value :: t
             integer(c_int) :: c_tensor_dtype
+        end function
+        function c_tensor_slice(t, d, start, stop, step, out) bind(c, name='l8_tensor_slice')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int), value :: d
+            integer(c_int64_t), value :: start, stop, step
+            type(c_ptr) :: out
+            integer(c_int) :: c_tensor_slice
+        end function
+        function c_tensor_reshape(t, ndim, shape, out) bind(c, name='l8_tensor_reshape')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int), value :: ndim
+            integer(c_int64_t), intent(in) :: shape(*)
+            type(c_ptr) :: out
+            integer(c_int) :: c_tensor_reshape
+        end function
+        function c_tensor_transpose(t, d0, d1, out) bind(c, name='l8_tensor_transpose')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t
+            integer(c_int), value :: d0, d1
+            type(c_ptr) :: out
+            integer(c_int) :: c_tensor_transpose
+        end function
+        function c_tensor_copy(dst, src, s) bind(c, name='l8_tensor_copy')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: dst, src, s
+            integer(c_int) :: c_tensor_copy
+        end function
+        function c_tensor_contiguous(src, s, out) bind(c, name='l8_tensor_contiguous')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: src, s
+            type(c_ptr) :: out
+            integer(c_int) :: c_tensor_contiguous
         end function
         function c_fp8_meta_create(ctx, out) bind(c, name='l8_fp8_meta_create')
             import :: c_ptr, c_int
@@ -1013,6 +1109,16 @@ contains
         cfg = transfer(c_defaults(c_adamw_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
+    subroutine init_sgd_config(cfg)
+        type(sgd_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_sgd_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+    subroutine init_recipe_config(cfg)
+        type(recipe_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_recipe_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
     subroutine init_linear_config(cfg)
         type(linear_config), intent(out) :: cfg
         cfg = transfer(c_defaults(c_linear_config_init), cfg)
@@ -1249,6 +1355,65 @@ contains
         st = c_tensor_copy_to_host(t%p, c_loc(x), size(x, kind=c_size_t), c_null_ptr)
     end function
 
+    ! ---- views (runtime/tensor.h) ----
+    ! New tensors over the storage (and FP8 metadata) of t: no data moves,
+    ! writes through one are seen through the others. Yours to destroy; the
+    ! storage lives while any of them does. Dimensions are Fortran's. A
+    ! view that is not contiguous (a section along any dimension but the
+    ! last, a transpose) is read or written elementwise on the device
+    ! (l8_tensor_copy, the ops that take strides); the array copies want a
+    ! contiguous one (l8_tensor_contiguous). Refusals: L8_ERR_INVALID_ARG.
+
+    ! The array section t(.., lo:hi:step, ..) along Fortran dimension dim,
+    ! 1-based and inclusive like Fortran's: 1 <= lo, lo - 1 <= hi <= the
+    ! extent (hi = lo - 1: empty), step >= 1 (default 1).
+    integer(c_int) function l8_tensor_section(t, dim, lo, hi, v, step) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer, intent(in) :: dim, lo, hi
+        type(l8_tensor), intent(out) :: v
+        integer, intent(in), optional :: step
+        integer(c_int64_t) :: k
+        k = 1
+        if (present(step)) k = step
+        st = c_tensor_slice(t%p, c_dim(t, dim), int(lo, c_int64_t) - 1, int(hi, c_int64_t), k, v%p)
+    end function
+    ! The same elements in Fortran dims `dims` (column-major order, as
+    ! Fortran's reshape); one entry may be -1 (inferred). A view whose
+    ! strides do not allow it (a section, a transpose) is refused: make it
+    ! contiguous first.
+    integer(c_int) function l8_tensor_reshape(t, dims, v) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer, intent(in) :: dims(:)
+        type(l8_tensor), intent(out) :: v
+        integer(c_int64_t) :: shape(max(1, size(dims)))
+        integer :: i, n
+        n = size(dims)
+        do i = 1, n
+            shape(i) = dims(n + 1 - i)
+        end do
+        st = c_tensor_reshape(t%p, int(n, c_int), shape, v%p)
+    end function
+    ! Fortran dimensions d1 and d2 swapped (the view of transpose(x) for a
+    ! 2-d x with d1 = 1, d2 = 2).
+    integer(c_int) function l8_tensor_transpose(t, d1, d2, v) result(st)
+        type(l8_tensor), intent(in) :: t
+        integer, intent(in) :: d1, d2
+        type(l8_tensor), intent(out) :: v
+        st = c_tensor_transpose(t%p, c_dim(t, d1), c_dim(t, d2), v%p)
+    end function
+    ! dst = src elementwise (same dims and dtype, any strides, one context;
+    ! dst must not overlap src).
+    integer(c_int) function l8_tensor_copy(dst, src) result(st)
+        type(l8_tensor), intent(in) :: dst, src
+        st = c_tensor_copy(dst%p, src%p, c_null_ptr)
+    end function
+    ! A new contiguous tensor with src's elements (always a copy).
+    integer(c_int) function l8_tensor_contiguous(src, t) result(st)
+        type(l8_tensor), intent(in) :: src
+        type(l8_tensor), intent(out) :: t
+        st = c_tensor_contiguous(src%p, c_null_ptr, t%p)
+    end function
+
     ! L8_F32, L8_BF16, ...; -1 (no dtype) for a null tensor.
     integer(c_int) function l8_tensor_dtype(t) result(dt)
         type(l8_tensor), intent(in) :: t
@@ -1387,7 +1552,7 @@ contains
         st = c_params_init_kaiming_uniform(g%p, id, a, seed)
     end function
 
-    ! ---- GEMM handles and the FP8 recipe (default configurations) ----
+    ! ---- GEMM handles (default configuration) and the FP8 recipe ----
 
     integer(c_int) function l8_gemm_handle_create(ctx, h) result(st)
         type(l8_ctx), intent(in) :: ctx
@@ -1400,10 +1565,25 @@ contains
         h%p = c_null_ptr
     end subroutine
 
-    integer(c_int) function l8_recipe_create(ctx, r) result(st)
+    ! Absent arguments take the C defaults: history_len 1024 (0 means that
+    ! too), margin 0 (scale = fp8_max / amax / 2**margin), amax_compute
+    ! L8_AMAX_MAX_HISTORY (or L8_AMAX_MOST_RECENT), format L8_FP8_HYBRID
+    ! (E4M3 forward, E5M2 gradients; or L8_FP8_E4M3 for every role). A
+    ! negative history_len, a margin not finite, an unknown rule or format:
+    ! L8_ERR_INVALID_ARG. The amax hook: l8_recipe_set_reduce.
+    integer(c_int) function l8_recipe_create(ctx, r, history_len, margin, amax_compute, &
+            format) result(st)
         type(l8_ctx), intent(in) :: ctx
         type(l8_recipe), intent(out) :: r
-        st = c_recipe_create(ctx%p, c_null_ptr, r%p)
+        integer, intent(in), optional :: history_len, amax_compute, format
+        real(c_float), intent(in), optional :: margin
+        type(recipe_config), target :: cfg
+        call init_recipe_config(cfg)
+        if (present(history_len)) cfg%history_len = int(history_len, c_int)
+        if (present(margin)) cfg%margin = margin
+        if (present(amax_compute)) cfg%amax_compute = int(amax_compute, c_int)
+        if (present(format)) cfg%format = int(format, c_int)
+        st = c_recipe_create(ctx%p, c_loc(cfg), r%p)
     end function
     subroutine l8_recipe_destroy(r)
         type(l8_recipe), intent(inout) :: r
@@ -1460,6 +1640,24 @@ contains
         type(l8_recipe), intent(in) :: r
         integer(c_int), intent(in) :: role
         dt = c_recipe_dtype(r%p, role)
+    end function
+    ! The amax history's length H (the configured one, 1024 for 0).
+    integer function l8_recipe_history_len(r)
+        type(l8_recipe), intent(in) :: r
+        l8_recipe_history_len = int(c_recipe_history_len(r%p))
+    end function
+    ! Role row i's name (0-based, as l8_linear_role_index gives), e.g.
+    ! "fc1.input"; "" for a bad i.
+    function l8_recipe_role_name(r, i) result(s)
+        type(l8_recipe), intent(in) :: r
+        integer, intent(in) :: i
+        character(len=:), allocatable :: s
+        s = fstr(c_recipe_role_name(r%p, int(i, c_int)))
+    end function
+    ! The successful l8_recipe_update calls so far.
+    integer(c_int64_t) function l8_recipe_updates(r)
+        type(l8_recipe), intent(in) :: r
+        l8_recipe_updates = c_recipe_updates(r%p)
     end function
 
     ! ---- FP8 casts (ops/cast.h) ----
@@ -1751,17 +1949,76 @@ contains
         st = c_optim_create_adamw(g%p, cfg, opt%p)
     end function
 
+    ! SGD over the whole (finalized) group, PyTorch's: absent arguments take
+    ! the C defaults (lr 1e-3, no momentum, dampening 0, weight_decay 0 (L2,
+    ! added to the gradient), nesterov .false., no clip). Without momentum
+    ! there is no state buffer; nesterov needs momentum > 0 and dampening 0.
+    integer(c_int) function l8_optim_create_sgd(g, opt, lr, momentum, dampening, weight_decay, &
+            nesterov, max_grad_norm) result(st)
+        type(l8_params), intent(in) :: g
+        type(l8_optim), intent(out) :: opt
+        real(c_float), intent(in), optional :: lr, momentum, dampening, weight_decay, max_grad_norm
+        logical, intent(in), optional :: nesterov
+        type(sgd_config) :: cfg
+        call init_sgd_config(cfg)
+        if (present(lr)) cfg%lr = lr
+        if (present(momentum)) cfg%momentum = momentum
+        if (present(dampening)) cfg%dampening = dampening
+        if (present(weight_decay)) cfg%weight_decay = weight_decay
+        if (present(nesterov)) cfg%nesterov = int01(nesterov)
+        if (present(max_grad_norm)) cfg%max_grad_norm = max_grad_norm
+        st = c_optim_create_sgd(g%p, cfg, opt%p)
+    end function
+
     subroutine l8_optim_destroy(opt)
         type(l8_optim), intent(inout) :: opt
         call c_optim_destroy(opt%p)
         opt%p = c_null_ptr
     end subroutine
 
-    ! One step over the group from its main_grad.
-    integer(c_int) function l8_optim_step(opt) result(st)
+    ! One step over the group from its main_grad. With any of the optional
+    ! arguments the host waits for the step and gets what it did (as
+    ! l8_optim_read_result); without them nothing blocks.
+    integer(c_int) function l8_optim_step(opt, skipped, grad_norm, clip_coef, step) result(st)
         type(l8_optim), intent(in) :: opt
-        st = c_optim_step(opt%p, c_null_ptr, c_null_ptr)
+        logical, intent(out), optional :: skipped
+        real(c_float), intent(out), optional :: grad_norm, clip_coef
+        integer(c_int64_t), intent(out), optional :: step
+        type(optim_result), target :: res
+        if (.not. (present(skipped) .or. present(grad_norm) .or. present(clip_coef) .or. &
+                present(step))) then
+            st = c_optim_step(opt%p, c_null_ptr, c_null_ptr)
+            return
+        end if
+        res = optim_result(c_sizeof(res), 0, 0.0, 1.0, 0)
+        st = c_optim_step(opt%p, c_null_ptr, c_loc(res))
+        call result_out(res, skipped, grad_norm, clip_coef, step)
     end function
+    ! What the last step did (before any: step 0, not skipped, norm 0, clip
+    ! 1): skipped (the gradients were not finite, nothing changed), the
+    ! group's gradient norm before clipping, the factor applied, the steps
+    ! applied so far. Blocks until that step has finished.
+    integer(c_int) function l8_optim_read_result(opt, skipped, grad_norm, clip_coef, step) &
+            result(st)
+        type(l8_optim), intent(in) :: opt
+        logical, intent(out), optional :: skipped
+        real(c_float), intent(out), optional :: grad_norm, clip_coef
+        integer(c_int64_t), intent(out), optional :: step
+        type(optim_result) :: res
+        res = optim_result(c_sizeof(res), 0, 0.0, 1.0, 0)
+        st = c_optim_read_result(opt%p, res)
+        call result_out(res, skipped, grad_norm, clip_coef, step)
+    end function
+    subroutine result_out(res, skipped, grad_norm, clip_coef, step)
+        type(optim_result), intent(in) :: res
+        logical, intent(out), optional :: skipped
+        real(c_float), intent(out), optional :: grad_norm, clip_coef
+        integer(c_int64_t), intent(out), optional :: step
+        if (present(skipped)) skipped = res%skipped /= 0
+        if (present(grad_norm)) grad_norm = res%grad_norm
+        if (present(clip_coef)) clip_coef = res%clip_coef
+        if (present(step)) step = res%step
+    end subroutine
 
     integer(c_int) function l8_optim_set_lr(opt, lr) result(st)
         type(l8_optim), intent(in) :: opt
@@ -2331,6 +2588,8 @@ contains
         type(params_config) :: pc
         type(comm_config) :: mc
         type(ddp_config) :: dc
+        type(sgd_config) :: sc
+        type(recipe_config) :: rc
         type(l8_comm_id) :: id_mold
         bad = 0
         if (misfit(c_ctx_config_init, c_sizeof(cc))) bad = bad + 1
@@ -2339,12 +2598,20 @@ contains
         if (misfit(c_params_config_init, c_sizeof(pc))) bad = bad + 1
         if (misfit(c_comm_config_init, c_sizeof(mc))) bad = bad + 1
         if (misfit(c_ddp_config_init, c_sizeof(dc))) bad = bad + 1
+        if (misfit(c_sgd_config_init, c_sizeof(sc))) bad = bad + 1
+        if (misfit(c_recipe_config_init, c_sizeof(rc))) bad = bad + 1
         call init_ctx_config(cc)
         call init_adamw_config(ac)
         call init_linear_config(lc)
         call init_params_config(pc)
         call init_ddp_config(dc)
         call init_comm_config(mc)
+        call init_sgd_config(sc)
+        call init_recipe_config(rc)
+        if (abs(sc%lr - 1e-3) > 1e-9 .or. abs(sc%momentum) > 0 .or. sc%nesterov /= 0 .or. &
+            abs(sc%max_grad_norm) > 0) bad = bad + 1
+        if (rc%history_len /= 0 .or. abs(rc%margin) > 0 .or. &
+            rc%amax_compute /= L8_AMAX_MAX_HISTORY .or. rc%format /= L8_FP8_HYBRID) bad = bad + 1
         if (mc%timeout_ms /= 0 .or. mc%init_timeout_ms /= 0 .or. mc%transport /= L8_COMM_DEFAULT) &
             bad = bad + 1
         if (pc%grad_dtype /= L8_F32 .or. pc%pad_to /= 0) bad = bad + 1

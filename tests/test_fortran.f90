@@ -45,6 +45,20 @@
 !      from the launcher's variables (L8_INIT_FILE) and aborted by rank 0
 !      (rank 1's next collective fails). Each rank's failures are summed over
 !      the communicator, so rank 0 reports rank 1's too.
+!  12. SGD (momentum, dampening, L2 weight decay; nesterov) against the
+!      formulas of ops/optim.h written out here, bit for bit over four steps;
+!      what a step did (l8_optim_step's optional results, l8_optim_read_result):
+!      the gradient norm, the clip factor, the count, and a step skipped for
+!      a NaN gradient that leaves the weights alone; bad settings refused.
+!  13. the recipe's configuration: the history length, the margin, the amax
+!      rule (most recent or the window's maximum) and the format give the
+!      scales and dtypes the formulas of ops/recipe.h give; role names, the
+!      update count; bad settings refused.
+!  14. views: sections along either dimension (with a step), a transpose and
+!      reshapes of x(K, T) hold the elements Fortran's own sections,
+!      transpose and reshape give; a copy into a section writes the parent's
+!      storage and nothing else; non-contiguous views refused where a
+!      contiguous one is needed; bad dimensions, bounds and shapes refused.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -283,6 +297,9 @@ program test_fortran
     call rows_at()
     call lr_table()
     call resume()
+    call sgd_result()
+    call recipe_cfg()
+    call views()
     call ddp_world(0, '')
 
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
@@ -729,6 +746,254 @@ contains
             call l8_optim_destroy(op(p))
             call l8_params_destroy(gp(p))
         end do
+    end subroutine
+
+    ! -- 12. SGD against its formulas, operation by operation (each rounded
+    !    once, in the order ops/optim.h gives), and what each step did.
+    !    Gradients are multiples of 1/4: their squares and sums are exact, so
+    !    the norm is too. op(1): momentum and dampening; op(2): nesterov; op(3):
+    !    no momentum, clipped to a norm of 1.
+    subroutine sgd_result()
+        use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan, ieee_is_nan
+        integer, parameter :: NP = 40, S = 4
+        real(c_float), parameter :: lr = 0.125, mom = 0.875, damp = 0.25, wd = 0.0625
+        type(l8_params) :: gp(3)
+        type(l8_optim) :: op(3), no
+        real(c_float) :: w(NP, 3), buf(NP, 2), gr(NP, 1), ge(NP), t1(NP), t2(NP), wout(NP, 1)
+        real(c_float) :: omd(2), norm, clip, rnorm
+        logical :: skipped
+        integer(c_int64_t) :: step
+        integer(c_int) :: pid
+        integer :: p, k
+
+        omd = [1 - damp, 1.0_c_float]                 ! 1 - dampening, rounded to f32
+        do p = 1, 3
+            call ok(l8_params_create(ctx, gp(p)), 'sgd: l8_params_create')
+            call ok(l8_params_add(gp(p), 'w', [NP], pid), 'sgd: l8_params_add')
+            call ok(l8_params_finalize(gp(p)), 'sgd: l8_params_finalize')
+            w(:, p) = [(real(mod(5 * i, 9) - 4, c_float) / 8, i = 1, NP)]
+            call ok(l8_tensor_copy_from_array(l8_params_master(gp(p), pid), w(:, p)), 'sgd: weights')
+        end do
+        call ok(l8_optim_create_sgd(gp(1), op(1), lr=lr, momentum=mom, dampening=damp, &
+                                    weight_decay=wd), 'sgd: l8_optim_create_sgd (momentum)')
+        call ok(l8_optim_create_sgd(gp(2), op(2), lr=lr, momentum=mom, weight_decay=wd, &
+                                    nesterov=.true.), 'sgd: l8_optim_create_sgd (nesterov)')
+        call ok(l8_optim_create_sgd(gp(3), op(3), lr=lr, max_grad_norm=1.0_c_float), &
+                'sgd: l8_optim_create_sgd (clipped)')
+        call check(l8_optim_state_count(op(1)) == 1, 'sgd: a momentum buffer with momentum')
+        call check(l8_optim_state_count(op(3)) == 0, 'sgd: no state without momentum')
+        call check(l8_optim_state_name(op(2), 0) == 'momentum_buffer', 'sgd: the state''s name')
+        call ok(l8_optim_read_result(op(1), skipped, norm, clip, step), 'sgd: a result before any step')
+        call check(.not. skipped .and. norm == 0 .and. clip == 1 .and. step == 0, &
+                   'sgd: before any step: step 0, norm 0, clip 1')
+        do k = 1, S
+            gr(:, 1) = [(real(mod(i * k, 13) - 6, c_float) / 4, i = 1, NP)]
+            do p = 1, 3
+                call ok(l8_tensor_copy_from_array(l8_params_main_grad(gp(p), pid), gr), 'sgd: grads')
+            end do
+            call ok(l8_optim_step(op(1), skipped, norm, clip, step), 'sgd: step with its result')
+            rnorm = real(sqrt(sum(real(gr(:, 1), real64)**2)), c_float)
+            call check(.not. skipped .and. norm == rnorm .and. clip == 1 .and. step == k, &
+                       'sgd: the result: not skipped, the norm, no clip, the count')
+            call ok(l8_optim_step(op(2)), 'sgd: step (nesterov)')
+            call ok(l8_optim_read_result(op(2), step=step), 'sgd: l8_optim_read_result')
+            call check(step == k, 'sgd: read_result counts the steps')
+            do p = 1, 2                                ! ops/optim.h's SGD, written out
+                t1 = wd * w(:, p)
+                ge = gr(:, 1) + t1
+                if (k == 1) then
+                    buf(:, p) = ge
+                else
+                    t1 = mom * buf(:, p)
+                    t2 = omd(p) * ge
+                    buf(:, p) = t1 + t2
+                end if
+                if (p == 2) then
+                    t1 = mom * buf(:, p)
+                    ge = ge + t1
+                else
+                    ge = buf(:, p)
+                end if
+                t1 = lr * ge
+                w(:, p) = w(:, p) - t1
+                call ok(l8_tensor_to_array(l8_params_master(gp(p), pid), wout), 'sgd: weights out')
+                call check(same_bits(wout, w(:, p:p)), 'sgd: the step''s weights bit for bit ' // &
+                           trim(merge('(momentum, dampening)', '(nesterov)           ', p == 1)))
+            end do
+            call ok(l8_optim_step(op(3), clip_coef=clip, grad_norm=norm), 'sgd: clipped step')
+            call check(abs(clip - 1 / (rnorm + 1e-6)) <= 1e-6 * clip .and. norm == rnorm, &
+                       'sgd: clip factor = max_norm / (norm + 1e-6)')
+            w(:, 3) = w(:, 3) - lr * (gr(:, 1) * clip)
+            call ok(l8_tensor_to_array(l8_params_master(gp(3), pid), wout), 'sgd: clipped weights')
+            call check(all(abs(wout(:, 1) - w(:, 3)) <= 1e-6 * (abs(w(:, 3)) + 1)), &
+                       'sgd: the clipped step''s weights')
+        end do
+        ! a NaN gradient: the step is skipped, the weights and the count stay
+        gr(7, 1) = ieee_value(gr(7, 1), ieee_quiet_nan)
+        call ok(l8_tensor_copy_from_array(l8_params_main_grad(gp(1), pid), gr), 'sgd: a NaN gradient')
+        call ok(l8_optim_step(op(1), skipped=skipped, step=step), 'sgd: the NaN step')
+        call check(skipped .and. step == S, 'sgd: a NaN gradient skips the step, the count stays')
+        call ok(l8_optim_read_result(op(1), grad_norm=norm, skipped=skipped), 'sgd: its result read')
+        call check(skipped .and. ieee_is_nan(norm), 'sgd: read_result: skipped, the norm NaN')
+        call ok(l8_tensor_to_array(l8_params_master(gp(1), pid), wout), 'sgd: weights after the skip')
+        call check(same_bits(wout, w(:, 1:1)), 'sgd: a skipped step leaves the weights bit for bit')
+        ! bad settings
+        call check(l8_optim_create_sgd(gp(1), no, nesterov=.true.) == L8_ERR_INVALID_ARG, &
+                   'sgd: nesterov without momentum is refused')
+        call check(l8_optim_create_sgd(gp(1), no, lr=-1.0_c_float) == L8_ERR_INVALID_ARG, &
+                   'sgd: a negative rate is refused')
+        call check(l8_optim_create_sgd(gp(1), no, momentum=0.5_c_float, dampening=2.0_c_float) == &
+                   L8_ERR_INVALID_ARG, 'sgd: dampening above 1 is refused')
+        call check(l8_optim_read_result(l8_optim(), step=step) == L8_ERR_INVALID_ARG, &
+                   'sgd: read_result of a null optimizer is refused')
+        do p = 1, 3
+            call l8_optim_destroy(op(p))
+            call l8_params_destroy(gp(p))
+        end do
+    end subroutine
+
+    ! -- 13. The recipe's configuration. r(1): a window of 2, margin 1, the
+    !    most recent amax, E4M3 for every role; r(2): a window of 2, the
+    !    defaults otherwise (the window's maximum, margin 0, HYBRID). The
+    !    input role's amax goes 8, 2, 1 over three updates (set in its meta,
+    !    where the casts would leave it); the gradient role sees none.
+    subroutine recipe_cfg()
+        use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
+        type(l8_recipe) :: r(2), r0, no
+        type(l8_params) :: gr
+        type(l8_linear) :: ln(2)
+        type(l8_tensor) :: fm
+        real(c_float) :: sc(2, 3), fmax(3), nan
+        real(c_float), parameter :: amaxes(3) = [8.0, 2.0, 1.0]
+        integer(c_int) :: wid
+        integer :: q, u
+
+        call ok(l8_recipe_create(ctx, r(1), history_len=2, margin=1.0_c_float, &
+                                 amax_compute=L8_AMAX_MOST_RECENT, format=L8_FP8_E4M3), &
+                'recipe: l8_recipe_create (configured)')
+        call ok(l8_recipe_create(ctx, r(2), history_len=2), 'recipe: l8_recipe_create (window 2)')
+        call ok(l8_recipe_create(ctx, r0), 'recipe: l8_recipe_create (defaults)')
+        call check(l8_recipe_history_len(r(1)) == 2, 'recipe: a history of 2')
+        call check(l8_recipe_history_len(r0) == 1024, 'recipe: a history of 1024 by default')
+        call check(l8_recipe_dtype(r(1), L8_ROLE_GRAD_OUTPUT) == L8_E4M3, &
+                   'recipe: the E4M3 format: E4M3 gradients')
+        call check(l8_recipe_dtype(r(2), L8_ROLE_GRAD_OUTPUT) == L8_E5M2, &
+                   'recipe: HYBRID: E5M2 gradients')
+        call ok(l8_params_create(ctx, gr), 'recipe: l8_params_create')
+        call ok(l8_params_add(gr, 'w', [16, 16], wid), 'recipe: l8_params_add')
+        call ok(l8_params_finalize(gr), 'recipe: l8_params_finalize')
+        do q = 1, 2
+            call ok(l8_linear_create(ctx, trim(merge('rc1', 'rc2', q == 1)), h, &
+                                     l8_params_master(gr, wid), l8_params_main_grad(gr, wid), &
+                                     ln(q), recipe=r(q)), 'recipe: an FP8 Linear registers its roles')
+        end do
+        call check(l8_recipe_count(r(1)) == 3, 'recipe: three roles')
+        call check(l8_recipe_role_name(r(1), 0) == 'rc1.input', 'recipe: role 0''s name')
+        call check(l8_recipe_role_name(r(1), 2) == 'rc1.grad_output', 'recipe: role 2''s name')
+        call check(l8_recipe_role_name(r(2), 1) == 'rc2.weight', 'recipe: role 1''s name')
+        call check(l8_recipe_role_name(r(1), 3) == '', 'recipe: no name past the last row')
+        call check(l8_recipe_role_name(r(1), -1) == '', 'recipe: no name for row -1')
+        call check(l8_recipe_updates(r(1)) == 0, 'recipe: no update yet')
+        do u = 1, 3
+            do q = 1, 2
+                call ok(l8_fp8_meta_set(l8_recipe_meta(r(q), 0), 1.0_c_float, 1.0_c_float, amaxes(u)), &
+                        'recipe: the input''s amax')
+                call ok(l8_recipe_update(r(q)), 'recipe: l8_recipe_update')
+                call ok(l8_fp8_meta_get(l8_recipe_meta(r(q), 0), scale=sc(q, u)), 'recipe: the scale')
+            end do
+        end do
+        ! r(1): (448 / newest) / 2; r(2): 448 / max(the last two)
+        call check(all(sc(1, :) == [28.0, 112.0, 224.0]), 'recipe: most recent amax, margin 1')
+        call check(all(sc(2, :) == [56.0, 56.0, 224.0]), 'recipe: the window''s maximum over 2 updates')
+        call check(l8_recipe_updates(r(1)) == 3, 'recipe: three updates counted')
+        call ok(l8_fp8_meta_get(l8_recipe_meta(r(1), 2), scale=sc(1, 1)), 'recipe: the gradient''s scale')
+        call check(sc(1, 1) == 1, 'recipe: no amax seen keeps the scale at 1')
+        call ok(l8_recipe_state(r(1), fp8_max=fm), 'recipe: l8_recipe_state(fp8_max=)')
+        call ok(l8_tensor_to_array(fm, fmax), 'recipe: fp8_max')
+        call check(all(fmax == 448), 'recipe: E4M3 format: every fp8_max 448')
+        call l8_tensor_destroy(fm)
+        ! bad settings
+        nan = ieee_value(nan, ieee_quiet_nan)
+        call check(l8_recipe_create(ctx, no, history_len=-1) == L8_ERR_INVALID_ARG, &
+                   'recipe: a negative history length is refused')
+        call check(l8_recipe_create(ctx, no, margin=nan) == L8_ERR_INVALID_ARG, &
+                   'recipe: a NaN margin is refused')
+        call check(l8_recipe_create(ctx, no, amax_compute=7) == L8_ERR_INVALID_ARG, &
+                   'recipe: an unknown amax rule is refused')
+        call check(l8_recipe_create(ctx, no, format=9) == L8_ERR_INVALID_ARG, &
+                   'recipe: an unknown format is refused')
+        call check(.not. c_associated(no%p), 'recipe: no recipe after a refusal')
+        do q = 1, 2
+            call l8_linear_destroy(ln(q))
+            call l8_recipe_destroy(r(q))
+        end do
+        call l8_recipe_destroy(r0)
+        call l8_params_destroy(gr)
+    end subroutine
+
+    ! -- 14. Views of x(K, T) against Fortran's sections, transpose, reshape.
+    subroutine views()
+        type(l8_tensor) :: xv, zv, v(6), c
+        real(c_float) :: a8(K, 8), a10(10, T), at(T, K), a3(16, 2, T), zb(K, T)
+        integer :: q
+
+        call ok(l8_tensor_from_array(ctx, x, xv), 'views: x')
+        call ok(l8_tensor_section(xv, 2, 5, 12, v(1)), 'views: the section x(:, 5:12)')
+        call check(all(l8_tensor_dims(v(1)) == [K, 8]), 'views: x(:, 5:12) has dims [K, 8]')
+        call ok(l8_tensor_to_array(v(1), a8), 'views: x(:, 5:12) out (contiguous)')
+        call check(all(a8 == x(:, 5:12)), 'views: x(:, 5:12) holds those columns')
+        call ok(l8_tensor_section(xv, 1, 3, 30, v(2), step=3), 'views: the section x(3:30:3, :)')
+        call check(all(l8_tensor_dims(v(2)) == [10, T]), 'views: x(3:30:3, :) has dims [10, T]')
+        call check(l8_tensor_to_array(v(2), a10) == L8_ERR_INVALID_ARG, &
+                   'views: an array copy of a strided view is refused')
+        call ok(l8_tensor_contiguous(v(2), c), 'views: l8_tensor_contiguous')
+        call ok(l8_tensor_to_array(c, a10), 'views: the strided section made contiguous, out')
+        call check(all(a10 == x(3:30:3, :)), 'views: x(3:30:3, :) holds those rows')
+        call l8_tensor_destroy(c)
+        call ok(l8_tensor_transpose(xv, 1, 2, v(3)), 'views: l8_tensor_transpose')
+        call check(all(l8_tensor_dims(v(3)) == [T, K]), 'views: the transpose has dims [T, K]')
+        call ok(l8_tensor_contiguous(v(3), c), 'views: the transpose made contiguous')
+        call ok(l8_tensor_to_array(c, at), 'views: the transpose out')
+        call check(all(at == transpose(x)), 'views: the transpose holds transpose(x)')
+        call l8_tensor_destroy(c)
+        call ok(l8_tensor_reshape(xv, [16, 2, T], v(4)), 'views: l8_tensor_reshape')
+        call ok(l8_tensor_to_array(v(4), a3), 'views: the reshape out')
+        call check(all(a3 == reshape(x, [16, 2, T])), 'views: reshape as Fortran''s reshape')
+        call ok(l8_tensor_reshape(v(4), [-1, T], v(5)), 'views: a reshape with -1')
+        call check(all(l8_tensor_dims(v(5)) == [K, T]), 'views: -1 inferred as K')
+        call check(l8_tensor_reshape(v(2), [10 * T], c) == L8_ERR_INVALID_ARG, &
+                   'views: reshaping a strided section is refused')
+        call check(l8_tensor_reshape(xv, [K, T + 1], c) == L8_ERR_INVALID_ARG, &
+                   'views: a reshape to another count is refused')
+        ! a copy into a section of a zeroed tensor: those columns, nothing else
+        zb = 0
+        call ok(l8_tensor_from_array(ctx, zb, zv), 'views: a zeroed tensor')
+        call ok(l8_tensor_section(zv, 2, 5, 12, v(6)), 'views: its section (:, 5:12)')
+        call ok(l8_tensor_copy(v(6), v(1)), 'views: l8_tensor_copy into the section')
+        call ok(l8_tensor_to_array(zv, zb), 'views: the parent out')
+        call check(all(zb(:, 5:12) == x(:, 5:12)) .and. all(zb(:, 1:4) == 0) .and. &
+                   all(zb(:, 13:) == 0), 'views: the copy wrote the section''s columns only')
+        call check(l8_tensor_copy(v(6), v(2)) == L8_ERR_INVALID_ARG, &
+                   'views: a copy between other dims is refused')
+        ! bad dimensions and bounds
+        call check(l8_tensor_section(xv, 3, 1, 2, c) == L8_ERR_INVALID_ARG, &
+                   'views: a section along dimension 3 of a 2-d tensor is refused')
+        call check(l8_tensor_section(xv, 2, 1, T + 1, c) == L8_ERR_INVALID_ARG, &
+                   'views: a section past the extent is refused')
+        call check(l8_tensor_section(xv, 2, 5, 2, c) == L8_ERR_INVALID_ARG, &
+                   'views: a section with hi < lo - 1 is refused')
+        call check(l8_tensor_section(xv, 1, 1, K, c, step=0) == L8_ERR_INVALID_ARG, &
+                   'views: a step of 0 is refused')
+        call ok(l8_tensor_section(xv, 2, 5, 4, c), 'views: an empty section (hi = lo - 1)')
+        call check(l8_tensor_numel(c) == 0, 'views: the empty section has no elements')
+        call l8_tensor_destroy(c)
+        call check(l8_tensor_transpose(xv, 0, 2, c) == L8_ERR_INVALID_ARG, &
+                   'views: a transpose of dimension 0 is refused')
+        do q = 1, 6
+            call l8_tensor_destroy(v(q))
+        end do
+        call l8_tensor_destroy(xv)
+        call l8_tensor_destroy(zv)
     end subroutine
 
     ! -- 10. Resume bit for bit. Run a trains NS steps; run b trains KS,
