@@ -216,6 +216,7 @@ module lean8
     public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
     public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
     public :: l8_ckpt_close, l8_ckpt_check_tensor
+    public :: l8_ckpt_write_section, l8_ckpt_read_section, l8_ckpt_has, l8_ckpt_section_bytes
     public :: l8_comm_id_create, l8_comm_init_rank, l8_comm_destroy, l8_comm_rank, l8_comm_size
     public :: l8_comm_all_reduce, l8_comm_broadcast, l8_comm_all_gather, l8_comm_reduce_scatter
     public :: l8_comm_init_env, l8_comm_split, l8_comm_grid, l8_comm_abort, l8_comm_check
@@ -240,6 +241,14 @@ module lean8
     end interface
     interface l8_tensor_to_array
         module procedure to_f32, to_i32, to_i8
+    end interface
+    ! A checkpoint's raw sections: an array of any rank (or a scalar) of f32,
+    ! f64, i32, i64 or i8, or a text.
+    interface l8_ckpt_write_section
+        module procedure put_f32, put_f64, put_i32, put_i64, put_i8, put_text
+    end interface
+    interface l8_ckpt_read_section
+        module procedure get_f32, get_f64, get_i32, get_i64, get_i8, get_text
     end interface
 
     ! ---- the C functions (private: the wrappers below are the interface) ----
@@ -594,6 +603,35 @@ module lean8
             character(kind=c_char), intent(in) :: kind(*)
             integer(c_int32_t), value :: version
             integer(c_int) :: c_ckpt_expect
+        end function
+        function c_ckpt_write_section(w, name, bytes, n) bind(c, name='l8_ckpt_write_section')
+            import :: c_char, c_ptr, c_int, c_size_t
+            type(c_ptr), value :: w, bytes
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_size_t), value :: n
+            integer(c_int) :: c_ckpt_write_section
+        end function
+        function c_ckpt_read_section_into(r, name, buf, n) &
+                bind(c, name='l8_ckpt_read_section_into')
+            import :: c_char, c_ptr, c_int, c_size_t
+            type(c_ptr), value :: r, buf
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_size_t), value :: n
+            integer(c_int) :: c_ckpt_read_section_into
+        end function
+        function c_ckpt_section(r, name, ptr, n) bind(c, name='l8_ckpt_section')
+            import :: c_char, c_ptr, c_int, c_size_t
+            type(c_ptr), value :: r
+            character(kind=c_char), intent(in) :: name(*)
+            type(c_ptr) :: ptr
+            integer(c_size_t) :: n
+            integer(c_int) :: c_ckpt_section
+        end function
+        function c_ckpt_has(r, name) bind(c, name='l8_ckpt_has')
+            import :: c_char, c_ptr, c_int
+            type(c_ptr), value :: r
+            character(kind=c_char), intent(in) :: name(*)
+            integer(c_int) :: c_ckpt_has
         end function
         function c_ckpt_read_tensor(r, name, t) bind(c, name='l8_ckpt_read_tensor')
             import :: c_char, c_ptr, c_int
@@ -2266,6 +2304,114 @@ contains
         call c_ckpt_close(r%p)
         r%p = c_null_ptr
     end subroutine
+
+    ! Raw sections (l8_ckpt_write_section / l8_ckpt_read_section, generic):
+    ! the array's bytes in memory order, what the program's own state needs
+    ! beside the tensors (counters, a data cursor, a configuration as text).
+    ! Writing a name twice is refused (L8_ERR_INVALID_ARG, nothing written).
+    ! A read needs the section's length exactly (else L8_ERR_INVALID_ARG, x
+    ! untouched; l8_ckpt_section_bytes tells it); a text read allocates.
+    integer(c_int) function put_f32(w, name, x) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        real(c_float), intent(in), target, contiguous :: x(..)
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 4)
+    end function
+    integer(c_int) function put_f64(w, name, x) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        real(c_double), intent(in), target, contiguous :: x(..)
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 8)
+    end function
+    integer(c_int) function put_i32(w, name, x) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        integer(c_int32_t), intent(in), target, contiguous :: x(..)
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 4)
+    end function
+    integer(c_int) function put_i64(w, name, x) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(in), target, contiguous :: x(..)
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 8)
+    end function
+    integer(c_int) function put_i8(w, name, x) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        integer(c_int8_t), intent(in), target, contiguous :: x(..)
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(x), size(x, kind=c_size_t))
+    end function
+    integer(c_int) function put_text(w, name, text) result(st)
+        type(l8_ckpt_writer), intent(in) :: w
+        character(len=*), intent(in) :: name
+        character(kind=c_char, len=*), intent(in), target :: text
+        st = c_ckpt_write_section(w%p, cstr(name), c_loc(text), len(text, kind=c_size_t))
+    end function
+    integer(c_int) function get_f32(r, name, x) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        real(c_float), intent(inout), target, contiguous :: x(..)
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 4)
+    end function
+    integer(c_int) function get_f64(r, name, x) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        real(c_double), intent(inout), target, contiguous :: x(..)
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 8)
+    end function
+    integer(c_int) function get_i32(r, name, x) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        integer(c_int32_t), intent(inout), target, contiguous :: x(..)
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 4)
+    end function
+    integer(c_int) function get_i64(r, name, x) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(inout), target, contiguous :: x(..)
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(x), size(x, kind=c_size_t) * 8)
+    end function
+    integer(c_int) function get_i8(r, name, x) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        integer(c_int8_t), intent(inout), target, contiguous :: x(..)
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(x), size(x, kind=c_size_t))
+    end function
+    integer(c_int) function get_text(r, name, text) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        character(kind=c_char, len=:), allocatable, intent(out) :: text
+        integer(c_int64_t) :: n
+        n = l8_ckpt_section_bytes(r, name)
+        allocate(character(kind=c_char, len=max(n, 0_c_int64_t)) :: text)
+        if (n < 0) then                  ! no such section: the C side's refusal and message
+            st = c_ckpt_read_section_into(r%p, cstr(name), c_null_ptr, 0_c_size_t)
+            return
+        end if
+        st = text_into(r, name, text)
+    end function
+    integer(c_int) function text_into(r, name, text) result(st)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        character(kind=c_char, len=*), intent(inout), target :: text
+        st = c_ckpt_read_section_into(r%p, cstr(name), c_loc(text), len(text, kind=c_size_t))
+    end function
+    ! Has the checkpoint a section of that name (tensors' included)?
+    logical function l8_ckpt_has(r, name)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        l8_ckpt_has = c_ckpt_has(r%p, cstr(name)) /= 0
+    end function
+    ! A section's length in bytes (a tensor's: its raw elements); -1 when
+    ! there is none of that name.
+    integer(c_int64_t) function l8_ckpt_section_bytes(r, name) result(n)
+        type(l8_ckpt_reader), intent(in) :: r
+        character(len=*), intent(in) :: name
+        type(c_ptr) :: p
+        integer(c_size_t) :: bytes
+        n = -1
+        if (c_ckpt_section(r%p, cstr(name), p, bytes) == L8_OK) n = int(bytes, c_int64_t)
+    end function
 
     ! The optimizer's sections (state buffers, step; a ZeRO-1 shard's ranks
     ! and ranges) in one call each: written into w, checked against r (would

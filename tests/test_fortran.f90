@@ -59,6 +59,11 @@
 !      transpose and reshape give; a copy into a section writes the parent's
 !      storage and nothing else; non-contiguous views refused where a
 !      contiguous one is needed; bad dimensions, bounds and shapes refused.
+!  15. a checkpoint's raw sections: arrays of f32, f64, i32, i64 and i8 (and
+!      scalars) and texts come back exactly; a tensor's section read raw is
+!      the array it came from; l8_ckpt_has and l8_ckpt_section_bytes; a name
+!      written twice, a read of the wrong length (the array untouched) and
+!      a missing section refused.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -300,6 +305,7 @@ program test_fortran
     call sgd_result()
     call recipe_cfg()
     call views()
+    call ckpt_sections()
     call ddp_world(0, '')
 
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
@@ -994,6 +1000,80 @@ contains
         end do
         call l8_tensor_destroy(xv)
         call l8_tensor_destroy(zv)
+    end subroutine
+
+    ! -- 15. Raw checkpoint sections beside a tensor's.
+    subroutine ckpt_sections()
+        type(l8_ckpt_writer) :: w
+        type(l8_ckpt_reader) :: r
+        type(l8_tensor) :: xv
+        real(c_float) :: f(3, 4), fb(3, 4), f5(5), xr(K, T)
+        real(c_double) :: d, db
+        integer(c_int32_t) :: i3(7), ib(7)
+        integer(c_int64_t) :: l2(2), lb(2)
+        integer(c_int8_t) :: b5(5), bb(5)
+        character(kind=c_char, len=:), allocatable :: txt
+        character(len=256) :: fpath
+        integer :: q
+
+        f = reshape([(real(q, c_float) / 3, q = 1, 12)], [3, 4])
+        d = acos(-1.0_c_double)
+        i3 = [(int(q * q - 20, c_int32_t), q = 1, 7)]
+        l2 = [huge(0_c_int64_t), -huge(0_c_int64_t) + 5]
+        b5 = [int(-128, c_int8_t), -1_c_int8_t, 0_c_int8_t, 1_c_int8_t, 127_c_int8_t]
+        call get_environment_variable('TMPDIR', fpath)
+        if (len_trim(fpath) == 0) fpath = '/tmp'
+        fpath = trim(fpath) // '/lean8-fortran-sections.ckpt'
+        call ok(l8_tensor_from_array(ctx, x, xv), 'sections: x')
+        call ok(l8_ckpt_writer_open(trim(fpath), 'fortran-sections', 1, w), 'sections: open')
+        call ok(l8_ckpt_write_section(w, 'f32', f), 'sections: an f32 array')
+        call ok(l8_ckpt_write_section(w, 'f64', d), 'sections: an f64 scalar')
+        call ok(l8_ckpt_write_section(w, 'i32', i3), 'sections: an i32 array')
+        call ok(l8_ckpt_write_section(w, 'i64', l2), 'sections: an i64 array')
+        call ok(l8_ckpt_write_section(w, 'i8', b5), 'sections: an i8 array')
+        call ok(l8_ckpt_write_section(w, 'config', 'lr=1e-3 batch=128'), 'sections: a text')
+        call ok(l8_ckpt_write_section(w, 'empty', ''), 'sections: an empty text')
+        call ok(l8_ckpt_write_tensor(w, 'x', xv), 'sections: a tensor beside them')
+        call check(l8_ckpt_write_section(w, 'f32', f) == L8_ERR_INVALID_ARG, &
+                   'sections: a name written twice is refused')
+        call ok(l8_ckpt_writer_commit(w), 'sections: commit')
+        call ok(l8_ckpt_open(trim(fpath), r), 'sections: l8_ckpt_open')
+        call check(l8_ckpt_has(r, 'config'), 'sections: l8_ckpt_has a section')
+        call check(l8_ckpt_has(r, 'x'), 'sections: l8_ckpt_has a tensor''s')
+        call check(.not. l8_ckpt_has(r, 'nope'), 'sections: l8_ckpt_has no such one')
+        call check(l8_ckpt_section_bytes(r, 'f32') == 48, 'sections: the f32 section''s 48 bytes')
+        call check(l8_ckpt_section_bytes(r, 'x') == 4 * K * T, 'sections: the tensor''s bytes')
+        call check(l8_ckpt_section_bytes(r, 'nope') == -1, 'sections: -1 bytes for none')
+        fb = 0
+        db = 0
+        ib = 0
+        lb = 0
+        bb = 0
+        call ok(l8_ckpt_read_section(r, 'f32', fb), 'sections: read f32')
+        call ok(l8_ckpt_read_section(r, 'f64', db), 'sections: read f64')
+        call ok(l8_ckpt_read_section(r, 'i32', ib), 'sections: read i32')
+        call ok(l8_ckpt_read_section(r, 'i64', lb), 'sections: read i64')
+        call ok(l8_ckpt_read_section(r, 'i8', bb), 'sections: read i8')
+        call check(all(fb == f) .and. db == d .and. all(ib == i3) .and. all(lb == l2) .and. &
+                   all(bb == b5), 'sections: every array and scalar back exactly')
+        call ok(l8_ckpt_read_section(r, 'config', txt), 'sections: read the text')
+        call check(txt == 'lr=1e-3 batch=128' .and. len(txt) == 17, 'sections: the text back')
+        call ok(l8_ckpt_read_section(r, 'empty', txt), 'sections: read the empty text')
+        call check(len(txt) == 0, 'sections: the empty text back')
+        call ok(l8_ckpt_read_section(r, 'x', xr), 'sections: a tensor''s section read raw')
+        call check(all(xr == x), 'sections: the raw bytes of x(K, T) are x')
+        f5 = 7
+        call check(l8_ckpt_read_section(r, 'f32', f5) == L8_ERR_INVALID_ARG, &
+                   'sections: a read of the wrong length is refused')
+        call check(all(f5 == 7), 'sections: the refused read left the array alone')
+        call check(l8_ckpt_read_section(r, 'nope', txt) == L8_ERR_INVALID_ARG, &
+                   'sections: a missing text is refused')
+        call check(l8_ckpt_read_section(r, 'nope', fb) == L8_ERR_INVALID_ARG, &
+                   'sections: a missing array is refused')
+        call l8_ckpt_close(r)
+        call l8_tensor_destroy(xv)
+        open(newunit=q, file=trim(fpath), status='old')
+        close(q, status='delete')
     end subroutine
 
     ! -- 10. Resume bit for bit. Run a trains NS steps; run b trains KS,
