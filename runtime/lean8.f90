@@ -2022,15 +2022,10 @@ contains
         logical, intent(out), optional :: skipped
         real(c_float), intent(out), optional :: grad_norm, clip_coef
         integer(c_int64_t), intent(out), optional :: step
-        type(optim_result), target :: res
-        if (.not. (present(skipped) .or. present(grad_norm) .or. present(clip_coef) .or. &
-                present(step))) then
-            st = c_optim_step(opt%p, c_null_ptr, c_null_ptr)
-            return
-        end if
-        res = optim_result(c_sizeof(res), 0, 0.0, 1.0, 0)
-        st = c_optim_step(opt%p, c_null_ptr, c_loc(res))
-        call result_out(res, skipped, grad_norm, clip_coef, step)
+        st = c_optim_step(opt%p, c_null_ptr, c_null_ptr)
+        if (st /= L8_OK .or. .not. (present(skipped) .or. present(grad_norm) .or. &
+                present(clip_coef) .or. present(step))) return
+        st = l8_optim_read_result(opt, skipped, grad_norm, clip_coef, step)
     end function
     ! What the last step did (before any: step 0, not skipped, norm 0, clip
     ! 1): skipped (the gradients were not finite, nothing changed), the
@@ -2045,18 +2040,11 @@ contains
         type(optim_result) :: res
         res = optim_result(c_sizeof(res), 0, 0.0, 1.0, 0)
         st = c_optim_read_result(opt%p, res)
-        call result_out(res, skipped, grad_norm, clip_coef, step)
-    end function
-    subroutine result_out(res, skipped, grad_norm, clip_coef, step)
-        type(optim_result), intent(in) :: res
-        logical, intent(out), optional :: skipped
-        real(c_float), intent(out), optional :: grad_norm, clip_coef
-        integer(c_int64_t), intent(out), optional :: step
         if (present(skipped)) skipped = res%skipped /= 0
         if (present(grad_norm)) grad_norm = res%grad_norm
         if (present(clip_coef)) clip_coef = res%clip_coef
         if (present(step)) step = res%step
-    end subroutine
+    end function
 
     integer(c_int) function l8_optim_set_lr(opt, lr) result(st)
         type(l8_optim), intent(in) :: opt

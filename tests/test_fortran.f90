@@ -262,9 +262,7 @@ program test_fortran
     call ok(l8_tensor_to_array(flat, after), 'master after')
     call check(any(after /= before), 'the optimizer step moved the weights')
 
-    call get_environment_variable('TMPDIR', path)
-    if (len_trim(path) == 0) path = '/tmp'
-    path = trim(path) // '/lean8-fortran-test.ckpt'
+    path = tmp_file('lean8-fortran-test.ckpt')
     call ok(l8_ckpt_writer_open(trim(path), 'fortran-test', 1, cw), 'l8_ckpt_writer_open')
     call ok(l8_ckpt_write_tensor(cw, 'master', flat), 'l8_ckpt_write_tensor')
     call ok(l8_ckpt_writer_commit(cw), 'l8_ckpt_writer_commit')
@@ -335,6 +333,16 @@ program test_fortran
     print '(a)', 'Fortran module: every check passed'
 
 contains
+
+    ! TMPDIR (else /tmp) / name.
+    function tmp_file(name) result(p)
+        character(len=*), intent(in) :: name
+        character(len=:), allocatable :: p
+        character(len=1024) :: dir
+        call get_environment_variable('TMPDIR', dir)
+        if (len_trim(dir) == 0) dir = '/tmp'
+        p = trim(dir) // '/' // name
+    end function
 
     ! Exact equality of f32 arrays as bits (NaNs included).
     logical function same_bits(a, b)
@@ -1021,9 +1029,7 @@ contains
         i3 = [(int(q * q - 20, c_int32_t), q = 1, 7)]
         l2 = [huge(0_c_int64_t), -huge(0_c_int64_t) + 5]
         b5 = [int(-128, c_int8_t), -1_c_int8_t, 0_c_int8_t, 1_c_int8_t, 127_c_int8_t]
-        call get_environment_variable('TMPDIR', fpath)
-        if (len_trim(fpath) == 0) fpath = '/tmp'
-        fpath = trim(fpath) // '/lean8-fortran-sections.ckpt'
+        fpath = tmp_file('lean8-fortran-sections.ckpt')
         call ok(l8_tensor_from_array(ctx, x, xv), 'sections: x')
         call ok(l8_ckpt_writer_open(trim(fpath), 'fortran-sections', 1, w), 'sections: open')
         call ok(l8_ckpt_write_section(w, 'f32', f), 'sections: an f32 array')
@@ -1094,9 +1100,7 @@ contains
         character(len=256) :: cpath
         integer :: s, u
 
-        call get_environment_variable('TMPDIR', cpath)
-        if (len_trim(cpath) == 0) cpath = '/tmp'
-        cpath = trim(cpath) // '/lean8-fortran-resume.ckpt'
+        cpath = tmp_file('lean8-fortran-resume.ckpt')
 
         ! a: NS steps without a stop (the evaluation after step KS as b does it)
         call build(ma, 11)
@@ -1461,9 +1465,7 @@ contains
         if (rank == 0) then
             call ok(l8_ctx_create(hc, 'host'), 'ddp: a host context')
             call ok(l8_comm_id_create(hc, cid, L8_COMM_TCP), 'ddp: l8_comm_id_create (TCP)')
-            call get_environment_variable('TMPDIR', idp)
-            if (len_trim(idp) == 0) idp = '/tmp'
-            write(idp, '(a, a, i0, a)') trim(idp), '/lean8-fortran-ddp.', c_getpid(), '.id'
+            write(idp, '(a, i0, a)') tmp_file('lean8-fortran-ddp.'), c_getpid(), '.id'
             open(newunit=u, file=trim(idp), access='stream', form='unformatted', status='replace')
             write(u) cid%bytes
             close(u)

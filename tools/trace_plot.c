@@ -42,9 +42,8 @@ typedef struct plot {
     size_t nsteps, cap_steps, nooms, cap_ooms;
 } plot;
 
-static void *xalloc(void *p, size_t n)
+static void *checked(void *q)
 {
-    void *q = realloc(p, n ? n : 1);
     if (!q) {
         fprintf(stderr, "lean8-trace plot: out of host memory\n");
         exit(1);
@@ -52,16 +51,10 @@ static void *xalloc(void *p, size_t n)
     return q;
 }
 
+static void *xalloc(void *p, size_t n) { return checked(realloc(p, n ? n : 1)); }
+
 /* n zeroed elements of size es (at least one: never NULL). */
-static void *xzalloc(size_t n, size_t es)
-{
-    void *q = calloc(n ? n : 1, es);
-    if (!q) {
-        fprintf(stderr, "lean8-trace plot: out of host memory\n");
-        exit(1);
-    }
-    return q;
-}
+static void *xzalloc(size_t n, size_t es) { return checked(calloc(n ? n : 1, es)); }
 
 /* Merge a state (total, tags, reserved) into bucket i, keeping the higher. */
 static void merge_into(bucket *b, uint64_t total, const uint64_t *tags, uint32_t ntags,
