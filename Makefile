@@ -494,6 +494,11 @@ test-fortran: fortran $(if $(HAVE_FC),$(FMNIST_FILES:%=$(FMNIST_RAW)/%))
 	$(Q)tests/fortran_consts.sh $(CC) $(CPPFLAGS)
 ifneq ($(HAVE_FC),)
 	$(Q)L8_DEVICE=host $(BUILD)/bin/lean8-fortran-test
+	$(Q)out=$$(L8_DEVICE=cuda:999 $(BUILD)/bin/lean8-fortran-test 2>&1); rc=$$?; \
+	    if [ $$rc -ne 1 ] || ! printf '%s\n' "$$out" | grep -q '^FAIL  no context'; then \
+	        printf '%s\n' "$$out" | head -20; \
+	        echo "lean8-fortran-test on a device that is not there: exit $$rc, not 1 with FAIL  no context"; \
+	        exit 1; fi; echo "  FORTRAN no device (cuda:999): refused, exit 1"
 	$(Q)if [ -n "$(VALGRIND)" ]; then L8_DEVICE=host $(VALGRIND) -q --error-exitcode=99 --leak-check=full \
 	    --errors-for-leak-kinds=definite,indirect $(BUILD)/bin/lean8-fortran-test > /dev/null && \
 	    echo "  VALGRIND lean8-fortran-test: clean"; fi

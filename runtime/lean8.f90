@@ -1273,11 +1273,13 @@ contains
         st = c_ctx_synchronize(ctx%p)
     end function
 
-    ! "NVIDIA H200", "host".
+    ! "NVIDIA H200", "host"; "" for an unset handle (the C accessor wants a
+    ! context: it would read through NULL).
     function l8_ctx_device_name(ctx) result(s)
         type(l8_ctx), intent(in) :: ctx
         character(len=:), allocatable :: s
-        s = fstr(c_ctx_device_name(ctx%p))
+        s = ''
+        if (c_associated(ctx%p)) s = fstr(c_ctx_device_name(ctx%p))
     end function
 
     ! ---- tensors ----

@@ -64,6 +64,9 @@
 !      the array it came from; l8_ckpt_has and l8_ckpt_section_bytes; a name
 !      written twice, a read of the wrong length (the array untouched) and
 !      a missing section refused.
+!  16. unset handles (the C NULL) passed to every procedure of the module:
+!      each call that needs the object is refused with L8_ERR_INVALID_ARG,
+!      each query gives its documented answer for nothing; no crash.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -122,6 +125,10 @@ program test_fortran
 
     call check(l8_fortran_check_layouts() == 0, 'struct mirrors are prefixes of the C structs')
     call ok(l8_ctx_create(ctx), 'l8_ctx_create')
+    if (.not. c_associated(ctx%p)) then
+        print '(a)', 'FAIL  no context (L8_DEVICE picks the device): the other checks need one'
+        error stop 1
+    end if
     print '(a, a, a, a)', 'lean8 ', l8_version(), ' Fortran test on ', l8_ctx_device_name(ctx)
 
     ! -- 3. errors: a status, and the message as a Fortran string
@@ -304,6 +311,7 @@ program test_fortran
     call recipe_cfg()
     call views()
     call ckpt_sections()
+    call unset_handles()
     call ddp_world(0, '')
 
     call ok(l8_ctx_synchronize(ctx), 'l8_ctx_synchronize')
@@ -1008,6 +1016,184 @@ contains
         end do
         call l8_tensor_destroy(xv)
         call l8_tensor_destroy(zv)
+    end subroutine
+
+    ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
+    ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
+    ! its documented answer for nothing, and none of them may crash.
+    subroutine unset_handles()
+        use, intrinsic :: ieee_arithmetic, only: ieee_is_nan
+        type(l8_ctx) :: c0
+        type(l8_tensor) :: t0, u0, v0, w0, tv
+        type(l8_fp8_meta) :: m0
+        type(l8_params) :: g0
+        type(l8_gemm_handle) :: h0
+        type(l8_recipe) :: r0
+        type(l8_linear) :: l0
+        type(l8_linear_ctx) :: s0
+        type(l8_optim) :: o0
+        type(l8_ckpt_writer) :: cw0
+        type(l8_ckpt_reader) :: cr0
+        type(l8_comm) :: k0, k1
+        type(l8_comm_id) :: id0
+        type(l8_ddp) :: d0
+        real(c_float) :: a(4, 4), f1, f2, f3
+        integer(c_int64_t) :: i1, i2, off(2), num(2)
+        integer(c_int) :: pid
+        integer :: n
+        logical :: skipped
+        character(kind=c_char, len=:), allocatable :: text
+        a = 1
+        ! queries: nothing, not a crash
+        call check(l8_ctx_device_name(c0) == '', 'unset: the device name of no context is ""')
+        call check(l8_tensor_numel(t0) == 0, 'unset: numel 0')
+        call check(size(l8_tensor_dims(t0)) == 0, 'unset: no dims')
+        call check(l8_tensor_dtype(t0) == -1, 'unset: dtype -1')
+        m0 = l8_tensor_fp8_meta(t0)
+        call check(.not. c_associated(m0%p), 'unset: no FP8 meta')
+        tv = l8_params_master(g0, 0)
+        call check(.not. c_associated(tv%p), 'unset: no master tensor')
+        tv = l8_params_main_grad(g0, 0)
+        call check(.not. c_associated(tv%p), 'unset: no main_grad')
+        tv = l8_params_master_flat(g0)
+        call check(.not. c_associated(tv%p), 'unset: no flat master')
+        call check(l8_recipe_count(r0) == 0, 'unset: a recipe of 0 rows')
+        m0 = l8_recipe_meta(r0, 0)
+        call check(.not. c_associated(m0%p), 'unset: no recipe meta')
+        call check(l8_recipe_dtype(r0, L8_ROLE_INPUT) == -1, 'unset: recipe dtype -1')
+        call check(l8_recipe_history_len(r0) == 0, 'unset: history 0')
+        call check(l8_recipe_role_name(r0, 0) == '', 'unset: no role name')
+        call check(l8_recipe_updates(r0) == 0, 'unset: 0 updates')
+        call check(l8_linear_role_index(l0, L8_ROLE_INPUT) == -1, 'unset: role index -1')
+        f1 = l8_optim_lr(o0)
+        call check(ieee_is_nan(f1), 'unset: the rate of no optimizer is NaN')
+        tv = l8_optim_cursor(o0)
+        call check(.not. c_associated(tv%p), 'unset: no cursor')
+        call check(l8_optim_state_count(o0) == 0, 'unset: 0 states')
+        call check(l8_optim_state_name(o0, 0) == '', 'unset: no state name')
+        tv = l8_optim_state(o0, 0)
+        call check(.not. c_associated(tv%p), 'unset: no state')
+        call check(.not. l8_ckpt_has(cr0, 'x'), 'unset: a reader of nothing has nothing')
+        call check(l8_ckpt_section_bytes(cr0, 'x') == -1, 'unset: section bytes -1')
+        call check(l8_comm_rank(k0) == -1, 'unset: rank -1')
+        call check(l8_comm_size(k0) == 0, 'unset: size 0')
+        ! calls that need the object
+        call refused(l8_ctx_synchronize(c0), 'ctx_synchronize')
+        call refused(l8_tensor_empty(c0, L8_F32, [4, 4], tv), 'tensor_empty')
+        call refused(l8_tensor_from_array(c0, a, tv), 'tensor_from_array')
+        call refused(l8_tensor_copy_from_array(t0, a), 'tensor_copy_from_array')
+        call refused(l8_tensor_to_array(t0, a), 'tensor_to_array')
+        call refused(l8_tensor_section(t0, 1, 1, 2, tv), 'tensor_section')
+        call refused(l8_tensor_reshape(t0, [16], tv), 'tensor_reshape')
+        call refused(l8_tensor_transpose(t0, 1, 2, tv), 'tensor_transpose')
+        call refused(l8_tensor_copy(t0, u0), 'tensor_copy')
+        call refused(l8_tensor_contiguous(t0, tv), 'tensor_contiguous')
+        call refused(l8_fp8_meta_create(c0, m0), 'fp8_meta_create')
+        call refused(l8_fp8_meta_get(m0, f1, f2, f3), 'fp8_meta_get')
+        call refused(l8_fp8_meta_set(m0, 1.0, 1.0, 0.0), 'fp8_meta_set')
+        call refused(l8_tensor_set_fp8_meta(t0, m0), 'tensor_set_fp8_meta')
+        call refused(l8_params_create(c0, g0), 'params_create')
+        call refused(l8_params_add(g0, 'w', [4, 4], pid), 'params_add')
+        call refused(l8_params_finalize(g0), 'params_finalize')
+        call refused(l8_params_init_uniform(g0, 0, -1.0, 1.0, 1_c_int64_t), 'params_init_uniform')
+        call refused(l8_params_init_kaiming_uniform(g0, 0, 1.0, 1_c_int64_t), 'params_init_kaiming')
+        call refused(l8_gemm_handle_create(c0, h0), 'gemm_handle_create')
+        call refused(l8_recipe_create(c0, r0), 'recipe_create')
+        call refused(l8_recipe_update(r0), 'recipe_update')
+        call refused(l8_recipe_state(r0, tv), 'recipe_state')
+        call refused(l8_recipe_push_scales(r0), 'recipe_push_scales')
+        call refused(l8_recipe_set_reduce(r0, k0), 'recipe_set_reduce')
+        call refused(l8_fp8_cast(t0, u0), 'fp8_cast')
+        call refused(l8_fp8_cast_transpose(t0, u0, v0), 'fp8_cast_transpose')
+        call refused(l8_fp8_cast_transpose_dbias(t0, u0, v0, w0), 'fp8_cast_transpose_dbias')
+        call refused(l8_fp8_dequantize(t0, u0), 'fp8_dequantize')
+        call refused(l8_linear_create(c0, 'l', h0, t0, u0, l0), 'linear_create')
+        call refused(l8_linear_begin_step(l0), 'linear_begin_step')
+        call refused(l8_linear_refresh_weights([l0]), 'linear_refresh_weights')
+        call refused(l8_linear_forward(l0, t0, u0, s0), 'linear_forward')
+        call refused(l8_linear_backward(l0, s0, t0), 'linear_backward')
+        call refused(l8_linear_forward_act(l0, L8_ACT_GELU, t0, u0, s0), 'linear_forward_act')
+        call refused(l8_linear_backward_act(l0, L8_ACT_GELU, s0, t0, u0), 'linear_backward_act')
+        call refused(l8_linear_forward_fp8(l0, t0, y=u0), 'linear_forward_fp8')
+        call refused(l8_linear_forward_gelu(l0, L8_ACT_GELU, t0, u0), 'linear_forward_gelu')
+        call refused(l8_linear_backward_fp8(l0, s0, t0, u0), 'linear_backward_fp8')
+        call refused(l8_optim_create_adamw(g0, o0), 'optim_create_adamw')
+        call refused(l8_optim_create_sgd(g0, o0), 'optim_create_sgd')
+        call refused(l8_optim_step(o0, skipped, f1, f2, i1), 'optim_step')
+        call refused(l8_optim_read_result(o0, skipped), 'optim_read_result')
+        call refused(l8_optim_set_lr(o0, 0.1), 'optim_set_lr')
+        call refused(l8_optim_set_lr_external(o0, .true.), 'optim_set_lr_external')
+        call refused(l8_optim_push_lr(o0), 'optim_push_lr')
+        call refused(l8_optim_set_lr_table(o0, t0), 'optim_set_lr_table')
+        call refused(l8_optim_state_view(o0, 0, 0, tv), 'optim_state_view')
+        call refused(l8_optim_get_step(o0, i1), 'optim_get_step')
+        call refused(l8_optim_set_step(o0, 1_c_int64_t), 'optim_set_step')
+        call refused(l8_optim_set_norm_reduce(o0, k0), 'optim_set_norm_reduce')
+        call refused(l8_optim_set_shard(o0, [0_c_int64_t], [4_c_int64_t]), 'optim_set_shard')
+        call refused(l8_optim_set_shard_rank(o0, 0, 1), 'optim_set_shard_rank')
+        call refused(l8_optim_save(o0, cw0), 'optim_save')
+        call refused(l8_optim_check_load(o0, cr0), 'optim_check_load')
+        call refused(l8_optim_load(o0, cr0), 'optim_load')
+        call refused(l8_convert(t0, u0), 'convert')
+        call refused(l8_gelu(t0, u0), 'gelu')
+        call refused(l8_gelu_backward(t0, u0, v0), 'gelu_backward')
+        call refused(l8_softmax_xent(t0, u0, 10, 1.0, v0, w0), 'softmax_xent')
+        call refused(l8_gather_rows(t0, u0, v0), 'gather_rows')
+        call refused(l8_gather_rows_at(t0, u0, v0, 1, w0), 'gather_rows_at')
+        call refused(l8_put_rows_at(t0, u0, 1, v0), 'put_rows_at')
+        call refused(l8_ckpt_write_tensor(cw0, 'x', t0), 'ckpt_write_tensor')
+        call refused(l8_ckpt_write_section(cw0, 'x', a), 'ckpt_write_section')
+        call refused(l8_ckpt_write_section(cw0, 'x', 'text'), 'ckpt_write_section (text)')
+        call refused(l8_ckpt_writer_commit(cw0), 'ckpt_writer_commit')
+        call refused(l8_ckpt_expect(cr0, 'k', 1), 'ckpt_expect')
+        call refused(l8_ckpt_read_tensor(cr0, 'x', t0), 'ckpt_read_tensor')
+        call refused(l8_ckpt_check_tensor(cr0, 'x', t0), 'ckpt_check_tensor')
+        call refused(l8_ckpt_read_section(cr0, 'x', a), 'ckpt_read_section')
+        call refused(l8_ckpt_read_section(cr0, 'x', text), 'ckpt_read_section (text)')
+        call refused(l8_comm_id_create(c0, id0), 'comm_id_create')
+        call refused(l8_comm_init_rank(c0, id0, 0, 1, k1), 'comm_init_rank')
+        call refused(l8_comm_init_env(c0, k1), 'comm_init_env')
+        call refused(l8_comm_split(k0, 0, 0, k1), 'comm_split')
+        call refused(l8_comm_grid(k0, 1, k1), 'comm_grid')
+        call refused(l8_comm_check(k0), 'comm_check')
+        call refused(l8_comm_barrier(k0), 'comm_barrier')
+        call refused(l8_comm_all_reduce(k0, t0, u0, L8_REDUCE_SUM), 'comm_all_reduce')
+        call refused(l8_comm_broadcast(k0, t0, 0), 'comm_broadcast')
+        call refused(l8_comm_all_gather(k0, t0, u0, 1), 'comm_all_gather')
+        call refused(l8_comm_reduce_scatter(k0, t0, u0, L8_REDUCE_SUM, 1), 'comm_reduce_scatter')
+        call refused(l8_ddp_create(g0, k0, d0), 'ddp_create')
+        call refused(l8_ddp_begin_micro_batch(d0, .true.), 'ddp_begin_micro_batch')
+        call refused(l8_ddp_mark_unused(d0, 0), 'ddp_mark_unused')
+        call refused(l8_ddp_finish(d0), 'ddp_finish')
+        call refused(l8_ddp_shard_ranges(d0, off, num, n), 'ddp_shard_ranges')
+        call refused(l8_ddp_gather_params(d0), 'ddp_gather_params')
+        call refused(l8_ddp_wait_param(d0, 0), 'ddp_wait_param')
+        call refused(l8_ddp_get_stats(d0, n), 'ddp_get_stats')
+        call refused(l8_ddp_bucket(d0, 0, i1, i2), 'ddp_bucket')
+        ! releases of nothing: no-ops
+        call l8_comm_abort(k0)
+        call l8_tensor_destroy(t0)
+        call l8_fp8_meta_release(m0)
+        call l8_params_destroy(g0)
+        call l8_gemm_handle_destroy(h0)
+        call l8_recipe_destroy(r0)
+        call l8_linear_ctx_destroy(s0)
+        call l8_linear_destroy(l0)
+        call l8_optim_destroy(o0)
+        call l8_ckpt_writer_abort(cw0)
+        call l8_ckpt_close(cr0)
+        call l8_comm_destroy(k0)
+        call l8_ddp_destroy(d0)
+        call l8_ctx_destroy(c0)
+    end subroutine
+
+    ! st is L8_ERR_INVALID_ARG, and the last error says so.
+    subroutine refused(st, what)
+        integer(c_int), intent(in) :: st
+        character(len=*), intent(in) :: what
+        logical :: named
+        named = index(l8_last_error_message(), 'L8_ERR_INVALID_ARG') == 1
+        call check(st == L8_ERR_INVALID_ARG .and. named, 'unset handles: ' // what // ' refused')
     end subroutine
 
     ! -- 15. Raw checkpoint sections beside a tensor's.
