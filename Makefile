@@ -470,6 +470,21 @@ $(BUILD)/bin/fmnist_mlp: examples/fmnist_mlp.f90 $(BUILD)/liblean8f.a $(BUILD)/l
 	$(call say,FC,$<)
 	$(Q)$(FC) $(F_FLAGS) -I$(BUILD)/fortran -J$(BUILD)/fortran $< -o $@ $(F_LINK)
 
+# The GPU machine has no gfortran: the test and the example built here go to
+# .device/fbin (carried with .device) for tools/device-run.sh's fortran stage,
+# with the commit they were built from ("-dirty": from uncommitted changes).
+.PHONY: device-fortran
+ifneq ($(HAVE_FC),)
+device-fortran: fortran
+	$(Q)mkdir -p .device/fbin && cp $(F_BINS) .device/fbin/
+	$(Q)printf '%s%s\n' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+	    "$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" > .device/fbin/built_from
+	@echo "  FORTRAN $(notdir $(F_BINS)) -> .device/fbin (built from $$(cat .device/fbin/built_from))"
+else
+device-fortran:
+	@echo "device-fortran: $(FC) not found"; exit 1
+endif
+
 .PHONY: fortran test-fortran
 ifneq ($(HAVE_FC),)
 fortran: $(BUILD)/liblean8f.a $(F_BINS)

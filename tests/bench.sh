@@ -22,7 +22,13 @@
 #   8. tools/device-run.sh ab: this tree, a tree with files laid over it (an
 #      incremental build of its own), a tree from a tarball (git archive) and
 #      an environment, alternated (each round starting one build later),
-#      each round a report of its own, and tools/bench_ab.py's table of them.
+#      each round a report of its own, and tools/bench_ab.py's table of them;
+#   9. tools/device-run.sh fortran: one SKIPPED line without the binaries
+#      (FORTRAN_BIN); with them (this build's, where gfortran made them) the
+#      test on cuda:0 and under memcheck, the example where .data/ is, and no
+#      unpacked data left behind;
+#  10. tools/device-run.sh racecheck: racecheck, then synccheck, over each
+#      suite of RACE_SUITES, a step each.
 # Usage: tests/bench.sh BUILD_DIR (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -208,6 +214,39 @@ if [ "$n" = 8 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab bui
    ! ls -d "$tmp"/ab/l8ab.* > /dev/null 2>&1; then
     ok "device-run.sh ab: this tree, an overlaid one, a tarball's and an environment (each round one later), one table"
 else bad "device-run.sh ab ($n reports)"; tail -20 "$tmp/ab.txt"; fi
+
+# ---- 9. device-run.sh fortran: skipped without the binaries, else each one run ----
+(cd "$root" && TMPDIR=$tmp OUT=$tmp/fo-out1 FORTRAN_BIN=$tmp/no-fbin DEADLINE=300 \
+    bash tools/device-run.sh fortran) > "$tmp/fo1.txt" 2>&1
+if grep -Eq "^fortran +SKIPPED\(no $tmp/no-fbin: make device-fortran\)" "$tmp/fo1.txt" &&
+   ! grep -q '^fortran test' "$tmp/fo1.txt"; then
+    ok "device-run.sh fortran without binaries: one SKIPPED line naming make device-fortran"
+else bad "device-run.sh fortran without binaries"; tail -20 "$tmp/fo1.txt"; fi
+if [ -x "$build/bin/lean8-fortran-test" ] && [ -x "$build/bin/fmnist_mlp" ]; then
+    mkdir -p "$tmp/fbin" "$tmp/fo2" && cp "$build/bin/lean8-fortran-test" "$build/bin/fmnist_mlp" "$tmp/fbin/" &&
+        echo bench-sh > "$tmp/fbin/built_from"
+    (cd "$root" && TMPDIR=$tmp/fo2 OUT=$tmp/fo-out2 FORTRAN_BIN=$tmp/fbin DEADLINE=300 \
+        bash tools/device-run.sh fortran) > "$tmp/fo2.txt" 2>&1
+    folog=$(ls -d "$tmp"/fo2/l8logs.*)
+    # on cuda:0: every check passes on a GPU, and without one the test stops at once
+    if grep -q '^== fortran: binaries built from bench-sh$' "$tmp/fo2.txt" &&
+       grep -q '^fortran test (cuda:0) ' "$tmp/fo2.txt" && grep -q '^fortran test (memcheck) ' "$tmp/fo2.txt" &&
+       grep -Eq 'Fortran test on |FAIL  no context' "$folog/fortran.log" &&
+       ! grep -q 'Fortran test on host' "$folog/fortran.log" &&
+       if [ -d "$root/.data" ]; then grep -q '^fmnist_mlp (cuda:0) ' "$tmp/fo2.txt"
+       else ! grep -q '^fmnist_mlp' "$tmp/fo2.txt"; fi &&
+       ! ls -d "$tmp"/fo2/l8fm.* > /dev/null 2>&1; then
+        ok "device-run.sh fortran: the test on cuda:0, under memcheck, and the example where .data is"
+    else bad "device-run.sh fortran with binaries"; tail -20 "$tmp/fo2.txt"; fi
+else echo "  skip  device-run.sh fortran with binaries: no gfortran here, none were built"; fi
+
+# ---- 10. device-run.sh racecheck: each tool over each suite, a step each ----
+(cd "$root" && TMPDIR=$tmp OUT=$tmp/rc-out RACE_SUITES="fp8 gpu" DEADLINE=300 \
+    bash tools/device-run.sh racecheck) > "$tmp/rc.txt" 2>&1
+if [ "$(grep -Eo '^(racecheck|synccheck) [a-z0-9]+ ' "$tmp/rc.txt" | tr '\n' '|')" = \
+     "racecheck fp8 |racecheck gpu |synccheck fp8 |synccheck gpu |" ]; then
+    ok "device-run.sh racecheck: racecheck then synccheck over RACE_SUITES, a step each"
+else bad "device-run.sh racecheck's steps"; tail -20 "$tmp/rc.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

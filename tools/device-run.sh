@@ -20,6 +20,14 @@
 #   comm      lean8-bench comm (the last-dimension rearrangement vs a device copy) and
 #             the NCCL watchdog at world size 1 (tests/comm_prog watchdog: an
 #             all-reduce stuck behind a second of GEMMs must be aborted)
+#   fortran   the Fortran module on cuda:0: its test (also under compute-sanitizer
+#             memcheck) and examples/fmnist_mlp.f90 (5 epochs, the 0.88 bar; needs
+#             .data/), from binaries `make device-fortran` put into FORTRAN_BIN
+#             (default .device/fbin): the machine has no gfortran
+#   racecheck (not in the default set) the GPU suites RACE_SUITES (default fp8:
+#             the hand-written cast and transpose kernels) in quick mode under
+#             compute-sanitizer racecheck (shared-memory hazards), then synccheck
+#             (barriers)
 #   train     tests/train.sh on cuda:0 (bitwise resume, bad checkpoints,
 #             CUDA graph steps equal --no-graph bitwise), lean8-train fp8/bf16
 #             and tools/bench_torch_mlp.py (needs .data/, the Fashion-MNIST
@@ -70,7 +78,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear offload comm ddp train}
+stages=${*:-gpu memcheck info alloc cast gemm linear offload comm ddp fortran train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -165,6 +173,27 @@ if want comm; then
     step "bench comm" bench-comm.log build/bin/lean8-bench comm --json "$OUT/bench-comm.json"
     step "nccl watchdog" watchdog.log env L8_COMM_TIMEOUT=0.3 build/tests/comm_prog watchdog
 fi
+if want fortran; then
+    # the machine has no gfortran: `make device-fortran` on the build machine links the
+    # test and the example (libgfortran static) into FORTRAN_BIN, carried with .device
+    fb=${FORTRAN_BIN:-.device/fbin}
+    if [ -x "$fb/lean8-fortran-test" ] && [ -x "$fb/fmnist_mlp" ]; then
+        echo "== fortran: binaries built from $(cat "$fb/built_from" 2>/dev/null || echo '(unknown)')"
+        step "fortran test (cuda:0)" fortran.log env L8_DEVICE=cuda:0 "$fb/lean8-fortran-test"
+        step "fortran test (memcheck)" fortran-memcheck.log env L8_DEVICE=cuda:0 \
+            compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
+            --error-exitcode 9 "$fb/lean8-fortran-test"
+        if [ -d .data ]; then
+            fm=$(mktemp -d "${TMPDIR:-/tmp}/l8fm.XXXX")
+            for f in .data/*-ubyte.gz; do gunzip -c "$f" > "$fm/$(basename "$f" .gz)"; done
+            step "fmnist_mlp (cuda:0)" fmnist-mlp.log env L8_DEVICE=cuda:0 "$fb/fmnist_mlp" \
+                "$fm" 5 60000 0.88 "$fm/weights.ckpt"
+            rm -rf "$fm"
+        fi
+    else
+        summary+=("$(printf '%-24s %-11s' "fortran" "SKIPPED(no $fb: make device-fortran)")")
+    fi
+fi
 if want train && [ -d .data ]; then
     step "train.sh on cuda:0" train-sh.log env TRAIN_DEVICE=cuda:0 tests/train.sh build .data
     step "train fp8" train-fp8.log build/bin/lean8-train --data .data --quiet
@@ -244,6 +273,17 @@ if want gemmcache; then
     done
     step "gemm ratios (warm cache)" gemm-cache-ratio.log python3 tools/bench_ratio.py \
         "$warm" "$torch"
+fi
+if want racecheck; then
+    # shared-memory hazards (racecheck) and barrier misuse (synccheck) in the
+    # hand-written kernels: RACE_SUITES (default fp8: the casts and transposes)
+    for tool in racecheck synccheck; do
+        for s in ${RACE_SUITES:-fp8}; do
+            step "$tool $s" "$tool-$s.log" env L8_TEST_QUICK=1 CK_RUN_SUITE="$s" \
+                CK_LOG_FILE_NAME=- stdbuf -oL compute-sanitizer --tool "$tool" \
+                --error-exitcode 9 build/bin/lean8-tests --tags gpu
+        done
+    done
 fi
 # last: the slowest step, and the one the deadline may cut
 want memcheck && step "gpu suites (memcheck)" memcheck.log env L8_TEST_QUICK=1 \
