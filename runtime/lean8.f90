@@ -173,6 +173,17 @@ module lean8
         real(c_float) :: grad_norm, clip_coef
         integer(c_int64_t) :: step
     end type
+    type, bind(c) :: scale_update_config         ! l8_fp8_scale_update_config
+        integer(c_size_t) :: size
+        integer(c_int) :: amax_compute
+        real(c_float) :: margin
+        integer(c_int) :: reset_amax
+    end type
+    type, bind(c) :: linear_stats                 ! read back, not a config: no defaults
+        integer(c_size_t) :: size
+        integer(c_int64_t) :: forwards, backwards, weight_casts, input_casts, grad_casts, steps
+        integer(c_int64_t) :: micro_batch
+    end type
     type, bind(c) :: ddp_stats                    ! read back, not a config: no defaults
         integer(c_size_t) :: size
         integer(c_int) :: buckets
@@ -196,6 +207,11 @@ module lean8
     public :: l8_recipe_count, l8_recipe_meta, l8_recipe_dtype
     public :: l8_recipe_history_len, l8_recipe_role_name, l8_recipe_updates
     public :: l8_fp8_cast, l8_fp8_cast_transpose, l8_fp8_cast_transpose_dbias, l8_fp8_dequantize
+    public :: l8_fp8_cast_transpose_act, l8_fp8_cast_transpose_dact, l8_dbias_dact
+    public :: l8_fp8_cast_transpose_many, l8_fp8_transpose, l8_fp8_scale_update
+    public :: l8_linear_get_stats, l8_linear_in_features, l8_linear_out_features
+    public :: l8_optim_is_sharded, l8_optim_shard_count, l8_optim_shard_range
+    public :: l8_optim_shard_numel, l8_optim_state_bytes
     public :: l8_linear_create, l8_linear_destroy, l8_linear_begin_step
     public :: l8_linear_refresh_weights
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
@@ -780,6 +796,92 @@ module lean8
             type(c_ptr), value :: x, out, s
             integer(c_int) :: c_fp8_dequantize
         end function
+        function c_fp8_cast_transpose_act(act, x, out, out_t, flags, s) &
+                bind(c, name='l8_fp8_cast_transpose_act')
+            import :: c_ptr, c_int
+            integer(c_int), value :: act, flags
+            type(c_ptr), value :: x, out, out_t, s
+            integer(c_int) :: c_fp8_cast_transpose_act
+        end function
+        function c_fp8_cast_transpose_dact(act, dy, a, out, out_t, dbias, flags, s) &
+                bind(c, name='l8_fp8_cast_transpose_dact')
+            import :: c_ptr, c_int
+            integer(c_int), value :: act, flags
+            type(c_ptr), value :: dy, a, out, out_t, dbias, s
+            integer(c_int) :: c_fp8_cast_transpose_dact
+        end function
+        function c_dbias_dact(act, dy, a, dbias, s) bind(c, name='l8_dbias_dact')
+            import :: c_ptr, c_int
+            integer(c_int), value :: act
+            type(c_ptr), value :: dy, a, dbias, s
+            integer(c_int) :: c_dbias_dact
+        end function
+        function c_fp8_cast_transpose_many(n, x, out, out_t, flags, s) &
+                bind(c, name='l8_fp8_cast_transpose_many')
+            import :: c_ptr, c_int
+            integer(c_int), value :: n, flags
+            type(c_ptr), value :: x, out, out_t, s      ! arrays of n tensors (out: or NULL)
+            integer(c_int) :: c_fp8_cast_transpose_many
+        end function
+        function c_fp8_transpose(x, out, s) bind(c, name='l8_fp8_transpose')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: x, out, s
+            integer(c_int) :: c_fp8_transpose
+        end function
+        function c_fp8_scale_update(hist, amax, scale, scale_inv, fp8_max, cfg, s) &
+                bind(c, name='l8_fp8_scale_update')
+            import :: c_ptr, c_int, scale_update_config
+            type(c_ptr), value :: hist, amax, scale, scale_inv, fp8_max, s
+            type(scale_update_config), intent(in) :: cfg
+            integer(c_int) :: c_fp8_scale_update
+        end function
+        subroutine c_scale_update_config_init(cfg) bind(c, name='l8_fp8_scale_update_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_linear_get_stats(l, out) bind(c, name='l8_linear_get_stats')
+            import :: c_ptr, c_int, linear_stats
+            type(c_ptr), value :: l
+            type(linear_stats), intent(inout) :: out
+            integer(c_int) :: c_linear_get_stats
+        end function
+        function c_linear_in_features(l) bind(c, name='l8_linear_in_features')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: l
+            integer(c_int64_t) :: c_linear_in_features
+        end function
+        function c_linear_out_features(l) bind(c, name='l8_linear_out_features')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: l
+            integer(c_int64_t) :: c_linear_out_features
+        end function
+        function c_optim_is_sharded(o) bind(c, name='l8_optim_is_sharded')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int) :: c_optim_is_sharded
+        end function
+        function c_optim_shard_count(o) bind(c, name='l8_optim_shard_count')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: o
+            integer(c_int) :: c_optim_shard_count
+        end function
+        function c_optim_shard_range(o, i, offset, numel) bind(c, name='l8_optim_shard_range')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: o
+            integer(c_int), value :: i
+            integer(c_int64_t), intent(out) :: offset, numel
+            integer(c_int) :: c_optim_shard_range
+        end function
+        function c_optim_shard_numel(o) bind(c, name='l8_optim_shard_numel')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: o
+            integer(c_int64_t) :: c_optim_shard_numel
+        end function
+        function c_optim_state_bytes(o) bind(c, name='l8_optim_state_bytes')
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: o
+            integer(c_size_t) :: c_optim_state_bytes
+        end function
         function c_linear_forward_fp8(l, x8, x8t, y, saved, s) bind(c, name='l8_linear_forward_fp8')
             import :: c_ptr, c_int
             type(c_ptr), value :: l, x8, x8t, y, saved, s
@@ -1157,6 +1259,11 @@ contains
         cfg = transfer(c_defaults(c_recipe_config_init), cfg)
         cfg%size = c_sizeof(cfg)
     end subroutine
+    subroutine init_scale_update_config(cfg)
+        type(scale_update_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_scale_update_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
     subroutine init_linear_config(cfg)
         type(linear_config), intent(out) :: cfg
         cfg = transfer(c_defaults(c_linear_config_init), cfg)
@@ -1468,6 +1575,13 @@ contains
         if (present(t)) p = t%p
     end function
 
+    ! An optional cast flags argument: absent is 0.
+    integer(c_int) function flags_of(flags) result(f)
+        integer(c_int), intent(in), optional :: flags
+        f = 0
+        if (present(flags)) f = flags
+    end function
+
     ! ---- FP8 metadata: scale, scale_inv, amax (device f32 scalars) ----
     ! An FP8 tensor (L8_E4M3, L8_E5M2) carries one; the casts read its scale
     ! and write its scale_inv and amax. A Linear's are its recipe's:
@@ -1710,10 +1824,7 @@ contains
     integer(c_int) function l8_fp8_cast(x, out, flags) result(st)
         type(l8_tensor), intent(in) :: x, out
         integer(c_int), intent(in), optional :: flags
-        integer(c_int) :: f
-        f = 0
-        if (present(flags)) f = flags
-        st = c_fp8_cast(x%p, out%p, f, c_null_ptr)
+        st = c_fp8_cast(x%p, out%p, flags_of(flags), c_null_ptr)
     end function
 
     ! One pass over x of Fortran dims [cols, rows] (C [rows, cols]):
@@ -1725,10 +1836,7 @@ contains
         type(l8_tensor), intent(in), optional :: out
         type(l8_tensor), intent(in) :: out_t
         integer(c_int), intent(in), optional :: flags
-        integer(c_int) :: f
-        f = 0
-        if (present(flags)) f = flags
-        st = c_fp8_cast_transpose(x%p, ptr_of(out), out_t%p, f, c_null_ptr)
+        st = c_fp8_cast_transpose(x%p, ptr_of(out), out_t%p, flags_of(flags), c_null_ptr)
     end function
 
     ! l8_fp8_cast_transpose plus dbias [cols] (f32, bf16 or f16) = the sum
@@ -1739,16 +1847,116 @@ contains
         type(l8_tensor), intent(in), optional :: out
         type(l8_tensor), intent(in) :: out_t, dbias
         integer(c_int), intent(in), optional :: flags
-        integer(c_int) :: f
-        f = 0
-        if (present(flags)) f = flags
-        st = c_fp8_cast_transpose_dbias(x%p, ptr_of(out), out_t%p, dbias%p, f, c_null_ptr)
+        st = c_fp8_cast_transpose_dbias(x%p, ptr_of(out), out_t%p, dbias%p, flags_of(flags), &
+                                        c_null_ptr)
     end function
 
     ! out = x * scale_inv of x's meta, in out's dtype (f32, bf16, f16).
     integer(c_int) function l8_fp8_dequantize(x, out) result(st)
         type(l8_tensor), intent(in) :: x, out
         st = c_fp8_dequantize(x%p, out%p, c_null_ptr)
+    end function
+
+    ! The FP8 input of a layer after an activation, without the activation in
+    ! memory: h = act(x) in x's dtype (l8_gelu's arithmetic), then out = fp8(h)
+    ! and out_t its transpose (either may be absent, not both), amax of h: bit
+    ! for bit l8_gelu then l8_fp8_cast_transpose. act: L8_ACT_GELU, L8_ACT_NONE.
+    integer(c_int) function l8_fp8_cast_transpose_act(act, x, out, out_t, flags) result(st)
+        integer(c_int), intent(in) :: act
+        type(l8_tensor), intent(in) :: x
+        type(l8_tensor), intent(in), optional :: out, out_t
+        integer(c_int), intent(in), optional :: flags
+        st = c_fp8_cast_transpose_act(act, x%p, ptr_of(out), ptr_of(out_t), flags_of(flags), &
+                                      c_null_ptr)
+    end function
+
+    ! The FP8 output gradient of a layer before an activation: g = dy * act'(a)
+    ! in dy's dtype (l8_gelu_backward's arithmetic; a: the activation's input,
+    ! dy's numel, not read with L8_ACT_NONE), cast as l8_fp8_cast_transpose
+    ! into out / out_t and, with dbias (which needs out_t), its column sums as
+    ! l8_fp8_cast_transpose_dbias gives them: bit for bit those ops.
+    integer(c_int) function l8_fp8_cast_transpose_dact(act, dy, a, out, out_t, dbias, flags) &
+            result(st)
+        integer(c_int), intent(in) :: act
+        type(l8_tensor), intent(in) :: dy
+        type(l8_tensor), intent(in), optional :: a, out, out_t, dbias
+        integer(c_int), intent(in), optional :: flags
+        st = c_fp8_cast_transpose_dact(act, dy%p, ptr_of(a), ptr_of(out), ptr_of(out_t), &
+                                       ptr_of(dbias), flags_of(flags), c_null_ptr)
+    end function
+
+    ! The bias gradient alone: dbias = the column sums of g = dy * act'(a),
+    ! exactly what l8_fp8_cast_transpose_dact writes into its dbias, with
+    ! nothing cast (no FP8 output, meta or amax). a absent with L8_ACT_NONE.
+    integer(c_int) function l8_dbias_dact(act, dy, dbias, a) result(st)
+        integer(c_int), intent(in) :: act
+        type(l8_tensor), intent(in) :: dy, dbias
+        type(l8_tensor), intent(in), optional :: a
+        st = c_dbias_dact(act, dy%p, ptr_of(a), dbias%p, c_null_ptr)
+    end function
+
+    ! l8_fp8_cast_transpose of x(i) into out(i) (out absent: none written) and
+    ! out_t(i), each with its own meta, in as few launches as the tiles allow:
+    ! the bytes, amaxes and scale_invs of one call each. 1 to 64 tensors;
+    ! arrays of different sizes are refused.
+    integer(c_int) function l8_fp8_cast_transpose_many(x, out_t, out, flags) result(st)
+        type(l8_tensor), intent(in) :: x(:), out_t(:)
+        type(l8_tensor), intent(in), optional :: out(:)
+        integer(c_int), intent(in), optional :: flags
+        type(c_ptr), target :: px(max(1, size(x))), pt(max(1, size(x))), po(max(1, size(x)))
+        integer(c_int) :: n
+        integer :: i
+        n = int(size(x), c_int)
+        if (size(out_t) /= size(x)) n = -1              ! refused by the C side, with its message
+        if (present(out)) then
+            if (size(out) /= size(x)) n = -1
+        end if
+        px = c_null_ptr
+        pt = c_null_ptr
+        po = c_null_ptr
+        if (n > 0) then
+            do i = 1, size(x)
+                px(i) = x(i)%p
+                pt(i) = out_t(i)%p
+                if (present(out)) po(i) = out(i)%p
+            end do
+        end if
+        if (present(out)) then
+            st = c_fp8_cast_transpose_many(n, c_loc(px), c_loc(po), c_loc(pt), flags_of(flags), &
+                                           c_null_ptr)
+        else
+            st = c_fp8_cast_transpose_many(n, c_loc(px), c_null_ptr, c_loc(pt), flags_of(flags), &
+                                           c_null_ptr)
+        end if
+    end function
+
+    ! out = x transposed, bytes only (FP8 or U8, one dtype on both sides): for
+    ! x of Fortran dims [cols, rows], out [rows, cols]. Metas are not touched.
+    integer(c_int) function l8_fp8_transpose(x, out) result(st)
+        type(l8_tensor), intent(in) :: x, out
+        st = c_fp8_transpose(x%p, out%p, c_null_ptr)
+    end function
+
+    ! Delayed scaling for n tensors at once (f32 tensors): amax(n) this step's
+    ! amaxes, scale(n) updated, fp8_max(n) (448 or 57344 each); amax_history
+    ! [H, n] in Fortran dims (column i = tensor i, newest first; absent only
+    ! with amax_compute = L8_AMAX_MOST_RECENT), scale_inv(n) = 1 / scale where
+    ! it changes. margin, amax_compute and reset_amax (a logical: amax = 0
+    ! after use) absent: the C defaults (0, L8_AMAX_MAX_HISTORY, .false.).
+    integer(c_int) function l8_fp8_scale_update(amax, scale, fp8_max, amax_history, scale_inv, &
+            amax_compute, margin, reset_amax) result(st)
+        type(l8_tensor), intent(in) :: amax, scale, fp8_max
+        type(l8_tensor), intent(in), optional :: amax_history, scale_inv
+        integer, intent(in), optional :: amax_compute
+        real(c_float), intent(in), optional :: margin
+        logical, intent(in), optional :: reset_amax
+        type(scale_update_config) :: cfg
+        call init_scale_update_config(cfg)
+        if (present(amax_compute)) cfg%amax_compute = int(amax_compute, c_int)
+        if (present(margin)) cfg%margin = margin
+        if (present(reset_amax)) cfg%reset_amax = merge(1_c_int, 0_c_int, reset_amax)
+        st = c_fp8_scale_update(ptr_of(amax_history), amax%p, scale%p, ptr_of(scale_inv), &
+                                fp8_max%p, cfg, c_null_ptr)
     end function
 
     ! ---- Linear ----
@@ -1962,6 +2170,36 @@ contains
         l8_linear_role_index = int(c_linear_role_index(lin%p, role))
     end function
 
+    ! What the layer did since create: forwards, backwards, weight copies built
+    ! (FP8 cast + transpose or bf16 convert), FP8 casts of x and of dy,
+    ! begin_step calls, and backwards since the last begin_step. Each optional.
+    integer(c_int) function l8_linear_get_stats(lin, forwards, backwards, weight_casts, &
+            input_casts, grad_casts, steps, micro_batch) result(st)
+        type(l8_linear), intent(in) :: lin
+        integer(c_int64_t), intent(out), optional :: forwards, backwards, weight_casts, &
+                                                     input_casts, grad_casts, steps, micro_batch
+        type(linear_stats) :: s
+        s = linear_stats(c_sizeof(s), 0, 0, 0, 0, 0, 0, 0)
+        st = c_linear_get_stats(lin%p, s)
+        if (present(forwards)) forwards = s%forwards
+        if (present(backwards)) backwards = s%backwards
+        if (present(weight_casts)) weight_casts = s%weight_casts
+        if (present(input_casts)) input_casts = s%input_casts
+        if (present(grad_casts)) grad_casts = s%grad_casts
+        if (present(steps)) steps = s%steps
+        if (present(micro_batch)) micro_batch = s%micro_batch
+    end function
+    ! The layer's K (its input's features) and N (its output's); 0 for an
+    ! unset handle.
+    integer(c_int64_t) function l8_linear_in_features(lin)
+        type(l8_linear), intent(in) :: lin
+        l8_linear_in_features = c_linear_in_features(lin%p)
+    end function
+    integer(c_int64_t) function l8_linear_out_features(lin)
+        type(l8_linear), intent(in) :: lin
+        l8_linear_out_features = c_linear_out_features(lin%p)
+    end function
+
     ! Drop what a forward saved without running backward.
     subroutine l8_linear_ctx_destroy(saved)
         type(l8_linear_ctx), intent(inout) :: saved
@@ -2105,6 +2343,34 @@ contains
     integer function l8_optim_state_count(opt)
         type(l8_optim), intent(in) :: opt
         l8_optim_state_count = int(c_optim_state_count(opt%p))
+    end function
+    ! The shard (ZeRO-1, l8_optim_set_shard): whether there is one, its ranges
+    ! (unsharded: 1, the whole buffer; -1 for an unset handle), range i
+    ! (0-based) as group elements [offset, offset + numel), the elements of
+    ! each state buffer (-1 unset) and the device bytes of them all (0 unset).
+    logical function l8_optim_is_sharded(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_is_sharded = c_optim_is_sharded(opt%p) /= 0
+    end function
+    integer function l8_optim_shard_count(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_shard_count = int(c_optim_shard_count(opt%p))
+    end function
+    integer(c_int) function l8_optim_shard_range(opt, i, offset, numel) result(st)
+        type(l8_optim), intent(in) :: opt
+        integer, intent(in) :: i
+        integer(c_int64_t), intent(out) :: offset, numel
+        offset = 0
+        numel = 0
+        st = c_optim_shard_range(opt%p, int(i, c_int), offset, numel)
+    end function
+    integer(c_int64_t) function l8_optim_shard_numel(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_shard_numel = c_optim_shard_numel(opt%p)
+    end function
+    integer(c_int64_t) function l8_optim_state_bytes(opt)
+        type(l8_optim), intent(in) :: opt
+        l8_optim_state_bytes = int(c_optim_state_bytes(opt%p), c_int64_t)
     end function
     ! The name of state buffer k (0-based): "exp_avg", ...; "" for a bad k.
     function l8_optim_state_name(opt, k) result(s)
@@ -2726,6 +2992,7 @@ contains
         type(ddp_config) :: dc
         type(sgd_config) :: sc
         type(recipe_config) :: rc
+        type(scale_update_config) :: uc
         type(l8_comm_id) :: id_mold
         bad = 0
         if (misfit(c_ctx_config_init, c_sizeof(cc))) bad = bad + 1
@@ -2736,6 +3003,7 @@ contains
         if (misfit(c_ddp_config_init, c_sizeof(dc))) bad = bad + 1
         if (misfit(c_sgd_config_init, c_sizeof(sc))) bad = bad + 1
         if (misfit(c_recipe_config_init, c_sizeof(rc))) bad = bad + 1
+        if (misfit(c_scale_update_config_init, c_sizeof(uc))) bad = bad + 1
         call init_ctx_config(cc)
         call init_adamw_config(ac)
         call init_linear_config(lc)
@@ -2744,6 +3012,9 @@ contains
         call init_comm_config(mc)
         call init_sgd_config(sc)
         call init_recipe_config(rc)
+        call init_scale_update_config(uc)
+        if (uc%amax_compute /= L8_AMAX_MAX_HISTORY .or. abs(uc%margin) > 0 .or. &
+            uc%reset_amax /= 0) bad = bad + 1
         if (abs(sc%lr - 1e-3) > 1e-9 .or. abs(sc%momentum) > 0 .or. sc%nesterov /= 0 .or. &
             abs(sc%max_grad_norm) > 0) bad = bad + 1
         if (rc%history_len /= 0 .or. abs(rc%margin) > 0 .or. &

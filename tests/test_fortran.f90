@@ -67,6 +67,13 @@
 !  16. unset handles (the C NULL) passed to every procedure of the module:
 !      each call that needs the object is refused with L8_ERR_INVALID_ARG,
 !      each query gives its documented answer for nothing; no crash.
+!  17. l8_fp8_cast_transpose_act / _dact and l8_dbias_dact give the bytes,
+!      amax and bias gradient of l8_gelu / l8_gelu_backward followed by the
+!      plain casts, bit for bit; l8_fp8_transpose of a cast's out is its
+!      out_t; l8_fp8_cast_transpose_many the bytes of one call each;
+!      l8_fp8_scale_update the scales of its formula (history, most recent,
+!      margin, reset); a layer's counters (l8_linear_get_stats) and
+!      features; an optimizer's shard before and after l8_optim_set_shard.
 ! Exit status 0 when every check passes; each failure prints one line.
 program test_fortran
     use, intrinsic :: iso_c_binding
@@ -311,6 +318,7 @@ program test_fortran
     call recipe_cfg()
     call views()
     call ckpt_sections()
+    call fp8_more()
     call unset_handles()
     call ddp_world(0, '')
 
@@ -1018,6 +1026,225 @@ contains
         call l8_tensor_destroy(zv)
     end subroutine
 
+    ! -- 17. The casts with an activation against l8_gelu / l8_gelu_backward
+    !    and the plain casts, the byte transpose against a cast's out_t, many
+    !    casts at once against one call each, delayed scaling against its
+    !    formula, a layer's counters and an optimizer's shard queries.
+    subroutine fp8_more()
+        type(l8_tensor) :: xb8, dyb8, hb8, gb8, q(2), qt(2), r(2), rt(2), db(2), dba, tt
+        type(l8_tensor) :: am, sc, si, fm, hist
+        type(l8_fp8_meta) :: m(4)
+        type(l8_params) :: g9
+        type(l8_recipe) :: r9
+        type(l8_linear) :: l9
+        type(l8_linear_ctx) :: c9
+        type(l8_optim) :: o9
+        type(l8_tensor) :: x9, y9
+        real(c_float) :: xv(K, T), dyv(K, T), dbv(K, 1), dbw(K, 1), f1, f2, amax1, amax2
+        real(c_float) :: hv(3, 2), sv(2), siv(2), av(2)
+        integer(c_int8_t) :: b1(K, T), b2(K, T), bt1(T, K), bt2(T, K)
+        integer(c_int64_t) :: fw, bw, wc, ic, gc, stp, mb, off, num
+        integer :: i, j
+        do j = 1, T
+            do i = 1, K
+                xv(i, j) = real(mod(5 * i + 3 * j, 17) - 8, c_float) / 4
+                dyv(i, j) = real(mod(7 * i + j, 13) - 6, c_float) / 16
+            end do
+        end do
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], xb8), 'more: x')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], dyb8), 'more: dy')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], hb8), 'more: h')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], gb8), 'more: g')
+        call put_f32(xb8, xv, 'more x')
+        call put_f32(dyb8, dyv, 'more dy')
+        do i = 1, 4
+            call ok(l8_fp8_meta_create(ctx, m(i)), 'more: a meta')
+            call ok(l8_fp8_meta_set(m(i), 2.0, 0.5, 0.0), 'more: its scale 2')
+        end do
+        do i = 1, 2
+            call ok(l8_tensor_empty(ctx, L8_E4M3, [K, T], q(i)), 'more: q')
+            call ok(l8_tensor_empty(ctx, L8_E4M3, [T, K], qt(i)), 'more: qt')
+            call ok(l8_tensor_empty(ctx, L8_E4M3, [K, T], r(i)), 'more: r')
+            call ok(l8_tensor_empty(ctx, L8_E4M3, [T, K], rt(i)), 'more: rt')
+            call ok(l8_tensor_empty(ctx, L8_F32, [K], db(i)), 'more: dbias')
+            call ok(l8_tensor_set_fp8_meta(q(i), m(i)), 'more: meta of q')
+            call ok(l8_tensor_set_fp8_meta(qt(i), m(i)), 'more: meta of qt')
+            call ok(l8_tensor_set_fp8_meta(r(i), m(i + 2)), 'more: meta of r')
+            call ok(l8_tensor_set_fp8_meta(rt(i), m(i + 2)), 'more: meta of rt')
+        end do
+
+        ! the GELU inside the cast = l8_gelu, then the cast
+        call ok(l8_fp8_cast_transpose_act(L8_ACT_GELU, xb8, q(1), qt(1)), &
+                'more: cast_transpose_act')
+        call ok(l8_gelu(xb8, hb8), 'more: l8_gelu')
+        call ok(l8_fp8_cast_transpose(hb8, r(1), rt(1)), 'more: cast of h')
+        call same_bytes(q(1), qt(1), r(1), rt(1), 'more: act = gelu, then cast_transpose')
+        call ok(l8_fp8_meta_get(m(1), amax=amax1), 'more: amax of act')
+        call ok(l8_fp8_meta_get(m(3), amax=amax2), 'more: amax of the cast')
+        call check(amax1 > 0 .and. abs(amax1 - amax2) <= 0, 'more: the amax of h either way')
+        call ok(l8_fp8_cast_transpose_act(L8_ACT_GELU, xb8, out=q(2)), 'more: act without out_t')
+        call ok(l8_fp8_cast(hb8, r(2)), 'more: l8_fp8_cast of h')
+        call ok(l8_tensor_to_array(q(2), b1), 'more: bytes of act')
+        call ok(l8_tensor_to_array(r(2), b2), 'more: bytes of the cast')
+        call check(all(b1 == b2), 'more: act without out_t = l8_fp8_cast of h')
+        call check(l8_fp8_cast_transpose_act(L8_ACT_GELU, xb8) == L8_ERR_INVALID_ARG, &
+                   'more: act with neither output refused')
+        call check(l8_fp8_cast_transpose_act(7, xb8, q(1), qt(1)) == L8_ERR_INVALID_ARG, &
+                   'more: an unknown activation refused')
+
+        ! dy * gelu'(x) inside the cast = l8_gelu_backward, then the cast with dbias
+        call ok(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dyb8, xb8, q(1), qt(1), db(1)), &
+                'more: cast_transpose_dact')
+        call ok(l8_gelu_backward(xb8, dyb8, gb8), 'more: l8_gelu_backward')
+        call ok(l8_fp8_cast_transpose_dbias(gb8, r(1), rt(1), db(2)), 'more: cast of g, dbias')
+        call same_bytes(q(1), qt(1), r(1), rt(1), 'more: dact = gelu_backward, then cast')
+        call ok(l8_tensor_to_array(db(1), dbv), 'more: dbias of dact')
+        call ok(l8_tensor_to_array(db(2), dbw), 'more: dbias of the cast')
+        call check(same_bits(dbv, dbw) .and. any(dbv /= 0), 'more: dact''s dbias = the cast''s')
+        call check(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dyb8, out=q(1), out_t=qt(1)) == &
+                   L8_ERR_INVALID_ARG, 'more: dact with GELU and no a refused')
+        ! the bias gradient alone: the same sums, nothing cast
+        call ok(l8_tensor_empty(ctx, L8_F32, [K], dba), 'more: dbias alone')
+        call ok(l8_dbias_dact(L8_ACT_GELU, dyb8, dba, xb8), 'more: l8_dbias_dact')
+        call ok(l8_tensor_to_array(dba, dbw), 'more: dbias alone back')
+        call check(same_bits(dbv, dbw), 'more: dbias_dact = dact''s dbias')
+        call ok(l8_dbias_dact(L8_ACT_NONE, dyb8, dba), 'more: l8_dbias_dact without activation')
+        call ok(l8_fp8_cast_transpose_dbias(dyb8, r(1), rt(1), db(2)), 'more: dbias of dy')
+        call ok(l8_tensor_to_array(dba, dbv), 'more: dbias_dact none')
+        call ok(l8_tensor_to_array(db(2), dbw), 'more: cast_transpose_dbias of dy')
+        call check(same_bits(dbv, dbw), 'more: dbias_dact(NONE) = cast_transpose_dbias''s')
+
+        ! the byte transpose of a cast's out is its out_t
+        call ok(l8_tensor_empty(ctx, L8_E4M3, [T, K], tt), 'more: tt')
+        call ok(l8_fp8_transpose(r(1), tt), 'more: l8_fp8_transpose')
+        call ok(l8_tensor_to_array(tt, bt1), 'more: transposed bytes')
+        call ok(l8_tensor_to_array(rt(1), bt2), 'more: the cast''s out_t')
+        call check(all(bt1 == bt2) .and. any(bt1 /= 0), 'more: l8_fp8_transpose(out) = out_t')
+        call check(l8_fp8_transpose(r(1), q(1)) == L8_ERR_INVALID_ARG, &
+                   'more: a transpose into the same dims refused')
+
+        ! two casts in one call = one call each
+        call ok(l8_fp8_cast_transpose_many([xb8, dyb8], qt, q), 'more: cast_transpose_many')
+        call ok(l8_fp8_cast_transpose(xb8, r(1), rt(1)), 'more: cast of x alone')
+        call ok(l8_fp8_cast_transpose(dyb8, r(2), rt(2)), 'more: cast of dy alone')
+        call same_bytes(q(1), qt(1), r(1), rt(1), 'more: many, tensor 1')
+        call same_bytes(q(2), qt(2), r(2), rt(2), 'more: many, tensor 2')
+        call ok(l8_fp8_cast_transpose_many([xb8, dyb8], rt), 'more: many without out')
+        call ok(l8_tensor_to_array(rt(2), bt1), 'more: many without out, bytes')
+        call ok(l8_tensor_to_array(qt(2), bt2), 'more: many with out, bytes')
+        call check(all(bt1 == bt2), 'more: many without out writes the same out_t')
+        call check(l8_fp8_cast_transpose_many([xb8, dyb8], qt(1:1)) == L8_ERR_INVALID_ARG, &
+                   'more: many with arrays of two sizes refused')
+
+        ! delayed scaling: history [3, 2] (a column a tensor, newest first)
+        hv = reshape([1.0, 2.0, 3.0, 4.0, 0.0, 0.0], [3, 2])
+        call ok(l8_tensor_from_array(ctx, hv, hist), 'more: history')
+        call ok(l8_tensor_from_array(ctx, [7.0, 2.0], am), 'more: amax')
+        call ok(l8_tensor_from_array(ctx, [1.0, 1.0], sc), 'more: scale')
+        call ok(l8_tensor_from_array(ctx, [1.0, 1.0], si), 'more: scale_inv')
+        call ok(l8_tensor_from_array(ctx, [448.0, 448.0], fm), 'more: fp8_max')
+        call ok(l8_fp8_scale_update(am, sc, fm, amax_history=hist, scale_inv=si), &
+                'more: l8_fp8_scale_update')
+        call ok(l8_tensor_to_array(hist, hv), 'more: history back')
+        call ok(l8_tensor_to_array(sc, sv), 'more: scale back')
+        call ok(l8_tensor_to_array(si, siv), 'more: scale_inv back')
+        call check(all(hv == reshape([7.0, 1.0, 2.0, 2.0, 4.0, 0.0], [3, 2])), &
+                   'more: each amax pushed at the front of its history')
+        call check(all(sv == [64.0, 112.0]), 'more: scale = 448 / max(history)')
+        f1 = 1.0 / 64.0
+        f2 = 1.0 / 112.0
+        call check(all(siv == [f1, f2]), 'more: scale_inv = 1 / scale')
+        call ok(l8_fp8_scale_update(am, sc, fm, amax_compute=L8_AMAX_MOST_RECENT, margin=1.0, &
+                                    reset_amax=.true.), 'more: most recent, margin 1, reset')
+        call ok(l8_tensor_to_array(sc, sv), 'more: scale back')
+        call ok(l8_tensor_to_array(am, av), 'more: amax back')
+        call check(all(sv == [32.0, 112.0]), 'more: scale = 448 / amax / 2')
+        call check(all(av == 0), 'more: amax reset after use')
+        call check(l8_fp8_scale_update(am, sc, fm) == L8_ERR_INVALID_ARG, &
+                   'more: no history with MAX_HISTORY refused')
+
+        ! a layer's counters, and the shard of an optimizer
+        call ok(l8_params_create(ctx, g9), 'more: params')
+        call ok(l8_params_add(g9, 'w', [K, N], i), 'more: w')
+        call ok(l8_params_finalize(g9), 'more: finalize')
+        call ok(l8_params_init_uniform(g9, 0, -0.5, 0.5, 9_c_int64_t), 'more: init w')
+        call ok(l8_recipe_create(ctx, r9), 'more: recipe')
+        call ok(l8_linear_create(ctx, 'l9', h, l8_params_master(g9, 0), &
+                                 l8_params_main_grad(g9, 0), l9, recipe=r9), 'more: an FP8 layer')
+        call check(l8_linear_in_features(l9) == K, 'more: in_features')
+        call check(l8_linear_out_features(l9) == N, 'more: out_features')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [N, T], y9), 'more: y')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], x9), 'more: x of the layer')
+        call put_f32(x9, xv, 'more x9')
+        call ok(l8_linear_begin_step(l9), 'more: begin_step')
+        call ok(l8_linear_forward(l9, x9, y9, c9), 'more: forward')
+        call ok(l8_linear_backward(l9, c9, y9), 'more: backward (dy: y itself)')
+        call ok(l8_linear_get_stats(l9, fw, bw, wc, ic, gc, stp, mb), 'more: l8_linear_get_stats')
+        call check(all([fw, bw, wc, ic, gc, stp, mb] == 1), &
+                   'more: one forward, backward, weight cast, x cast, dy cast, step, micro-batch')
+        call ok(l8_linear_forward(l9, x9, y9), 'more: an inference forward')
+        call ok(l8_linear_get_stats(l9, forwards=fw, micro_batch=mb), 'more: stats again')
+        call check(fw == 2 .and. mb == 1, 'more: two forwards, still one micro-batch')
+        call ok(l8_optim_create_adamw(g9, o9), 'more: AdamW')
+        call check(.not. l8_optim_is_sharded(o9), 'more: not sharded')
+        call check(l8_optim_shard_count(o9) == 1, 'more: one range unsharded')
+        call ok(l8_optim_shard_range(o9, 0, off, num), 'more: the range')
+        call check(off == 0 .and. num == 512, 'more: the whole buffer (512 elements)')
+        call check(l8_optim_shard_numel(o9) == 512, 'more: shard_numel = the buffer')
+        call check(l8_optim_state_bytes(o9) == 2 * 512 * 4, 'more: two f32 states')
+        call ok(l8_optim_set_shard(o9, [0_c_int64_t, 384_c_int64_t], &
+                                   [128_c_int64_t, 128_c_int64_t]), &
+                'more: two ranges')
+        call check(l8_optim_is_sharded(o9), 'more: sharded')
+        call check(l8_optim_shard_count(o9) == 2, 'more: two ranges')
+        call ok(l8_optim_shard_range(o9, 1, off, num), 'more: range 1')
+        call check(off == 384 .and. num == 128, 'more: range 1 as set')
+        call check(l8_optim_shard_numel(o9) == 256, 'more: the states hold the ranges')
+        call check(l8_optim_state_bytes(o9) == 2 * 256 * 4, 'more: two f32 states of the ranges')
+        call check(l8_optim_shard_range(o9, 2, off, num) == L8_ERR_INVALID_ARG, &
+                   'more: a range past the last refused')
+
+        call l8_optim_destroy(o9)
+        call l8_linear_destroy(l9)
+        call l8_recipe_destroy(r9)
+        call l8_params_destroy(g9)
+        do i = 1, 2
+            call l8_tensor_destroy(q(i))
+            call l8_tensor_destroy(qt(i))
+            call l8_tensor_destroy(r(i))
+            call l8_tensor_destroy(rt(i))
+            call l8_tensor_destroy(db(i))
+        end do
+        do i = 1, 4
+            call l8_fp8_meta_release(m(i))
+        end do
+        call l8_tensor_destroy(xb8)
+        call l8_tensor_destroy(dyb8)
+        call l8_tensor_destroy(hb8)
+        call l8_tensor_destroy(gb8)
+        call l8_tensor_destroy(dba)
+        call l8_tensor_destroy(tt)
+        call l8_tensor_destroy(x9)
+        call l8_tensor_destroy(y9)
+        call l8_tensor_destroy(am)
+        call l8_tensor_destroy(sc)
+        call l8_tensor_destroy(si)
+        call l8_tensor_destroy(fm)
+        call l8_tensor_destroy(hist)
+    end subroutine
+
+    ! Two FP8 casts' outputs (out [K, T], out_t [T, K]) hold the same bytes.
+    subroutine same_bytes(a, at, b, bt, what)
+        type(l8_tensor), intent(in) :: a, at, b, bt
+        character(len=*), intent(in) :: what
+        integer(c_int8_t) :: x1(K, T), x2(K, T), y1(T, K), y2(T, K)
+        call ok(l8_tensor_to_array(a, x1), what // ': out')
+        call ok(l8_tensor_to_array(b, x2), what // ': reference out')
+        call ok(l8_tensor_to_array(at, y1), what // ': out_t')
+        call ok(l8_tensor_to_array(bt, y2), what // ': reference out_t')
+        call check(all(x1 == x2) .and. all(y1 == y2) .and. any(x1 /= 0), what)
+    end subroutine
+
     ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
     ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
     ! its documented answer for nothing, and none of them may crash.
@@ -1077,6 +1304,12 @@ contains
         call check(l8_ckpt_section_bytes(cr0, 'x') == -1, 'unset: section bytes -1')
         call check(l8_comm_rank(k0) == -1, 'unset: rank -1')
         call check(l8_comm_size(k0) == 0, 'unset: size 0')
+        call check(l8_linear_in_features(l0) == 0, 'unset: in_features 0')
+        call check(l8_linear_out_features(l0) == 0, 'unset: out_features 0')
+        call check(.not. l8_optim_is_sharded(o0), 'unset: not sharded')
+        call check(l8_optim_shard_count(o0) == -1, 'unset: shard count -1')
+        call check(l8_optim_shard_numel(o0) == -1, 'unset: shard numel -1')
+        call check(l8_optim_state_bytes(o0) == 0, 'unset: 0 state bytes')
         ! calls that need the object
         call refused(l8_ctx_synchronize(c0), 'ctx_synchronize')
         call refused(l8_tensor_empty(c0, L8_F32, [4, 4], tv), 'tensor_empty')
@@ -1107,6 +1340,13 @@ contains
         call refused(l8_fp8_cast_transpose(t0, u0, v0), 'fp8_cast_transpose')
         call refused(l8_fp8_cast_transpose_dbias(t0, u0, v0, w0), 'fp8_cast_transpose_dbias')
         call refused(l8_fp8_dequantize(t0, u0), 'fp8_dequantize')
+        call refused(l8_fp8_cast_transpose_act(L8_ACT_GELU, t0, u0, v0), 'fp8_cast_transpose_act')
+        call refused(l8_fp8_cast_transpose_dact(L8_ACT_GELU, t0, u0, v0, w0), &
+                     'fp8_cast_transpose_dact')
+        call refused(l8_dbias_dact(L8_ACT_NONE, t0, u0), 'dbias_dact')
+        call refused(l8_fp8_cast_transpose_many([t0], [u0]), 'fp8_cast_transpose_many')
+        call refused(l8_fp8_transpose(t0, u0), 'fp8_transpose')
+        call refused(l8_fp8_scale_update(t0, u0, v0, w0), 'fp8_scale_update')
         call refused(l8_linear_create(c0, 'l', h0, t0, u0, l0), 'linear_create')
         call refused(l8_linear_begin_step(l0), 'linear_begin_step')
         call refused(l8_linear_refresh_weights([l0]), 'linear_refresh_weights')
@@ -1117,6 +1357,7 @@ contains
         call refused(l8_linear_forward_fp8(l0, t0, y=u0), 'linear_forward_fp8')
         call refused(l8_linear_forward_gelu(l0, L8_ACT_GELU, t0, u0), 'linear_forward_gelu')
         call refused(l8_linear_backward_fp8(l0, s0, t0, u0), 'linear_backward_fp8')
+        call refused(l8_linear_get_stats(l0, i1), 'linear_get_stats')
         call refused(l8_optim_create_adamw(g0, o0), 'optim_create_adamw')
         call refused(l8_optim_create_sgd(g0, o0), 'optim_create_sgd')
         call refused(l8_optim_step(o0, skipped, f1, f2, i1), 'optim_step')
@@ -1131,6 +1372,7 @@ contains
         call refused(l8_optim_set_norm_reduce(o0, k0), 'optim_set_norm_reduce')
         call refused(l8_optim_set_shard(o0, [0_c_int64_t], [4_c_int64_t]), 'optim_set_shard')
         call refused(l8_optim_set_shard_rank(o0, 0, 1), 'optim_set_shard_rank')
+        call refused(l8_optim_shard_range(o0, 0, i1, i2), 'optim_shard_range')
         call refused(l8_optim_save(o0, cw0), 'optim_save')
         call refused(l8_optim_check_load(o0, cr0), 'optim_check_load')
         call refused(l8_optim_load(o0, cr0), 'optim_load')
