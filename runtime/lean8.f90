@@ -105,6 +105,9 @@ module lean8
     type, bind(c), public :: l8_ddp               ! a data-parallel gradient reducer
         type(c_ptr) :: p = c_null_ptr
     end type
+    type, bind(c), public :: l8_graph             ! a captured step (CUDA graph)
+        type(c_ptr) :: p = c_null_ptr
+    end type
     ! A communicator's id: plain bytes, to broadcast from the rank that made it,
     ! e.g. call MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, ierr)
     type, bind(c), public :: l8_comm_id
@@ -184,6 +187,11 @@ module lean8
         integer(c_int64_t) :: forwards, backwards, weight_casts, input_casts, grad_casts, steps
         integer(c_int64_t) :: micro_batch
     end type
+    type, bind(c) :: graph_stats                  ! read back, not a config: no defaults
+        integer(c_size_t) :: size
+        integer(c_int64_t) :: launches, captures, updates_in_place, reinstantiations, warmups
+        integer(c_int64_t) :: chained, chain_refusals
+    end type
     type, bind(c) :: ddp_stats                    ! read back, not a config: no defaults
         integer(c_size_t) :: size
         integer(c_int) :: buckets
@@ -239,6 +247,8 @@ module lean8
     public :: l8_comm_barrier
     public :: l8_recipe_set_reduce, l8_optim_set_norm_reduce
     public :: l8_optim_set_shard, l8_optim_set_shard_rank
+    public :: l8_graph_native, l8_graph_create, l8_graph_warmup, l8_graph_capture
+    public :: l8_graph_launch, l8_graph_launch_repeat, l8_graph_get_stats, l8_graph_destroy
     public :: l8_ddp_create, l8_ddp_destroy, l8_ddp_begin_micro_batch, l8_ddp_mark_unused
     public :: l8_ddp_finish, l8_ddp_shard_ranges, l8_ddp_gather_params, l8_ddp_wait_param
     public :: l8_ddp_get_stats, l8_ddp_bucket
@@ -1161,6 +1171,50 @@ module lean8
             type(c_ptr) :: out
             integer(c_int) :: c_ddp_create
         end function
+        function c_graph_native(ctx) bind(c, name='l8_graph_native')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            integer(c_int) :: c_graph_native
+        end function
+        function c_graph_create(ctx, s, out) bind(c, name='l8_graph_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx, s
+            type(c_ptr) :: out
+            integer(c_int) :: c_graph_create
+        end function
+        function c_graph_warmup(g, fn, arg) bind(c, name='l8_graph_warmup')
+            import :: c_ptr, c_funptr, c_int
+            type(c_ptr), value :: g, arg
+            type(c_funptr), value :: fn
+            integer(c_int) :: c_graph_warmup
+        end function
+        function c_graph_capture(g, fn, arg) bind(c, name='l8_graph_capture')
+            import :: c_ptr, c_funptr, c_int
+            type(c_ptr), value :: g, arg
+            type(c_funptr), value :: fn
+            integer(c_int) :: c_graph_capture
+        end function
+        function c_graph_launch(g) bind(c, name='l8_graph_launch')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int) :: c_graph_launch
+        end function
+        function c_graph_launch_repeat(g, n) bind(c, name='l8_graph_launch_repeat')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int), value :: n
+            integer(c_int) :: c_graph_launch_repeat
+        end function
+        function c_graph_get_stats(g, out) bind(c, name='l8_graph_get_stats')
+            import :: c_ptr, c_int, graph_stats
+            type(c_ptr), value :: g
+            type(graph_stats), intent(inout) :: out
+            integer(c_int) :: c_graph_get_stats
+        end function
+        subroutine c_graph_destroy(g) bind(c, name='l8_graph_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: g
+        end subroutine
         subroutine c_ddp_destroy(d) bind(c, name='l8_ddp_destroy')
             import :: c_ptr
             type(c_ptr), value :: d
@@ -2898,6 +2952,86 @@ contains
         if (present(zero1)) cfg%zero1 = int01(zero1)
         st = c_ddp_create(g%p, comm%p, cfg, d%p)
     end function
+    ! ---- CUDA graphs (runtime/graph.h): a step captured once, launched many times ----
+    ! The step is a function of yours, bind(c), best a module procedure (an
+    ! internal one needs a trampoline on the stack):
+    !     integer(c_int) function step(arg, s) bind(c)
+    !         type(c_ptr), value :: arg, s   ! arg: what you passed; s: the stream
+    ! that makes the step's lean8 calls and returns L8_OK or the first error.
+    ! The graph runs on the context's compute stream, where every call of this
+    ! module enqueues (s is that stream). Rules of capture: graph.h (no reads
+    ! to the host, no synchronization, scalars frozen as captured). The host
+    ! backend runs the step eagerly at warm-up and at every launch.
+
+    ! .true. when ctx captures real CUDA graphs (a GPU with the graph API).
+    logical function l8_graph_native(ctx)
+        type(l8_ctx), intent(in) :: ctx
+        l8_graph_native = c_graph_native(ctx%p) /= 0
+    end function
+    ! An empty graph on ctx's compute stream.
+    integer(c_int) function l8_graph_create(ctx, g) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_graph), intent(out) :: g
+        st = c_graph_create(ctx%p, c_null_ptr, g%p)
+    end function
+    ! Run the step once now (a real step), its memory from g's pool: before
+    ! the first capture. arg absent: C NULL.
+    integer(c_int) function l8_graph_warmup(g, step, arg) result(st)
+        type(l8_graph), intent(in) :: g
+        type(c_funptr), value :: step            ! by value: no constant copy to relocate
+        type(c_ptr), intent(in), optional :: arg
+        st = c_graph_warmup(g%p, step, arg_of(arg))
+    end function
+    ! Record the step (nothing runs on a GPU); a later capture updates it.
+    integer(c_int) function l8_graph_capture(g, step, arg) result(st)
+        type(l8_graph), intent(in) :: g
+        type(c_funptr), value :: step            ! by value: no constant copy to relocate
+        type(c_ptr), intent(in), optional :: arg
+        st = c_graph_capture(g%p, step, arg_of(arg))
+    end function
+    ! Run the recorded step once (returns at once: the work is enqueued).
+    integer(c_int) function l8_graph_launch(g) result(st)
+        type(l8_graph), intent(in) :: g
+        st = c_graph_launch(g%p)
+    end function
+    ! Run it n times in a row (1 <= n <= 1024) in one launch.
+    integer(c_int) function l8_graph_launch_repeat(g, n) result(st)
+        type(l8_graph), intent(in) :: g
+        integer, intent(in) :: n
+        st = c_graph_launch_repeat(g%p, int(n, c_int))
+    end function
+    ! How the graph was used: executions, captures (in place or anew),
+    ! warm-ups, executions run in a chain, chains the driver refused.
+    integer(c_int) function l8_graph_get_stats(g, launches, captures, updates_in_place, &
+            reinstantiations, warmups, chained, chain_refusals) result(st)
+        type(l8_graph), intent(in) :: g
+        integer(c_int64_t), intent(out), optional :: launches, captures, updates_in_place, &
+                                                     reinstantiations, warmups, chained, &
+                                                     chain_refusals
+        type(graph_stats) :: s
+        s = graph_stats(c_sizeof(s), 0, 0, 0, 0, 0, 0, 0)
+        st = c_graph_get_stats(g%p, s)
+        if (present(launches)) launches = s%launches
+        if (present(captures)) captures = s%captures
+        if (present(updates_in_place)) updates_in_place = s%updates_in_place
+        if (present(reinstantiations)) reinstantiations = s%reinstantiations
+        if (present(warmups)) warmups = s%warmups
+        if (present(chained)) chained = s%chained
+        if (present(chain_refusals)) chain_refusals = s%chain_refusals
+    end function
+    ! Wait for the last launch, free the graph and its pool; before the context.
+    subroutine l8_graph_destroy(g)
+        type(l8_graph), intent(inout) :: g
+        call c_graph_destroy(g%p)
+        g%p = c_null_ptr
+    end subroutine
+    ! An optional c_ptr argument: absent is C NULL.
+    type(c_ptr) function arg_of(arg) result(p)
+        type(c_ptr), intent(in), optional :: arg
+        p = c_null_ptr
+        if (present(arg)) p = arg
+    end function
+
     subroutine l8_ddp_destroy(d)
         type(l8_ddp), intent(inout) :: d
         call c_ddp_destroy(d%p)

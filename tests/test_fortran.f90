@@ -74,12 +74,37 @@
 !      l8_fp8_scale_update the scales of its formula (history, most recent,
 !      margin, reset); a layer's counters (l8_linear_get_stats) and
 !      features; an optimizer's shard before and after l8_optim_set_shard.
+!  18. a step captured as a CUDA graph (a bind(c) module procedure) and
+!      launched after its warm-up, once and three in a row, gives what five
+!      eager steps give, bit for bit; its counters; bad launches refused.
 ! Exit status 0 when every check passes; each failure prints one line.
+! The captured step of part 18, a module procedure (a bind(c) callback that
+! needs no trampoline): x = gelu(x), through y.
+module test_fortran_graph
+    use, intrinsic :: iso_c_binding
+    use lean8
+    implicit none
+    type :: graph_step_state
+        type(l8_tensor) :: x, y
+    end type
+contains
+    integer(c_int) function graph_step(arg, s) bind(c)
+        type(c_ptr), value :: arg, s
+        type(graph_step_state), pointer :: st
+        graph_step = L8_ERR_INVALID_ARG
+        if (.not. c_associated(arg) .or. .not. c_associated(s)) return  ! both always given
+        call c_f_pointer(arg, st)
+        graph_step = l8_gelu(st%x, st%y)
+        if (graph_step == L8_OK) graph_step = l8_tensor_copy(st%x, st%y)
+    end function
+end module test_fortran_graph
+
 program test_fortran
     use, intrinsic :: iso_c_binding
     use, intrinsic :: iso_fortran_env, only: real64
     use, intrinsic :: ieee_exceptions, only: ieee_set_flag, ieee_all
     use lean8
+    use test_fortran_graph
     implicit none
     integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
     ! -- 10. the FP8 model of the resume test: x(K, T) -> N -> N, GELU between
@@ -319,6 +344,7 @@ program test_fortran
     call views()
     call ckpt_sections()
     call fp8_more()
+    call graph_steps()
     call unset_handles()
     call ddp_world(0, '')
 
@@ -1245,6 +1271,61 @@ contains
         call check(all(x1 == x2) .and. all(y1 == y2) .and. any(x1 /= 0), what)
     end subroutine
 
+    ! -- 18. A step captured once (x = gelu(x): graph_step above) and launched
+    !    1 + 3 times after its warm-up gives x of five eager steps, bit for
+    !    bit; the counters; a launch before any capture and a bad repeat
+    !    count refused.
+    subroutine graph_steps()
+        type(graph_step_state), target :: gs
+        type(l8_graph) :: gr, g2
+        type(l8_tensor) :: xe, ye
+        real(c_float) :: xv(K, T), a(K, T), b(K, T)
+        integer(c_int64_t) :: launches, captures, warmups
+        logical :: native, gpu
+        integer :: i, j
+        do j = 1, T
+            do i = 1, K
+                xv(i, j) = real(mod(3 * i + 5 * j, 19) - 9, c_float) / 3
+            end do
+        end do
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], gs%x), 'graph: x')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], gs%y), 'graph: y')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], xe), 'graph: eager x')
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], ye), 'graph: eager y')
+        call put_f32(gs%x, xv, 'graph x')
+        call put_f32(xe, xv, 'graph eager x')
+        do i = 1, 5
+            call ok(l8_gelu(xe, ye), 'graph: eager gelu')
+            call ok(l8_tensor_copy(xe, ye), 'graph: eager copy')
+        end do
+        native = l8_graph_native(ctx)
+        gpu = l8_ctx_device_name(ctx) /= 'host'
+        call check(native .eqv. gpu, 'graph: native CUDA graphs on a GPU, eager on the host')
+        call ok(l8_graph_create(ctx, gr), 'graph: l8_graph_create')
+        call ok(l8_graph_warmup(gr, c_funloc(graph_step), c_loc(gs)), 'graph: warm-up (step 1)')
+        call ok(l8_graph_capture(gr, c_funloc(graph_step), c_loc(gs)), 'graph: capture')
+        call ok(l8_graph_launch(gr), 'graph: launch (step 2)')
+        call ok(l8_graph_launch_repeat(gr, 3), 'graph: three in a row (steps 3-5)')
+        call get_f32(xe, a, 'graph eager result')
+        call get_f32(gs%x, b, 'graph result')
+        call check(same_bits(a, b) .and. any(a /= xv), 'graph: five graph steps = five eager ones')
+        call ok(l8_graph_get_stats(gr, launches=launches, captures=captures, warmups=warmups), &
+                'graph: l8_graph_get_stats')
+        call check(launches == 4 .and. captures == 1 .and. warmups == 1, &
+                   'graph: 4 executions, 1 capture, 1 warm-up')
+        call check(l8_graph_launch_repeat(gr, 0) == L8_ERR_INVALID_ARG, &
+                   'graph: a repeat of 0 refused')
+        call ok(l8_graph_create(ctx, g2), 'graph: a second graph')
+        call check(l8_graph_launch(g2) == L8_ERR_STATE, 'graph: a launch before any capture refused')
+        call l8_graph_destroy(g2)
+        call l8_graph_destroy(gr)
+        call check(.not. c_associated(gr%p), 'graph: destroy nulls the handle')
+        call l8_tensor_destroy(gs%x)
+        call l8_tensor_destroy(gs%y)
+        call l8_tensor_destroy(xe)
+        call l8_tensor_destroy(ye)
+    end subroutine
+
     ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
     ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
     ! its documented answer for nothing, and none of them may crash.
@@ -1264,6 +1345,7 @@ contains
         type(l8_comm) :: k0, k1
         type(l8_comm_id) :: id0
         type(l8_ddp) :: d0
+        type(l8_graph) :: gr0
         real(c_float) :: a(4, 4), f1, f2, f3
         integer(c_int64_t) :: i1, i2, off(2), num(2)
         integer(c_int) :: pid
@@ -1304,6 +1386,7 @@ contains
         call check(l8_ckpt_section_bytes(cr0, 'x') == -1, 'unset: section bytes -1')
         call check(l8_comm_rank(k0) == -1, 'unset: rank -1')
         call check(l8_comm_size(k0) == 0, 'unset: size 0')
+        call check(.not. l8_graph_native(c0), 'unset: no CUDA graphs without a context')
         call check(l8_linear_in_features(l0) == 0, 'unset: in_features 0')
         call check(l8_linear_out_features(l0) == 0, 'unset: out_features 0')
         call check(.not. l8_optim_is_sharded(o0), 'unset: not sharded')
@@ -1392,6 +1475,12 @@ contains
         call refused(l8_ckpt_check_tensor(cr0, 'x', t0), 'ckpt_check_tensor')
         call refused(l8_ckpt_read_section(cr0, 'x', a), 'ckpt_read_section')
         call refused(l8_ckpt_read_section(cr0, 'x', text), 'ckpt_read_section (text)')
+        call refused(l8_graph_create(c0, gr0), 'graph_create')
+        call refused(l8_graph_warmup(gr0, c_funloc(graph_step)), 'graph_warmup')
+        call refused(l8_graph_capture(gr0, c_funloc(graph_step)), 'graph_capture')
+        call refused(l8_graph_launch(gr0), 'graph_launch')
+        call refused(l8_graph_launch_repeat(gr0, 1), 'graph_launch_repeat')
+        call refused(l8_graph_get_stats(gr0, i1), 'graph_get_stats')
         call refused(l8_comm_id_create(c0, id0), 'comm_id_create')
         call refused(l8_comm_init_rank(c0, id0, 0, 1, k1), 'comm_init_rank')
         call refused(l8_comm_init_env(c0, k1), 'comm_init_env')
@@ -1426,6 +1515,7 @@ contains
         call l8_ckpt_close(cr0)
         call l8_comm_destroy(k0)
         call l8_ddp_destroy(d0)
+        call l8_graph_destroy(gr0)
         call l8_ctx_destroy(c0)
     end subroutine
 
