@@ -1629,6 +1629,13 @@ contains
         if (present(t)) p = t%p
     end function
 
+    ! An optional c_ptr argument (a graph step's arg): absent is C NULL.
+    type(c_ptr) function arg_of(arg) result(p)
+        type(c_ptr), intent(in), optional :: arg
+        p = c_null_ptr
+        if (present(arg)) p = arg
+    end function
+
     ! An optional cast flags argument: absent is 0.
     integer(c_int) function flags_of(flags) result(f)
         integer(c_int), intent(in), optional :: flags
@@ -1958,6 +1965,7 @@ contains
         type(l8_tensor), intent(in), optional :: out(:)
         integer(c_int), intent(in), optional :: flags
         type(c_ptr), target :: px(max(1, size(x))), pt(max(1, size(x))), po(max(1, size(x)))
+        type(c_ptr) :: pout
         integer(c_int) :: n
         integer :: i
         n = int(size(x), c_int)
@@ -1975,13 +1983,9 @@ contains
                 if (present(out)) po(i) = out(i)%p
             end do
         end if
-        if (present(out)) then
-            st = c_fp8_cast_transpose_many(n, c_loc(px), c_loc(po), c_loc(pt), flags_of(flags), &
-                                           c_null_ptr)
-        else
-            st = c_fp8_cast_transpose_many(n, c_loc(px), c_null_ptr, c_loc(pt), flags_of(flags), &
-                                           c_null_ptr)
-        end if
+        pout = c_null_ptr                               ! no out at all: C's NULL array
+        if (present(out)) pout = c_loc(po)
+        st = c_fp8_cast_transpose_many(n, c_loc(px), pout, c_loc(pt), flags_of(flags), c_null_ptr)
     end function
 
     ! out = x transposed, bytes only (FP8 or U8, one dtype on both sides): for
@@ -3025,13 +3029,6 @@ contains
         call c_graph_destroy(g%p)
         g%p = c_null_ptr
     end subroutine
-    ! An optional c_ptr argument: absent is C NULL.
-    type(c_ptr) function arg_of(arg) result(p)
-        type(c_ptr), intent(in), optional :: arg
-        p = c_null_ptr
-        if (present(arg)) p = arg
-    end function
-
     subroutine l8_ddp_destroy(d)
         type(l8_ddp), intent(inout) :: d
         call c_ddp_destroy(d%p)
