@@ -81,7 +81,9 @@ const char *l8_last_error_string(void)
         else
             n += snprintf(e->line + n, sizeof e->line - n, "%s failed: ", r->call);
     }
-    if (n < (int)sizeof e->line)
+    if (n < (int)sizeof e->line && !r->file[0])     /* l8_error_set_text: no location */
+        snprintf(e->line + n, sizeof e->line - n, "%s", r->message);
+    else if (n < (int)sizeof e->line)
         snprintf(e->line + n, sizeof e->line - n, "%s (%s:%d)", r->message, r->file, r->line);
     return e->line;
 }
@@ -113,6 +115,11 @@ l8_status (l8_error_set)(l8_status st, int foreign_code, const char *foreign_nam
     e->rec.file = file ? file : "";
     e->rec.line = line;
     return st;
+}
+
+l8_status l8_error_set_text(l8_status st, const char *call, const char *message)
+{
+    return l8_error_set(st, 0, "", call, "", 0, "%s", message ? message : "");
 }
 
 /* The struct-size rule of config_internal.h. */

@@ -82,6 +82,12 @@ l8_status l8_error_set(l8_status st, int foreign_code, const char *foreign_name,
                        const char *call, const char *file, int line,
                        const char *fmt, ...) L8_PRINTF(7, 8);
 
+/* l8_error_set for bindings that cannot call a variadic C function (Fortran):
+ * records `message` as it is (truncated to 2 KiB) under `call` (may be NULL),
+ * with no foreign error and no source location (the one-line form then ends
+ * with the message). Returns st. */
+l8_status l8_error_set_text(l8_status st, const char *call, const char *message);
+
 /* The constant name of an errno value ("ENOENT"), "errno" for others: the
  * foreign_name of L8_ERR_IO records. */
 const char *l8_errno_name(int e);

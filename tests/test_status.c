@@ -47,6 +47,15 @@ START_TEST(test_last_error_record)
     /* a message built from the previous one */
     (void)L8_FAIL(L8_ERR_IO, "again: %.10s", l8_last_error()->message);
     ck_assert_str_eq(l8_last_error()->message, "again: xxxxxxxxxx");
+    /* the bindings' form: the text as it is (a % is no format), no location */
+    ck_assert_int_eq(l8_error_set_text(L8_ERR_INVALID_ARG, "l8_ctx_create", "limit -1 < 0%s"),
+                     L8_ERR_INVALID_ARG);
+    ck_assert_int_eq(l8_last_error()->foreign_code, 0);
+    ck_assert_str_eq(l8_last_error()->call, "l8_ctx_create");
+    ck_assert_str_eq(l8_last_error_string(),
+                     "L8_ERR_INVALID_ARG: l8_ctx_create failed: limit -1 < 0%s");
+    (void)l8_error_set_text(L8_ERR_STATE, NULL, NULL);
+    ck_assert_str_eq(l8_last_error_string(), "L8_ERR_STATE: ");
     l8_error_clear();
     ck_assert_int_eq(l8_last_error()->status, L8_OK);
 }
