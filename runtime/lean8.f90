@@ -64,6 +64,18 @@ module lean8
         L8_COMM_THREADS = 3
     integer(c_int), parameter, public :: L8_REDUCE_SUM = 0, L8_REDUCE_AVG = 1, L8_REDUCE_MAX = 2
     integer, parameter, public :: L8_COMM_ID_BYTES = 256
+    ! ---- memory trace event kinds and stream roles (alloc/trace.h) ----
+    integer(c_int), parameter, public :: L8_TRACE_ALLOC = 1, L8_TRACE_FREE_REQUESTED = 2, &
+        L8_TRACE_FREE_COMPLETED = 3, L8_TRACE_SEGMENT_ALLOC = 4, L8_TRACE_SEGMENT_FREE = 5, &
+        L8_TRACE_OOM = 6, L8_TRACE_OFFLOAD_OUT = 7, L8_TRACE_OFFLOAD_IN = 8, L8_TRACE_STEP = 9, &
+        L8_TRACE_PINNED_ALLOC = 10, L8_TRACE_PINNED_FREE = 11
+    integer(c_int), parameter, public :: L8_TRACE_STREAM_NONE = 0, L8_TRACE_STREAM_COMPUTE = 1, &
+        L8_TRACE_STREAM_COMM = 2, L8_TRACE_STREAM_COPY = 3, L8_TRACE_STREAM_OTHER = 4
+    ! ---- where an offloader has a storage (runtime/offload.h) ----
+    integer(c_int), parameter, public :: L8_OFFLOAD_NONE = 0, L8_OFFLOAD_COPYING_OUT = 1, &
+        L8_OFFLOAD_KEPT = 2, L8_OFFLOAD_ON_HOST = 3, L8_OFFLOAD_COPYING_IN = 4, &
+        L8_OFFLOAD_RESTORED = 5
+    integer(c_int64_t), parameter, public :: L8_OFFLOAD_MIN_BYTES_DEFAULT = 1048576
 
     ! ---- handles ----
     type, bind(c), public :: l8_ctx
@@ -107,6 +119,60 @@ module lean8
     end type
     type, bind(c), public :: l8_graph             ! a captured step (CUDA graph)
         type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_alloc             ! a context's device allocator (borrowed)
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_pinned            ! a context's pinned-host pool (borrowed)
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_trace             ! a memory trace (the context's: borrowed)
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_offload           ! an activation offloader
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    ! What the allocator, the pinned pool and the offloader count: the C
+    ! structs (alloc/alloc.h, alloc/pinned.h, runtime/offload.h) field for
+    ! field, bytes and counts; the *_get_stats calls set `size` and fill them.
+    type, bind(c), public :: l8_alloc_stats
+        integer(c_size_t) :: size = 0
+        integer(c_int64_t) :: allocated_bytes = 0, allocated_peak = 0   ! live blocks (rounded)
+        integer(c_int64_t) :: requested_bytes = 0, requested_peak = 0   ! live blocks (asked for)
+        integer(c_int64_t) :: reserved_bytes = 0, reserved_peak = 0     ! segments held
+        integer(c_int64_t) :: active_bytes = 0, active_peak = 0         ! + freed, awaiting events
+        integer(c_int64_t) :: inactive_split_bytes = 0, inactive_split_peak = 0
+        integer(c_int64_t) :: allocations = 0, frees = 0, live_blocks = 0, segments = 0
+        integer(c_int64_t) :: segment_allocs = 0, segment_frees = 0, cache_hits = 0
+        integer(c_int64_t) :: retries = 0, ooms = 0
+        integer(c_int64_t) :: graph_reserved_bytes = 0, graph_held_bytes = 0
+        integer(c_int64_t) :: capture_refusals = 0
+    end type
+    type, bind(c), public :: l8_pinned_stats
+        integer(c_size_t) :: size = 0
+        integer(c_int64_t) :: allocated_bytes = 0, allocated_peak = 0   ! live blocks (classes)
+        integer(c_int64_t) :: requested_bytes = 0
+        integer(c_int64_t) :: reserved_bytes = 0, reserved_peak = 0     ! every block held
+        integer(c_int64_t) :: allocations = 0, frees = 0, cache_hits = 0
+        integer(c_int64_t) :: segment_allocs = 0, segment_frees = 0
+        integer(c_int64_t) :: pending_blocks = 0                        ! freed, awaiting events
+    end type
+    type, bind(c), public :: l8_offload_stats
+        integer(c_size_t) :: size = 0
+        integer(c_int64_t) :: saves = 0, aliased = 0     ! saves; of those, of a storage again
+        integer(c_int64_t) :: kept_small = 0, kept_resident = 0, kept_layer = 0
+        integer(c_int64_t) :: copies_out = 0, bytes_out = 0, copies_in = 0, bytes_in = 0
+        integer(c_int64_t) :: prefetches = 0, prefetch_deferred = 0
+        integer(c_int64_t) :: released = 0, kept_in_place = 0
+        integer(c_int64_t) :: entries = 0, host_bytes = 0, device_bytes_freed = 0   ! now
+    end type
+    ! One event of a memory trace (alloc/trace.h, 48 bytes): kind is an
+    ! L8_TRACE_* kind, stream an L8_TRACE_STREAM_* role, tag a tag's id
+    ! (l8_trace_tag_name; 0: none), device a CUDA ordinal (-1 host).
+    type, bind(c), public :: l8_trace_event
+        integer(c_int64_t) :: time_ns = 0, addr = 0, size = 0, stream = 0, aux = 0
+        integer(c_int32_t) :: tag = 0
+        integer(c_int16_t) :: kind = 0, device = 0
     end type
     ! A communicator's id: plain bytes, to broadcast from the rank that made it,
     ! e.g. call MPI_Bcast(id, int(c_sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD, ierr)
@@ -192,6 +258,16 @@ module lean8
         integer(c_int64_t) :: launches, captures, updates_in_place, reinstantiations, warmups
         integer(c_int64_t) :: chained, chain_refusals
     end type
+    type, bind(c) :: offload_config               ! up to the trace (the context's)
+        integer(c_size_t) :: size
+        integer(c_size_t) :: min_bytes
+        integer(c_int) :: prefetch_layers
+    end type
+    type, bind(c) :: save_hooks                   ! l8_save_hooks (ops/linear.h), whole
+        integer(c_size_t) :: size
+        type(c_funptr) :: save, restore, release
+        type(c_ptr) :: arg
+    end type
     type, bind(c) :: ddp_stats                    ! read back, not a config: no defaults
         integer(c_size_t) :: size
         integer(c_int) :: buckets
@@ -253,6 +329,15 @@ module lean8
     public :: l8_ddp_finish, l8_ddp_shard_ranges, l8_ddp_gather_params, l8_ddp_wait_param
     public :: l8_ddp_get_stats, l8_ddp_bucket
     public :: l8_fortran_check_layouts
+    public :: l8_ctx_device, l8_ctx_allocator, l8_ctx_pinned, l8_ctx_trace
+    public :: l8_alloc_get_stats, l8_alloc_empty_cache, l8_alloc_reset_peaks, l8_alloc_describe
+    public :: l8_pinned_get_stats, l8_pinned_empty_cache
+    public :: l8_trace_record, l8_trace_flush, l8_trace_path, l8_trace_count, l8_trace_held
+    public :: l8_trace_events, l8_trace_tag_name, l8_tag_current
+    public :: l8_offload_create, l8_offload_destroy, l8_offload_forward_layer
+    public :: l8_offload_backward_layer, l8_offload_save, l8_offload_restore, l8_offload_release
+    public :: l8_offload_poll, l8_offload_wait, l8_offload_state_of, l8_offload_state_name
+    public :: l8_offload_get_stats
 
     ! Tensors from and to Fortran arrays of f32 (real(c_float)), i32
     ! (integer(c_int32_t)) or byte (integer(c_int8_t)) elements, of any rank
@@ -1271,6 +1356,186 @@ module lean8
         end function
     end interface
 
+    ! ---- memory: the context's allocator and pinned pool, the trace, offload ----
+    interface
+        function c_error_set_text(st, call, msg) bind(c, name='l8_error_set_text')
+            import :: c_int, c_char
+            integer(c_int), value :: st
+            character(kind=c_char), intent(in) :: call(*), msg(*)
+            integer(c_int) :: c_error_set_text
+        end function
+        function c_ctx_device(ctx) bind(c, name='l8_ctx_device')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            integer(c_int) :: c_ctx_device
+        end function
+        function c_ctx_allocator(ctx) bind(c, name='l8_ctx_allocator')
+            import :: c_ptr
+            type(c_ptr), value :: ctx
+            type(c_ptr) :: c_ctx_allocator
+        end function
+        function c_ctx_pinned(ctx) bind(c, name='l8_ctx_pinned')
+            import :: c_ptr
+            type(c_ptr), value :: ctx
+            type(c_ptr) :: c_ctx_pinned
+        end function
+        function c_ctx_trace(ctx) bind(c, name='l8_ctx_trace')
+            import :: c_ptr
+            type(c_ptr), value :: ctx
+            type(c_ptr) :: c_ctx_trace
+        end function
+        function c_alloc_get_stats(a, out) bind(c, name='l8_alloc_get_stats')
+            import :: c_ptr, c_int, l8_alloc_stats
+            type(c_ptr), value :: a
+            type(l8_alloc_stats) :: out
+            integer(c_int) :: c_alloc_get_stats
+        end function
+        function c_alloc_empty_cache(a) bind(c, name='l8_alloc_empty_cache')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: a
+            integer(c_int) :: c_alloc_empty_cache
+        end function
+        subroutine c_alloc_reset_peaks(a) bind(c, name='l8_alloc_reset_peaks')
+            import :: c_ptr
+            type(c_ptr), value :: a
+        end subroutine
+        function c_alloc_describe(a, buf, n) bind(c, name='l8_alloc_describe')
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: a, buf
+            integer(c_size_t), value :: n
+            integer(c_size_t) :: c_alloc_describe
+        end function
+        function c_pinned_get_stats(p, out) bind(c, name='l8_pinned_get_stats')
+            import :: c_ptr, c_int, l8_pinned_stats
+            type(c_ptr), value :: p
+            type(l8_pinned_stats) :: out
+            integer(c_int) :: c_pinned_get_stats
+        end function
+        function c_pinned_empty_cache(p) bind(c, name='l8_pinned_empty_cache')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: p
+            integer(c_int) :: c_pinned_empty_cache
+        end function
+        subroutine c_trace_record(t, kind, device, stream, addr, size, aux) &
+                bind(c, name='l8_trace_record')
+            import :: c_ptr, c_int, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int), value :: kind, device
+            integer(c_int64_t), value :: stream, addr, size, aux
+        end subroutine
+        function c_trace_flush(t) bind(c, name='l8_trace_flush')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t
+            integer(c_int) :: c_trace_flush
+        end function
+        function c_trace_path(t) bind(c, name='l8_trace_path')
+            import :: c_ptr
+            type(c_ptr), value :: t
+            type(c_ptr) :: c_trace_path
+        end function
+        function c_trace_count(t) bind(c, name='l8_trace_count')
+            import :: c_ptr, c_int64_t
+            type(c_ptr), value :: t
+            integer(c_int64_t) :: c_trace_count
+        end function
+        function c_trace_held(t) bind(c, name='l8_trace_held')
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: t
+            integer(c_size_t) :: c_trace_held
+        end function
+        function c_trace_events(t, first, out, n) bind(c, name='l8_trace_events')
+            import :: c_ptr, c_size_t, l8_trace_event
+            type(c_ptr), value :: t
+            integer(c_size_t), value :: first, n
+            type(l8_trace_event) :: out(*)
+            integer(c_size_t) :: c_trace_events
+        end function
+        function c_trace_tag_name(t, id) bind(c, name='l8_trace_tag_name')
+            import :: c_ptr, c_int32_t
+            type(c_ptr), value :: t
+            integer(c_int32_t), value :: id
+            type(c_ptr) :: c_trace_tag_name
+        end function
+        function c_tag_current() bind(c, name='l8_tag_current')
+            import :: c_ptr
+            type(c_ptr) :: c_tag_current
+        end function
+        subroutine c_offload_config_init(cfg) bind(c, name='l8_offload_config_init')
+            import :: c_ptr
+            type(c_ptr), value :: cfg
+        end subroutine
+        function c_offload_create(ctx, cfg, out) bind(c, name='l8_offload_create')
+            import :: c_ptr, c_int, offload_config
+            type(c_ptr), value :: ctx
+            type(offload_config), intent(in) :: cfg
+            type(c_ptr) :: out
+            integer(c_int) :: c_offload_create
+        end function
+        subroutine c_offload_destroy(off) bind(c, name='l8_offload_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: off
+        end subroutine
+        function c_offload_forward_layer(off, layer, enable) &
+                bind(c, name='l8_offload_forward_layer')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off
+            integer(c_int), value :: layer, enable
+            integer(c_int) :: c_offload_forward_layer
+        end function
+        function c_offload_backward_layer(off, layer) bind(c, name='l8_offload_backward_layer')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off
+            integer(c_int), value :: layer
+            integer(c_int) :: c_offload_backward_layer
+        end function
+        ! The three hooks, also handed to a Linear (l8_linear_create's offload=).
+        function c_offload_save(off, t, name, s) bind(c, name='l8_offload_save')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off, t, name, s
+            integer(c_int) :: c_offload_save
+        end function
+        function c_offload_restore(off, t, name, s) bind(c, name='l8_offload_restore')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off, t, name, s
+            integer(c_int) :: c_offload_restore
+        end function
+        subroutine c_offload_release(off, t, name) bind(c, name='l8_offload_release')
+            import :: c_ptr
+            type(c_ptr), value :: off, t, name
+        end subroutine
+        function c_offload_poll(off) bind(c, name='l8_offload_poll')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off
+            integer(c_int) :: c_offload_poll
+        end function
+        function c_offload_wait(off) bind(c, name='l8_offload_wait')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off
+            integer(c_int) :: c_offload_wait
+        end function
+        function c_offload_state_of(off, st) bind(c, name='l8_offload_state_of')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: off, st
+            integer(c_int) :: c_offload_state_of
+        end function
+        function c_offload_state_name(st) bind(c, name='l8_offload_state_name')
+            import :: c_ptr, c_int
+            integer(c_int), value :: st
+            type(c_ptr) :: c_offload_state_name
+        end function
+        function c_offload_get_stats(off, out) bind(c, name='l8_offload_get_stats')
+            import :: c_ptr, c_int, l8_offload_stats
+            type(c_ptr), value :: off
+            type(l8_offload_stats) :: out
+            integer(c_int) :: c_offload_get_stats
+        end function
+        function c_tensor_storage(t) bind(c, name='l8_tensor_storage')
+            import :: c_ptr
+            type(c_ptr), value :: t
+            type(c_ptr) :: c_tensor_storage
+        end function
+    end interface
+
     ! Room for the C init functions to write a whole (grown) struct into.
     integer, parameter :: SCRATCH_WORDS = 512             ! 4 KiB
 
@@ -1342,6 +1607,19 @@ contains
         cfg%size = c_sizeof(cfg)
     end subroutine
 
+    subroutine init_offload_config(cfg)
+        type(offload_config), intent(out) :: cfg
+        cfg = transfer(c_defaults(c_offload_config_init), cfg)
+        cfg%size = c_sizeof(cfg)
+    end subroutine
+
+    ! An optional integer, 0 when absent.
+    pure integer(c_int64_t) function opt64(x)
+        integer(c_int64_t), intent(in), optional :: x
+        opt64 = 0
+        if (present(x)) opt64 = x
+    end function
+
     ! A logical as the C side's 0 / 1.
     pure integer(c_int) function int01(x)
         logical, intent(in) :: x
@@ -1408,16 +1686,41 @@ contains
     ! ---- contexts ----
 
     ! A context on `device` ("host", "cuda:N"); absent: L8_DEVICE, else the
-    ! first GPU, else the host.
-    integer(c_int) function l8_ctx_create(ctx, device) result(st)
+    ! first GPU, else the host. By keyword: memory_limit, the device
+    ! allocator's cap in bytes (reserved bytes never exceed it: what lean8
+    ! may take of a GPU shared with the rest of the program), pinned_limit
+    ! the pinned pool's (0 or absent: none; negative: refused), and
+    ! trace_path, a memory trace file of the context's own (%r rank, %p pid;
+    ! absent: the process-wide L8_TRACE one, if set).
+    integer(c_int) function l8_ctx_create(ctx, device, memory_limit, pinned_limit, &
+            trace_path) result(st)
         type(l8_ctx), intent(out) :: ctx
-        character(len=*), intent(in), optional :: device
+        character(len=*), intent(in), optional :: device, trace_path
+        integer(c_int64_t), intent(in), optional :: memory_limit, pinned_limit
         type(ctx_config) :: cfg
-        character(kind=c_char, len=:), allocatable, target :: dev
+        character(kind=c_char, len=:), allocatable, target :: dev, path
         call init_ctx_config(cfg)
         if (present(device)) then
             dev = cstr(device)
             cfg%device = c_loc(dev)
+        end if
+        if (present(memory_limit)) then
+            if (memory_limit < 0) then
+                st = refuse('l8_ctx_create', 'memory_limit is negative')
+                return
+            end if
+            cfg%memory_limit = memory_limit
+        end if
+        if (present(pinned_limit)) then
+            if (pinned_limit < 0) then
+                st = refuse('l8_ctx_create', 'pinned_limit is negative')
+                return
+            end if
+            cfg%pinned_limit = pinned_limit
+        end if
+        if (present(trace_path)) then
+            path = cstr(trace_path)
+            cfg%trace_path = c_loc(path)
         end if
         st = c_ctx_create(cfg, ctx%p)
     end function
@@ -1627,6 +1930,17 @@ contains
         type(l8_tensor), intent(in), optional :: t
         p = c_null_ptr
         if (present(t)) p = t%p
+    end function
+    ! An optional name as a C string held in buf (the caller's, alive across
+    ! the C call), or C's NULL when absent.
+    type(c_ptr) function name_of(name, buf) result(p)
+        character(len=*), intent(in), optional :: name
+        character(kind=c_char, len=:), allocatable, target, intent(inout) :: buf
+        p = c_null_ptr
+        if (present(name)) then
+            buf = cstr(name)
+            p = c_loc(buf)
+        end if
     end function
 
     ! An optional c_ptr argument (a graph step's arg): absent is C NULL.
@@ -2031,7 +2345,7 @@ contains
     ! the layer are this rank's share of the tokens), as in ops/linear.h.
     integer(c_int) function l8_linear_create(ctx, name, gemm, weight, weight_grad, lin, mode, &
             recipe, bias, bias_grad, weight_id, bias_id, grad_ready, tp_comm, parallel, &
-            sequence_parallel) result(st)
+            sequence_parallel, offload) result(st)
         type(l8_ctx), intent(in) :: ctx
         character(len=*), intent(in) :: name
         type(l8_gemm_handle), intent(in) :: gemm
@@ -2044,7 +2358,9 @@ contains
         type(l8_comm), intent(in), optional :: tp_comm
         integer(c_int), intent(in), optional :: parallel
         logical, intent(in), optional :: sequence_parallel
+        type(l8_offload), intent(in), optional :: offload
         type(linear_config) :: cfg
+        type(save_hooks), target :: hooks
         character(kind=c_char, len=:), allocatable, target :: cname
         call init_linear_config(cfg)
         cname = cstr(name)
@@ -2065,6 +2381,15 @@ contains
         if (present(tp_comm)) cfg%tp_comm = tp_comm%p
         if (present(parallel)) cfg%parallel = parallel
         if (present(sequence_parallel)) cfg%sequence_parallel = int01(sequence_parallel)
+        if (present(offload)) then                ! the offloader's hooks (C copies them)
+            if (.not. c_associated(offload%p)) then
+                st = refuse('l8_linear_create', 'offload is an unset handle')
+                return
+            end if
+            hooks = save_hooks(c_sizeof(hooks), c_funloc(c_offload_save), &
+                               c_funloc(c_offload_restore), c_funloc(c_offload_release), offload%p)
+            cfg%save_hooks = c_loc(hooks)
+        end if
         st = c_linear_create(ctx%p, cfg, lin%p)
     end function
 
@@ -3109,6 +3434,249 @@ contains
         st = c_ddp_bucket(d%p, int(b, c_int), first, n)
     end function
 
+    ! ---- memory: the context's allocator and pinned pool, the trace, offload ----
+
+    ! A refusal found here, before any C call: L8_ERR_INVALID_ARG, recorded
+    ! as the last error like the C side's.
+    integer(c_int) function refuse(call, message) result(st)
+        character(len=*), intent(in) :: call, message
+        st = c_error_set_text(L8_ERR_INVALID_ARG, cstr(call), cstr(message))
+    end function
+
+    ! The context's CUDA ordinal; -1 on the host and for an unset handle.
+    integer(c_int) function l8_ctx_device(ctx)
+        type(l8_ctx), intent(in) :: ctx
+        l8_ctx_device = -1
+        if (c_associated(ctx%p)) l8_ctx_device = c_ctx_device(ctx%p)
+    end function
+    ! The context's allocator, pinned pool and trace, borrowed (never destroy
+    ! them); unset for an unset context, and the trace unset when the context
+    ! records none (no trace_path and no L8_TRACE).
+    type(l8_alloc) function l8_ctx_allocator(ctx) result(a)
+        type(l8_ctx), intent(in) :: ctx
+        if (c_associated(ctx%p)) a%p = c_ctx_allocator(ctx%p)
+    end function
+    type(l8_pinned) function l8_ctx_pinned(ctx) result(p)
+        type(l8_ctx), intent(in) :: ctx
+        if (c_associated(ctx%p)) p%p = c_ctx_pinned(ctx%p)
+    end function
+    type(l8_trace) function l8_ctx_trace(ctx) result(t)
+        type(l8_ctx), intent(in) :: ctx
+        t%p = c_ctx_trace(ctx%p)
+    end function
+
+    ! The allocator's counters (bytes: live, reserved, peaks since creation or
+    ! l8_alloc_reset_peaks; counts of calls, segments, cache hits, OOMs).
+    integer(c_int) function l8_alloc_get_stats(a, stats) result(st)
+        type(l8_alloc), intent(in) :: a
+        type(l8_alloc_stats), intent(out) :: stats
+        stats%size = c_sizeof(stats)
+        st = c_alloc_get_stats(a%p, stats)
+    end function
+    ! Give every wholly free cached segment back to the driver (after the
+    ! pending frees' events), e.g. before a phase that needs the memory
+    ! outside lean8. L8_ERR_STATE during a graph capture.
+    integer(c_int) function l8_alloc_empty_cache(a) result(st)
+        type(l8_alloc), intent(in) :: a
+        st = c_alloc_empty_cache(a%p)
+    end function
+    ! Peaks back to the current values. An unset handle: nothing.
+    subroutine l8_alloc_reset_peaks(a)
+        type(l8_alloc), intent(in) :: a
+        call c_alloc_reset_peaks(a%p)
+    end subroutine
+    ! One line per segment and the totals, lines ending in new_line('a');
+    ! "" for an unset handle.
+    function l8_alloc_describe(a) result(s)
+        type(l8_alloc), intent(in) :: a
+        character(len=:), allocatable :: s
+        character(kind=c_char), allocatable, target :: buf(:)
+        integer(c_size_t) :: n, i
+        n = c_alloc_describe(a%p, c_null_ptr, 0_c_size_t)
+        allocate(buf(n + 1))
+        n = min(n, c_alloc_describe(a%p, c_loc(buf), n + 1))   ! a segment may have come since
+        allocate(character(len=n) :: s)
+        do i = 1, n
+            s(i:i) = buf(i)
+        end do
+    end function
+
+    ! The pinned pool's counters; its cached blocks back to the system.
+    integer(c_int) function l8_pinned_get_stats(p, stats) result(st)
+        type(l8_pinned), intent(in) :: p
+        type(l8_pinned_stats), intent(out) :: stats
+        stats%size = c_sizeof(stats)
+        st = c_pinned_get_stats(p%p, stats)
+    end function
+    integer(c_int) function l8_pinned_empty_cache(p) result(st)
+        type(l8_pinned), intent(in) :: p
+        st = c_pinned_empty_cache(p%p)
+    end function
+
+    ! Record an event; the tag (l8_tag_push) and the time are filled in. A
+    ! step mark: call l8_trace_record(tr, L8_TRACE_STEP, l8_ctx_device(ctx), aux=step).
+    ! stream is a stream's handle (0: none), not its role. An unset trace:
+    ! nothing; a kind outside L8_TRACE_ALLOC .. L8_TRACE_PINNED_FREE is dropped.
+    subroutine l8_trace_record(t, kind, device, stream, addr, size, aux)
+        type(l8_trace), intent(in) :: t
+        integer(c_int), intent(in) :: kind, device
+        integer(c_int64_t), intent(in), optional :: stream, addr, size, aux
+        call c_trace_record(t%p, kind, device, opt64(stream), opt64(addr), opt64(size), opt64(aux))
+    end subroutine
+    ! Write the buffered events to the trace's file (L8_ERR_IO: a write
+    ! failed, now or before). An unset or memory-only trace: L8_OK.
+    integer(c_int) function l8_trace_flush(t) result(st)
+        type(l8_trace), intent(in) :: t
+        st = c_trace_flush(t%p)
+    end function
+    ! The file the trace writes (%r, %p expanded); "" for memory only or unset.
+    function l8_trace_path(t) result(s)
+        type(l8_trace), intent(in) :: t
+        character(len=:), allocatable :: s
+        s = fstr(c_trace_path(t%p))
+    end function
+    ! Events recorded so far (dropped from the ring included), and those held
+    ! in memory; 0 for an unset trace.
+    integer(c_int64_t) function l8_trace_count(t)
+        type(l8_trace), intent(in) :: t
+        l8_trace_count = c_trace_count(t%p)
+    end function
+    integer(c_int64_t) function l8_trace_held(t)
+        type(l8_trace), intent(in) :: t
+        l8_trace_held = c_trace_held(t%p)
+    end function
+    ! Copy the held events from `first` (0: the oldest held) into out(1:),
+    ! oldest first; the number copied (0 for a negative first or an unset trace).
+    integer(c_int64_t) function l8_trace_events(t, first, out) result(n)
+        type(l8_trace), intent(in) :: t
+        integer(c_int64_t), intent(in) :: first
+        type(l8_trace_event), intent(inout) :: out(:)
+        n = 0
+        if (first < 0 .or. size(out) == 0) return
+        n = c_trace_events(t%p, first, out, size(out, kind=c_size_t))
+    end function
+    ! The tag of an event's id; "" for 0, an unknown id or an unset trace.
+    function l8_trace_tag_name(t, id) result(s)
+        type(l8_trace), intent(in) :: t
+        integer(c_int32_t), intent(in) :: id
+        character(len=:), allocatable :: s
+        s = fstr(c_trace_tag_name(t%p, id))
+    end function
+    ! The calling thread's innermost tag; "" when none is pushed.
+    function l8_tag_current() result(s)
+        character(len=:), allocatable :: s
+        s = fstr(c_tag_current())
+    end function
+
+    ! An activation offloader for ctx: saved tensors go to pinned host memory
+    ! during the forward and come back for their backward (runtime/offload.h;
+    ! docs/offload.md). Storages under min_bytes (default 1 MiB,
+    ! L8_OFFLOAD_MIN_BYTES_DEFAULT; 0: every one) stay on the device; the
+    ! backward of layer i prefetches layers i-1 .. i-prefetch_layers (default
+    ! 1). Events go to the context's trace. Hand it to layers with
+    ! l8_linear_create(..., offload=off); destroy it after them.
+    integer(c_int) function l8_offload_create(ctx, off, min_bytes, prefetch_layers) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_offload), intent(out) :: off
+        integer(c_int64_t), intent(in), optional :: min_bytes
+        integer(c_int), intent(in), optional :: prefetch_layers
+        type(offload_config) :: cfg
+        call init_offload_config(cfg)
+        if (present(min_bytes)) then
+            if (min_bytes < 0) then
+                st = refuse('l8_offload_create', 'min_bytes is negative')
+                return
+            end if
+            cfg%min_bytes = min_bytes
+        end if
+        if (present(prefetch_layers)) cfg%prefetch_layers = prefetch_layers
+        st = c_offload_create(ctx%p, cfg, off%p)
+    end function
+    ! Wait for every copy and free what the offloader holds; after the layers
+    ! that use it (their saves released).
+    subroutine l8_offload_destroy(off)
+        type(l8_offload), intent(inout) :: off
+        call c_offload_destroy(off%p)
+        off%p = c_null_ptr
+    end subroutine
+    ! The forward enters layer `layer` (0-based, in forward order): saves
+    ! until the next call belong to it; enable = .false. keeps them on the
+    ! device (default .true.).
+    integer(c_int) function l8_offload_forward_layer(off, layer, enable) result(st)
+        type(l8_offload), intent(in) :: off
+        integer, intent(in) :: layer
+        logical, intent(in), optional :: enable
+        integer(c_int) :: on
+        on = 1
+        if (present(enable)) on = int01(enable)
+        st = c_offload_forward_layer(off%p, int(layer, c_int), on)
+    end function
+    ! The backward is about to run layer `layer`: brings it back, prefetches
+    ! the layers before it. Does not block.
+    integer(c_int) function l8_offload_backward_layer(off, layer) result(st)
+        type(l8_offload), intent(in) :: off
+        integer, intent(in) :: layer
+        st = c_offload_backward_layer(off%p, int(layer, c_int))
+    end function
+    ! The hooks by hand, for a tensor of one's own (a GELU's input): save
+    ! (not read before its restore, not written before its release; copied
+    ! out after the work enqueued so far), restore (resident and ordered
+    ! before later work), release (that save is over). The unit is t's
+    ! storage: views of one storage saved under several names move once.
+    integer(c_int) function l8_offload_save(off, t, name) result(st)
+        type(l8_offload), intent(in) :: off
+        type(l8_tensor), intent(in) :: t
+        character(len=*), intent(in), optional :: name
+        character(kind=c_char, len=:), allocatable, target :: cn
+        st = c_offload_save(off%p, t%p, name_of(name, cn), c_null_ptr)
+    end function
+    integer(c_int) function l8_offload_restore(off, t, name) result(st)
+        type(l8_offload), intent(in) :: off
+        type(l8_tensor), intent(in) :: t
+        character(len=*), intent(in), optional :: name
+        character(kind=c_char, len=:), allocatable, target :: cn
+        st = c_offload_restore(off%p, t%p, name_of(name, cn), c_null_ptr)
+    end function
+    ! name: the one given to the save (absent: any save of t). Unknown
+    ! tensors and unset handles: nothing.
+    subroutine l8_offload_release(off, t, name)
+        type(l8_offload), intent(in) :: off
+        type(l8_tensor), intent(in) :: t
+        character(len=*), intent(in), optional :: name
+        character(kind=c_char, len=:), allocatable, target :: cn
+        call c_offload_release(off%p, t%p, name_of(name, cn))
+    end subroutine
+    ! Give back the device blocks whose copies out are done (never blocks);
+    ! wait: block until every copy enqueued so far is done, then poll.
+    integer(c_int) function l8_offload_poll(off) result(st)
+        type(l8_offload), intent(in) :: off
+        st = c_offload_poll(off%p)
+    end function
+    integer(c_int) function l8_offload_wait(off) result(st)
+        type(l8_offload), intent(in) :: off
+        st = c_offload_wait(off%p)
+    end function
+    ! Where the offloader has t's storage: an L8_OFFLOAD_* state
+    ! (L8_OFFLOAD_NONE when not registered, or for unset handles).
+    integer(c_int) function l8_offload_state_of(off, t) result(s)
+        type(l8_offload), intent(in) :: off
+        type(l8_tensor), intent(in) :: t
+        s = c_offload_state_of(off%p, c_tensor_storage(t%p))
+    end function
+    ! "none", "copying out", "kept", "on host", "copying in", "restored";
+    ! "invalid" for a value outside the states.
+    function l8_offload_state_name(state) result(s)
+        integer(c_int), intent(in) :: state
+        character(len=:), allocatable :: s
+        s = fstr(c_offload_state_name(state))
+    end function
+    integer(c_int) function l8_offload_get_stats(off, stats) result(st)
+        type(l8_offload), intent(in) :: off
+        type(l8_offload_stats), intent(out) :: stats
+        stats%size = c_sizeof(stats)
+        st = c_offload_get_stats(off%p, stats)
+    end function
+
     ! ---- self-check ----
 
     ! 0 when every struct mirror of this module fits the C library's struct
@@ -3124,6 +3692,8 @@ contains
         type(sgd_config) :: sc
         type(recipe_config) :: rc
         type(scale_update_config) :: uc
+        type(offload_config) :: oc
+        type(l8_trace_event) :: ev_mold
         type(l8_comm_id) :: id_mold
         bad = 0
         if (misfit(c_ctx_config_init, c_sizeof(cc))) bad = bad + 1
@@ -3135,6 +3705,7 @@ contains
         if (misfit(c_sgd_config_init, c_sizeof(sc))) bad = bad + 1
         if (misfit(c_recipe_config_init, c_sizeof(rc))) bad = bad + 1
         if (misfit(c_scale_update_config_init, c_sizeof(uc))) bad = bad + 1
+        if (misfit(c_offload_config_init, c_sizeof(oc))) bad = bad + 1
         call init_ctx_config(cc)
         call init_adamw_config(ac)
         call init_linear_config(lc)
@@ -3144,6 +3715,9 @@ contains
         call init_sgd_config(sc)
         call init_recipe_config(rc)
         call init_scale_update_config(uc)
+        call init_offload_config(oc)
+        if (oc%min_bytes /= L8_OFFLOAD_MIN_BYTES_DEFAULT .or. oc%prefetch_layers /= 1) bad = bad + 1
+        if (c_sizeof(ev_mold) /= 48) bad = bad + 1
         if (uc%amax_compute /= L8_AMAX_MAX_HISTORY .or. abs(uc%margin) > 0 .or. &
             uc%reset_amax /= 0) bad = bad + 1
         if (abs(sc%lr - 1e-3) > 1e-9 .or. abs(sc%momentum) > 0 .or. sc%nesterov /= 0 .or. &

@@ -345,6 +345,8 @@ program test_fortran
     call ckpt_sections()
     call fp8_more()
     call graph_steps()
+    call memory()
+    call offload_linear()
     call unset_handles()
     call ddp_world(0, '')
 
@@ -1326,6 +1328,195 @@ contains
         call l8_tensor_destroy(ye)
     end subroutine
 
+    ! -- 19. Memory: a context's limits and trace file of its own, the
+    ! allocator's and the pinned pool's counters, tags and a step mark in the
+    ! trace, and activation offload by hand: one storage saved through two
+    ! views moves once and comes back bit for bit.
+    subroutine memory()
+        integer(c_int64_t), parameter :: MIB = 1048576
+        type(l8_ctx) :: mc, c2
+        type(l8_alloc) :: al
+        type(l8_pinned) :: pp
+        type(l8_trace) :: tr
+        type(l8_alloc_stats) :: a0, a1, a2
+        type(l8_pinned_stats) :: p0, p1
+        type(l8_offload) :: off
+        type(l8_offload_stats) :: os
+        type(l8_trace_event), allocatable :: ev(:)
+        type(l8_tensor) :: big, over, base, va, vb
+        real(c_float), allocatable :: xv(:, :), back(:, :)
+        character(len=:), allocatable :: path, top, desc
+        integer(c_int64_t) :: held, got, cnt, fsz, i
+        integer(c_int) :: dev, sa, sb
+        integer :: u, j
+        logical :: tagged, oom_seen, step_seen, there
+        call check(l8_ctx_create(c2, memory_limit=-1_c_int64_t) == L8_ERR_INVALID_ARG .and. &
+                   .not. c_associated(c2%p), 'memory: a negative memory_limit refused')
+        call check(index(l8_last_error_message(), 'memory_limit is negative') > 0, &
+                   'memory: the refusal says why: ' // l8_last_error_message())
+        call check(l8_ctx_create(c2, pinned_limit=-5_c_int64_t) == L8_ERR_INVALID_ARG, &
+                   'memory: a negative pinned_limit refused')
+        call ok(l8_ctx_create(mc, memory_limit=64 * MIB, pinned_limit=16 * MIB, &
+                              trace_path=tmp_file('lean8-fortran-%p.l8t')), 'memory: a context')
+        if (.not. c_associated(mc%p)) return
+        dev = l8_ctx_device(mc)
+        call check(dev == l8_ctx_device(ctx), 'memory: on the device of the test')
+        tr = l8_ctx_trace(mc)
+        path = l8_trace_path(tr)
+        call check(c_associated(tr%p) .and. index(path, 'lean8-fortran-') > 0 .and. &
+                   index(path, '%') == 0, 'memory: the trace writes ' // path)
+        al = l8_ctx_allocator(mc)
+        pp = l8_ctx_pinned(mc)
+        call ok(l8_alloc_get_stats(al, a0), 'memory: allocator stats')
+        call ok(l8_pinned_get_stats(pp, p0), 'memory: pinned stats')
+
+        ! a tagged 4 MiB tensor, then a request past the limit
+        call ok(l8_tag_push('part19.big'), 'memory: tag push')
+        top = l8_tag_current()
+        call check(top == 'part19.big', 'memory: the current tag')
+        call ok(l8_tensor_empty(mc, L8_F32, [1023, 1025], big), 'memory: about 4 MiB')
+        call ok(l8_tag_pop(), 'memory: tag pop')
+        call ok(l8_alloc_get_stats(al, a1), 'memory: allocator stats after')
+        call check(a1%requested_bytes - a0%requested_bytes == 4 * 1023 * 1025 .and. &
+                   a1%allocated_bytes - a0%allocated_bytes >= 4 * 1023 * 1025 .and. &
+                   a1%allocated_bytes - a0%allocated_bytes < 4 * 1023 * 1025 + 1024 .and. &
+                   a1%requested_peak >= a1%requested_bytes .and. a1%segments >= 1 .and. &
+                   a1%allocations == a0%allocations + 1 .and. a1%live_blocks == a0%live_blocks + 1 &
+                   .and. a1%reserved_bytes >= a1%allocated_bytes .and. &
+                   a1%allocated_peak >= a1%allocated_bytes .and. a1%size == c_sizeof(a1), &
+                   'memory: the allocator counts the tensor')
+        call check(l8_tensor_empty(mc, L8_F32, [1024, 16 * 1024], over) == L8_ERR_OOM, &
+                   'memory: 64 MiB more past the 64 MiB limit: L8_ERR_OOM')
+        call ok(l8_alloc_get_stats(al, a2), 'memory: allocator stats after the OOM')
+        call check(a2%ooms == a1%ooms + 1 .and. a2%reserved_bytes <= 64 * MIB, &
+                   'memory: one OOM counted, reserved within the limit')
+        desc = l8_alloc_describe(al)
+        call check(index(desc, 'allocator[') == 1 .and. index(desc, 'limit 64') > 0, &
+                   'memory: l8_alloc_describe: ' // desc)
+
+        ! a step mark, then the events held in memory
+        call l8_trace_record(tr, L8_TRACE_STEP, l8_ctx_device(mc), aux=7_c_int64_t)
+        held = l8_trace_held(tr)
+        allocate(ev(held + 4))
+        got = l8_trace_events(tr, 0_c_int64_t, ev)
+        cnt = l8_trace_count(tr)
+        call check(got == held .and. cnt >= held .and. held >= 3, &
+                   'memory: every held event copied')
+        tagged = .false.
+        oom_seen = .false.
+        step_seen = .false.
+        do i = 1, got
+            if (ev(i)%kind == L8_TRACE_ALLOC .and. ev(i)%aux == 4 * 1023 * 1025) &
+                tagged = l8_trace_tag_name(tr, ev(i)%tag) == 'part19.big'
+            if (ev(i)%kind == L8_TRACE_OOM) oom_seen = ev(i)%size >= 64 * MIB
+            if (ev(i)%kind == L8_TRACE_STEP) step_seen = ev(i)%aux == 7 .and. &
+                ev(i)%device == dev .and. ev(i)%tag == 0
+        end do
+        call check(tagged, 'memory: the 4 MiB allocation carries its tag')
+        call check(oom_seen, 'memory: the OOM is in the trace')
+        call check(step_seen, 'memory: the step mark is in the trace')
+        call check(l8_trace_events(tr, -1_c_int64_t, ev) == 0, 'memory: a negative first: none')
+        call ok(l8_trace_flush(tr), 'memory: l8_trace_flush')
+        inquire(file=path, exist=there, size=fsz)
+        call check(there .and. fsz >= 48 * got, 'memory: the file holds the events')
+
+        ! offload by hand: two views of one 1 MiB storage (the owner lets go)
+        allocate(xv(256, 1024), back(256, 512))
+        do j = 1, 1024
+            xv(:, j) = [(real(mod(int(i) * 7 + j * 3, 101), c_float) / 8, i = 1, 256)]
+        end do
+        call ok(l8_offload_create(mc, off, min_bytes=0_c_int64_t), 'offload: create')
+        call ok(l8_tensor_from_array(mc, xv, base), 'offload: base')
+        call ok(l8_tensor_section(base, 2, 1, 512, va), 'offload: view a (columns 1-512)')
+        call ok(l8_tensor_reshape(base, [256 * 1024], vb), 'offload: view b (flat)')
+        call l8_tensor_destroy(base)
+        call l8_tensor_destroy(big)
+        call ok(l8_alloc_get_stats(al, a1), 'offload: allocator stats')
+        call ok(l8_offload_forward_layer(off, 0), 'offload: forward layer 0')
+        call ok(l8_offload_save(off, va, 'x.a'), 'offload: save a')
+        call ok(l8_offload_save(off, vb, 'x.b'), 'offload: save b')
+        call ok(l8_offload_forward_layer(off, 1), 'offload: forward layer 1')
+        call ok(l8_offload_wait(off), 'offload: wait')
+        sa = l8_offload_state_of(off, va)
+        sb = l8_offload_state_of(off, vb)
+        call check(sa == L8_OFFLOAD_ON_HOST .and. sb == L8_OFFLOAD_ON_HOST, &
+                   'offload: both views on the host: ' // l8_offload_state_name(sa))
+        call ok(l8_offload_get_stats(off, os), 'offload: stats')
+        call check(os%saves == 2 .and. os%aliased == 1 .and. os%copies_out == 1 .and. &
+                   os%bytes_out == 4 * 256 * 1024 .and. os%released == 1 .and. &
+                   os%entries == 1 .and. os%host_bytes == os%bytes_out .and. &
+                   os%device_bytes_freed == os%bytes_out, &
+                   'offload: one copy of the whole storage, its device block given back')
+        call ok(l8_alloc_get_stats(al, a2), 'offload: allocator stats on the host')
+        call ok(l8_pinned_get_stats(pp, p1), 'offload: pinned stats')
+        call check(a1%allocated_bytes - a2%allocated_bytes >= os%bytes_out .and. &
+                   p1%allocated_bytes - p0%allocated_bytes >= os%bytes_out, &
+                   'offload: the bytes left the device for the pinned pool')
+        call ok(l8_offload_backward_layer(off, 0), 'offload: backward layer 0')
+        call ok(l8_offload_restore(off, va, 'x.a'), 'offload: restore a')
+        call ok(l8_offload_restore(off, vb, 'x.b'), 'offload: restore b')
+        call check(l8_offload_state_of(off, vb) == L8_OFFLOAD_RESTORED, 'offload: restored')
+        call ok(l8_tensor_to_array(va, back), 'offload: view a back')
+        call check(same_bits(back, xv(:, 1:512)), 'offload: view a bit for bit')
+        call ok(l8_tensor_to_array(vb, xv), 'offload: view b back')
+        call check(same_bits(back, xv(:, 1:512)), 'offload: view b bit for bit')
+        call l8_offload_release(off, va, 'x.a')
+        call l8_offload_release(off, vb)
+        call ok(l8_offload_get_stats(off, os), 'offload: stats after')
+        sa = l8_offload_state_of(off, va)
+        call check(os%entries == 0 .and. os%host_bytes == 0 .and. os%copies_in == 1 .and. &
+                   sa == L8_OFFLOAD_NONE, 'offload: released')
+        call l8_offload_destroy(off)
+        call check(.not. c_associated(off%p), 'offload: destroy nulls the handle')
+        call l8_tensor_destroy(va)
+        call l8_tensor_destroy(vb)
+
+        ! everything freed: the caches go back, the peaks reset
+        call ok(l8_alloc_empty_cache(al), 'memory: l8_alloc_empty_cache')
+        call ok(l8_pinned_empty_cache(pp), 'memory: l8_pinned_empty_cache')
+        call l8_alloc_reset_peaks(al)
+        call ok(l8_alloc_get_stats(al, a2), 'memory: allocator stats at the end')
+        call ok(l8_pinned_get_stats(pp, p1), 'memory: pinned stats at the end')
+        call check(a2%allocated_bytes == a0%allocated_bytes .and. &
+                   a2%reserved_bytes == a0%reserved_bytes .and. &
+                   a2%allocated_peak == a2%allocated_bytes .and. a2%segment_frees > 0, &
+                   'memory: back to the start, segments given back, peaks reset')
+        call check(p1%allocated_bytes == p0%allocated_bytes .and. p1%reserved_bytes == 0, &
+                   'memory: the pinned pool empty')
+        call l8_ctx_destroy(mc)
+        open(newunit=u, file=path, status='old')
+        close(u, status='delete')
+    end subroutine
+
+    ! -- 19. Offload through Linear layers: the resume test's model trained
+    ! three steps with its saved tensors offloaded equals the same training
+    ! without, bit for bit.
+    subroutine offload_linear()
+        type(fp8_model) :: m1, m2
+        type(l8_offload) :: off
+        type(l8_offload_stats) :: os
+        real(real64) :: l1(3), l2(3)
+        real(c_float) :: w1(K, N), w2(K, N)
+        integer :: s
+        call ok(l8_offload_create(ctx, off, min_bytes=0_c_int64_t), 'offload linear: create')
+        call build(m1, 11)
+        call build(m2, 11, off)
+        do s = 1, 3
+            l1(s) = train_step(m1, s)
+            l2(s) = train_step(m2, s, off)
+        end do
+        call get_f32(l8_params_master(m1%g, m1%wid(1)), w1, 'offload linear: w1')
+        call get_f32(l8_params_master(m2%g, m2%wid(1)), w2, 'offload linear: w2')
+        call check(all(l1 == l2) .and. same_bits(w1, w2), &
+                   'offload linear: losses and weights equal those without offload')
+        call ok(l8_offload_get_stats(off, os), 'offload linear: stats')
+        call check(os%copies_out > 0 .and. os%released > 0 .and. os%copies_in > 0 .and. &
+                   os%entries == 0, 'offload linear: saves went out and came back')
+        call destroy(m1)
+        call destroy(m2)
+        call l8_offload_destroy(off)
+    end subroutine
+
     ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
     ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
     ! its documented answer for nothing, and none of them may crash.
@@ -1346,6 +1537,14 @@ contains
         type(l8_comm_id) :: id0
         type(l8_ddp) :: d0
         type(l8_graph) :: gr0
+        type(l8_alloc) :: al0
+        type(l8_pinned) :: pp0
+        type(l8_trace) :: tr0
+        type(l8_offload) :: of0
+        type(l8_alloc_stats) :: ast
+        type(l8_pinned_stats) :: pst
+        type(l8_offload_stats) :: ost
+        type(l8_trace_event) :: ev(2)
         real(c_float) :: a(4, 4), f1, f2, f3
         integer(c_int64_t) :: i1, i2, off(2), num(2)
         integer(c_int) :: pid
@@ -1393,6 +1592,21 @@ contains
         call check(l8_optim_shard_count(o0) == -1, 'unset: shard count -1')
         call check(l8_optim_shard_numel(o0) == -1, 'unset: shard numel -1')
         call check(l8_optim_state_bytes(o0) == 0, 'unset: 0 state bytes')
+        call check(l8_ctx_device(c0) == -1, 'unset: device -1')
+        al0 = l8_ctx_allocator(c0)
+        pp0 = l8_ctx_pinned(c0)
+        tr0 = l8_ctx_trace(c0)
+        call check(.not. (c_associated(al0%p) .or. c_associated(pp0%p) .or. c_associated(tr0%p)), &
+                   'unset: no allocator, pinned pool or trace')
+        call check(l8_alloc_describe(al0) == '', 'unset: no allocator to describe')
+        call check(l8_trace_path(tr0) == '', 'unset: no trace path')
+        call check(l8_trace_count(tr0) == 0, 'unset: 0 events counted')
+        call check(l8_trace_held(tr0) == 0, 'unset: 0 events held')
+        call check(l8_trace_events(tr0, 0_c_int64_t, ev) == 0, 'unset: 0 events copied')
+        call check(l8_trace_tag_name(tr0, 1_c_int32_t) == '', 'unset: no tag name')
+        call check(l8_trace_flush(tr0) == L8_OK, 'unset: flushing no trace is L8_OK')
+        call check(l8_offload_state_of(of0, t0) == L8_OFFLOAD_NONE, 'unset: offload state none')
+        call check(l8_offload_state_name(99) == 'invalid', 'unset: state 99 is "invalid"')
         ! calls that need the object
         call refused(l8_ctx_synchronize(c0), 'ctx_synchronize')
         call refused(l8_tensor_empty(c0, L8_F32, [4, 4], tv), 'tensor_empty')
@@ -1501,6 +1715,20 @@ contains
         call refused(l8_ddp_wait_param(d0, 0), 'ddp_wait_param')
         call refused(l8_ddp_get_stats(d0, n), 'ddp_get_stats')
         call refused(l8_ddp_bucket(d0, 0, i1, i2), 'ddp_bucket')
+        call refused(l8_alloc_get_stats(al0, ast), 'alloc_get_stats')
+        call refused(l8_alloc_empty_cache(al0), 'alloc_empty_cache')
+        call refused(l8_pinned_get_stats(pp0, pst), 'pinned_get_stats')
+        call refused(l8_pinned_empty_cache(pp0), 'pinned_empty_cache')
+        call refused(l8_offload_create(c0, of0), 'offload_create')
+        call refused(l8_offload_forward_layer(of0, 0), 'offload_forward_layer')
+        call refused(l8_offload_backward_layer(of0, 0), 'offload_backward_layer')
+        call refused(l8_offload_save(of0, t0, 'x'), 'offload_save')
+        call refused(l8_offload_restore(of0, t0), 'offload_restore')
+        call refused(l8_offload_poll(of0), 'offload_poll')
+        call refused(l8_offload_wait(of0), 'offload_wait')
+        call refused(l8_offload_get_stats(of0, ost), 'offload_get_stats')
+        call refused(l8_linear_create(ctx, 'l', h0, t0, u0, l0, offload=of0), &
+                     'linear_create offload')
         ! releases of nothing: no-ops
         call l8_comm_abort(k0)
         call l8_tensor_destroy(t0)
@@ -1516,6 +1744,10 @@ contains
         call l8_comm_destroy(k0)
         call l8_ddp_destroy(d0)
         call l8_graph_destroy(gr0)
+        call l8_alloc_reset_peaks(al0)
+        call l8_trace_record(tr0, L8_TRACE_STEP, -1, aux=1_c_int64_t)
+        call l8_offload_release(of0, t0, 'x')
+        call l8_offload_destroy(of0)
         call l8_ctx_destroy(c0)
     end subroutine
 
@@ -1716,9 +1948,10 @@ contains
     end subroutine
 
     ! The model on ctx: initial weights from seed, a recipe (HYBRID), AdamW.
-    subroutine build(m, seed)
+    subroutine build(m, seed, off)
         type(fp8_model), intent(out) :: m
         integer, intent(in) :: seed
+        type(l8_offload), intent(in), optional :: off
         integer, parameter :: din(2) = [K, N]
         integer :: l
         call ok(l8_params_create(ctx, m%g), 'model: l8_params_create')
@@ -1743,7 +1976,8 @@ contains
                                      l8_params_main_grad(m%g, m%wid(l)), m%lin(l), recipe=m%rc, &
                                      bias=l8_params_master(m%g, m%bid(l)), &
                                      bias_grad=l8_params_main_grad(m%g, m%bid(l)), &
-                                     weight_id=m%wid(l), bias_id=m%bid(l)), 'model: linear')
+                                     weight_id=m%wid(l), bias_id=m%bid(l), offload=off), &
+                    'model: linear')
         end do
         call ok(l8_tensor_empty(ctx, L8_F32, [K, T], m%xf), 'model: xf')
         call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], m%xb), 'model: xb')
@@ -1795,19 +2029,25 @@ contains
     end subroutine
 
     ! One training step on batch s: its summed loss.
-    real(real64) function train_step(m, s) result(total)
+    ! With off (the offloader the layers were built with), layer by layer.
+    real(real64) function train_step(m, s, off) result(total)
         type(fp8_model), intent(inout) :: m
         integer, intent(in) :: s
+        type(l8_offload), intent(in), optional :: off
         type(l8_linear_ctx) :: sv(2)
         real(c_float) :: rl(T)
         call batch(m, s, 1.0_c_float)
         call ok(l8_linear_begin_step(m%lin(1)), 'model: begin_step 1')
         call ok(l8_linear_begin_step(m%lin(2)), 'model: begin_step 2')
+        if (present(off)) call ok(l8_offload_forward_layer(off, 0), 'model: offload layer 0')
         call ok(l8_linear_forward(m%lin(1), m%xb, m%pre(1), sv(1)), 'model: forward 1')
+        if (present(off)) call ok(l8_offload_forward_layer(off, 1), 'model: offload layer 1')
         call ok(l8_linear_forward_act(m%lin(2), L8_ACT_GELU, m%pre(1), m%pre(2), sv(2)), 'model: forward 2')
         call ok(l8_softmax_xent(m%pre(2), m%labels, 10, 1.0_c_float / T, m%loss, m%hit, &
                                 dlogits=m%grad(2)), 'model: loss')
+        if (present(off)) call ok(l8_offload_backward_layer(off, 1), 'model: back layer 1')
         call ok(l8_linear_backward(m%lin(2), sv(2), m%grad(2), m%grad(1)), 'model: backward 2')
+        if (present(off)) call ok(l8_offload_backward_layer(off, 0), 'model: back layer 0')
         call ok(l8_linear_backward_act(m%lin(1), L8_ACT_GELU, sv(1), m%grad(1), m%pre(1)), &
                 'model: backward 1')
         call ok(l8_optim_step(m%opt), 'model: step')
