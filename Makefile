@@ -517,5 +517,12 @@ ifneq ($(HAVE_FC),)
 	$(Q)if [ -n "$(VALGRIND)" ]; then L8_DEVICE=host $(VALGRIND) -q --error-exitcode=99 --leak-check=full \
 	    --errors-for-leak-kinds=definite,indirect $(BUILD)/bin/lean8-fortran-test > /dev/null && \
 	    echo "  VALGRIND lean8-fortran-test: clean"; fi
-	$(Q)L8_DEVICE=host timeout 900 $(BUILD)/bin/fmnist_mlp $(FMNIST_RAW) 1 60000 0.84 $(BUILD)/fmnist_mlp.ckpt
+	$(Q)rm -f $(BUILD)/fmnist_mlp.l8t
+	$(Q)L8_TRACE=$(BUILD)/fmnist_mlp.l8t L8_DEVICE=host timeout 900 $(BUILD)/bin/fmnist_mlp \
+	    $(FMNIST_RAW) 1 60000 0.84 $(BUILD)/fmnist_mlp.ckpt
+	$(Q)$(BUILD)/bin/lean8-trace summary $(BUILD)/fmnist_mlp.l8t > $(BUILD)/fmnist_mlp.summary; \
+	    if ! grep -Eq '^  steps +750 \(last 750\)$$' $(BUILD)/fmnist_mlp.summary || \
+	       ! grep -Eq '^ +model +' $(BUILD)/fmnist_mlp.summary; then cat $(BUILD)/fmnist_mlp.summary; \
+	        echo "fmnist_mlp's trace: not 750 step marks and the tag 'model'"; exit 1; fi; \
+	    echo "  TRACE   fmnist_mlp under L8_TRACE: 750 step marks and its tags (lean8-trace summary)"
 endif

@@ -15,6 +15,9 @@
 ! package dataset-fashion-mnist). EPOCHS (default 5) passes over the first
 ! LIMIT training images (default all 60000); exit status 1 when the test
 ! accuracy is below MIN_ACCURACY (default 0.88). L8_DEVICE picks the device.
+! With L8_TRACE=FILE the run writes a memory trace: every allocation with its
+! tag, a step mark per training step; `lean8-trace summary FILE` reads it. At
+! the end it prints the allocator's peaks.
 !
 ! Layout: a batch of B images is the Fortran array x(784, B), which is the
 ! C tensor (B, 784) that Linear takes; every dims argument is in Fortran order.
@@ -43,6 +46,7 @@ program fmnist_mlp
     real :: min_acc, acc, acc2
     real(real64) :: sum_loss
     character(len=512) :: dir, arg
+    type(l8_alloc_stats) :: mem
 
     call get_command_argument(1, dir)
     if (len_trim(dir) == 0) then
@@ -112,11 +116,19 @@ program fmnist_mlp
             call ck(l8_optim_set_lr(opt, real(LR * 0.5 * (1 + cos(3.14159265d0 * steps / total)), c_float)))
             sum_loss = sum_loss + train_step(order((s - 1) * B + 1:s * B))
             steps = steps + 1
+            ! a step mark in the memory trace (nothing without one)
+            call l8_trace_record(l8_ctx_trace(ctx), L8_TRACE_STEP, l8_ctx_device(ctx), &
+                                 aux=int(steps, c_int64_t))
         end do
         acc = evaluate()
         print '(a, i0, a, f7.4, a, f6.4)', 'epoch ', e, '  train loss ', sum_loss / (nb * B), &
             '  test accuracy ', acc
     end do
+
+    call ck(l8_alloc_get_stats(l8_ctx_allocator(ctx), mem))
+    print '(a, f0.2, a, f0.2, a)', 'memory: allocated peak ', &
+        real(mem%allocated_peak, real64) / 1048576, ' MiB, reserved peak ', &
+        real(mem%reserved_peak, real64) / 1048576, ' MiB'
 
     ! ---- checkpoint: save, scramble, load, and the accuracy must not move ----
     call get_command_argument(5, arg)
