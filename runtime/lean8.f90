@@ -64,6 +64,9 @@ module lean8
         L8_COMM_THREADS = 3
     integer(c_int), parameter, public :: L8_REDUCE_SUM = 0, L8_REDUCE_AVG = 1, L8_REDUCE_MAX = 2
     integer, parameter, public :: L8_COMM_ID_BYTES = 256
+    ! ---- a context's streams (runtime/ctx.h) ----
+    integer(c_int), parameter, public :: L8_STREAM_COMPUTE = 0, L8_STREAM_COMM = 1, &
+        L8_STREAM_COPY = 2
     ! ---- memory trace event kinds and stream roles (alloc/trace.h) ----
     integer(c_int), parameter, public :: L8_TRACE_ALLOC = 1, L8_TRACE_FREE_REQUESTED = 2, &
         L8_TRACE_FREE_COMPLETED = 3, L8_TRACE_SEGMENT_ALLOC = 4, L8_TRACE_SEGMENT_FREE = 5, &
@@ -118,6 +121,9 @@ module lean8
         type(c_ptr) :: p = c_null_ptr
     end type
     type, bind(c), public :: l8_graph             ! a captured step (CUDA graph)
+        type(c_ptr) :: p = c_null_ptr
+    end type
+    type, bind(c), public :: l8_event             ! a point in a stream's work (timing)
         type(c_ptr) :: p = c_null_ptr
     end type
     type, bind(c), public :: l8_alloc             ! a context's device allocator (borrowed)
@@ -334,6 +340,9 @@ module lean8
     public :: l8_pinned_get_stats, l8_pinned_empty_cache
     public :: l8_trace_record, l8_trace_flush, l8_trace_path, l8_trace_count, l8_trace_held
     public :: l8_trace_events, l8_trace_tag_name, l8_tag_current
+    public :: l8_trace_rank, l8_trace_set_rank
+    public :: l8_event_create, l8_event_destroy, l8_event_record, l8_event_query
+    public :: l8_event_synchronize, l8_event_elapsed_ms
     public :: l8_offload_create, l8_offload_destroy, l8_offload_forward_layer
     public :: l8_offload_backward_layer, l8_offload_save, l8_offload_restore, l8_offload_release
     public :: l8_offload_poll, l8_offload_wait, l8_offload_state_of, l8_offload_state_name
@@ -1369,6 +1378,45 @@ module lean8
             type(c_ptr), value :: ctx
             integer(c_int) :: c_ctx_device
         end function
+        function c_ctx_stream(ctx, kind) bind(c, name='l8_ctx_stream')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            integer(c_int), value :: kind
+            type(c_ptr) :: c_ctx_stream
+        end function
+        function c_event_create(ctx, timing, out) bind(c, name='l8_event_create')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: ctx
+            integer(c_int), value :: timing
+            type(c_ptr) :: out
+            integer(c_int) :: c_event_create
+        end function
+        subroutine c_event_destroy(e) bind(c, name='l8_event_destroy')
+            import :: c_ptr
+            type(c_ptr), value :: e
+        end subroutine
+        function c_event_record(e, s) bind(c, name='l8_event_record')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: e, s
+            integer(c_int) :: c_event_record
+        end function
+        function c_event_query(e, done) bind(c, name='l8_event_query')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: e
+            integer(c_int) :: done
+            integer(c_int) :: c_event_query
+        end function
+        function c_event_synchronize(e) bind(c, name='l8_event_synchronize')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: e
+            integer(c_int) :: c_event_synchronize
+        end function
+        function c_event_elapsed_ms(a, b, ms) bind(c, name='l8_event_elapsed_ms')
+            import :: c_ptr, c_int, c_float
+            type(c_ptr), value :: a, b
+            real(c_float) :: ms
+            integer(c_int) :: c_event_elapsed_ms
+        end function
         function c_ctx_allocator(ctx) bind(c, name='l8_ctx_allocator')
             import :: c_ptr
             type(c_ptr), value :: ctx
@@ -1455,6 +1503,15 @@ module lean8
             type(c_ptr), value :: t
             integer(c_int32_t), value :: id
             type(c_ptr) :: c_trace_tag_name
+        end function
+        function c_trace_rank() bind(c, name='l8_trace_rank')
+            import :: c_int
+            integer(c_int) :: c_trace_rank
+        end function
+        function c_trace_set_rank(rank) bind(c, name='l8_trace_set_rank')
+            import :: c_int
+            integer(c_int), value :: rank
+            integer(c_int) :: c_trace_set_rank
         end function
         function c_tag_current() bind(c, name='l8_tag_current')
             import :: c_ptr
@@ -3449,6 +3506,63 @@ contains
         l8_ctx_device = -1
         if (c_associated(ctx%p)) l8_ctx_device = c_ctx_device(ctx%p)
     end function
+    ! Events: record one on a stream of ctx (absent: the compute stream,
+    ! where every call of this module enqueues; L8_STREAM_COMM, L8_STREAM_COPY)
+    ! and wait for it, ask whether the work before it is done, or time the
+    ! GPU's work between two (timing=.true.): e.g. a training step on the
+    ! device, without synchronizing each call. On the host every event is
+    ! complete at once and the time between two is 0.
+    integer(c_int) function l8_event_create(ctx, e, timing) result(st)
+        type(l8_ctx), intent(in) :: ctx
+        type(l8_event), intent(out) :: e
+        logical, intent(in), optional :: timing
+        integer(c_int) :: t
+        t = 0
+        if (present(timing)) t = int01(timing)
+        st = c_event_create(ctx%p, t, e%p)
+    end function
+    subroutine l8_event_destroy(e)
+        type(l8_event), intent(inout) :: e
+        call c_event_destroy(e%p)
+        e%p = c_null_ptr
+    end subroutine
+    ! Another context's event, or a stream kind outside the three: refused.
+    integer(c_int) function l8_event_record(e, ctx, stream) result(st)
+        type(l8_event), intent(in) :: e
+        type(l8_ctx), intent(in) :: ctx
+        integer(c_int), intent(in), optional :: stream
+        integer(c_int) :: kind
+        kind = L8_STREAM_COMPUTE
+        if (present(stream)) kind = stream
+        if (kind < L8_STREAM_COMPUTE .or. kind > L8_STREAM_COPY) then
+            st = refuse('l8_event_record', 'stream is not L8_STREAM_COMPUTE, _COMM or _COPY')
+            return
+        end if
+        st = c_event_record(e%p, c_ctx_stream(ctx%p, kind))
+    end function
+    ! done: the work recorded before e has completed (also for an event
+    ! never recorded). Does not block.
+    integer(c_int) function l8_event_query(e, done) result(st)
+        type(l8_event), intent(in) :: e
+        logical, intent(out) :: done
+        integer(c_int) :: d
+        d = 0
+        st = c_event_query(e%p, d)
+        done = d /= 0
+    end function
+    integer(c_int) function l8_event_synchronize(e) result(st)
+        type(l8_event), intent(in) :: e
+        st = c_event_synchronize(e%p)
+    end function
+    ! Milliseconds of GPU time from start to finish, both completed timing
+    ! events (an event created without timing: L8_ERR_CUDA on a GPU).
+    integer(c_int) function l8_event_elapsed_ms(start, finish, ms) result(st)
+        type(l8_event), intent(in) :: start, finish
+        real(c_float), intent(out) :: ms
+        ms = 0
+        st = c_event_elapsed_ms(start%p, finish%p, ms)
+    end function
+
     ! The context's allocator, pinned pool and trace, borrowed (never destroy
     ! them); unset for an unset context, and the trace unset when the context
     ! records none (no trace_path and no L8_TRACE).
@@ -3561,6 +3675,18 @@ contains
         integer(c_int32_t), intent(in) :: id
         character(len=:), allocatable :: s
         s = fstr(c_trace_tag_name(t%p, id))
+    end function
+    ! The process rank of trace paths (%r) and headers: the last
+    ! l8_trace_set_rank, else the RANK environment variable, else 0. An MPI
+    ! program sets it before l8_ctx_create(..., trace_path='mem.%r.l8t');
+    ! a communicator sets it once made (paths already expanded keep theirs).
+    ! A negative rank is refused.
+    integer(c_int) function l8_trace_rank()
+        l8_trace_rank = c_trace_rank()
+    end function
+    integer(c_int) function l8_trace_set_rank(rank) result(st)
+        integer, intent(in) :: rank
+        st = c_trace_set_rank(int(rank, c_int))
     end function
     ! The calling thread's innermost tag; "" when none is pushed.
     function l8_tag_current() result(s)

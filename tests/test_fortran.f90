@@ -347,6 +347,7 @@ program test_fortran
     call graph_steps()
     call memory()
     call offload_linear()
+    call events()
     call unset_handles()
     call ddp_world(0, '')
 
@@ -1347,7 +1348,7 @@ contains
         real(c_float), allocatable :: xv(:, :), back(:, :)
         character(len=:), allocatable :: path, top, desc
         integer(c_int64_t) :: held, got, cnt, fsz, i
-        integer(c_int) :: dev, sa, sb
+        integer(c_int) :: dev, sa, sb, rank0
         integer :: u, j
         logical :: tagged, oom_seen, step_seen, there
         call check(l8_ctx_create(c2, memory_limit=-1_c_int64_t) == L8_ERR_INVALID_ARG .and. &
@@ -1356,14 +1357,18 @@ contains
                    'memory: the refusal says why: ' // l8_last_error_message())
         call check(l8_ctx_create(c2, pinned_limit=-5_c_int64_t) == L8_ERR_INVALID_ARG, &
                    'memory: a negative pinned_limit refused')
+        rank0 = l8_trace_rank()
+        call check(l8_trace_set_rank(-1) == L8_ERR_INVALID_ARG, 'memory: a negative rank refused')
+        call ok(l8_trace_set_rank(5), 'memory: l8_trace_set_rank')
         call ok(l8_ctx_create(mc, memory_limit=64 * MIB, pinned_limit=16 * MIB, &
-                              trace_path=tmp_file('lean8-fortran-%p.l8t')), 'memory: a context')
+                              trace_path=tmp_file('lean8-fortran-%r-%p.l8t')), 'memory: a context')
+        call ok(l8_trace_set_rank(rank0), 'memory: the rank as it was')
         if (.not. c_associated(mc%p)) return
         dev = l8_ctx_device(mc)
         call check(dev == l8_ctx_device(ctx), 'memory: on the device of the test')
         tr = l8_ctx_trace(mc)
         path = l8_trace_path(tr)
-        call check(c_associated(tr%p) .and. index(path, 'lean8-fortran-') > 0 .and. &
+        call check(c_associated(tr%p) .and. index(path, 'lean8-fortran-5-') > 0 .and. &
                    index(path, '%') == 0, 'memory: the trace writes ' // path)
         al = l8_ctx_allocator(mc)
         pp = l8_ctx_pinned(mc)
@@ -1517,6 +1522,57 @@ contains
         call l8_offload_destroy(off)
     end subroutine
 
+    ! -- 20. Events: the GPU's time between two, done after a wait, records
+    ! refused on another context's stream or a stream that is not one.
+    subroutine events()
+        type(l8_event) :: e0, e1, plain
+        type(l8_ctx) :: hc
+        type(l8_tensor) :: a, b
+        real(c_float) :: ms
+        real(c_float), allocatable :: av(:, :)
+        logical :: done, gpu
+        integer(c_int) :: st
+        character(len=:), allocatable :: msg
+        integer :: i
+        gpu = l8_ctx_device(ctx) >= 0
+        allocate(av(512, 512))
+        av = 0.5
+        call ok(l8_tensor_from_array(ctx, av, a), 'events: a')
+        call ok(l8_tensor_empty(ctx, L8_F32, [512, 512], b), 'events: b')
+        call ok(l8_event_create(ctx, e0, timing=.true.), 'events: a timing event')
+        call ok(l8_event_create(ctx, e1, timing=.true.), 'events: another')
+        call ok(l8_event_create(ctx, plain), 'events: one without timing')
+        call ok(l8_event_record(e0, ctx), 'events: record on compute')
+        do i = 1, 8
+            call ok(l8_gelu(a, b), 'events: gelu')
+        end do
+        call ok(l8_event_record(e1, ctx), 'events: record after the work')
+        call ok(l8_event_record(plain, ctx, L8_STREAM_COPY), 'events: record on copy')
+        call ok(l8_event_synchronize(e1), 'events: wait')
+        call ok(l8_event_query(e1, done), 'events: query')
+        call check(done, 'events: done after the wait')
+        call ok(l8_event_elapsed_ms(e0, e1, ms), 'events: elapsed')
+        call check((gpu .and. ms > 0) .or. (.not. gpu .and. ms == 0), &
+                   'events: the GPU time of 8 GELUs (0 on the host)')
+        st = l8_event_elapsed_ms(e0, plain, ms)
+        call check((gpu .and. st == L8_ERR_CUDA) .or. (.not. gpu .and. st == L8_OK), &
+                   'events: no time with an event without timing (on a GPU)')
+        st = l8_event_record(e0, ctx, 3)
+        msg = l8_last_error_message()
+        call check(st == L8_ERR_INVALID_ARG .and. index(msg, 'L8_STREAM_COMPUTE') > 0, &
+                   'events: stream 3 refused, the message says which are streams')
+        call ok(l8_ctx_create(hc, 'host'), 'events: a host context')
+        call check(l8_event_record(e0, hc) == L8_ERR_INVALID_ARG, &
+                   'events: a stream of another context refused')
+        call l8_ctx_destroy(hc)
+        call l8_event_destroy(e0)
+        call l8_event_destroy(e1)
+        call l8_event_destroy(plain)
+        call check(.not. c_associated(plain%p), 'events: destroy nulls the handle')
+        call l8_tensor_destroy(a)
+        call l8_tensor_destroy(b)
+    end subroutine
+
     ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
     ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
     ! its documented answer for nothing, and none of them may crash.
@@ -1545,6 +1601,8 @@ contains
         type(l8_pinned_stats) :: pst
         type(l8_offload_stats) :: ost
         type(l8_trace_event) :: ev(2)
+        type(l8_event) :: e0
+        logical :: done
         real(c_float) :: a(4, 4), f1, f2, f3
         integer(c_int64_t) :: i1, i2, off(2), num(2)
         integer(c_int) :: pid
@@ -1716,6 +1774,11 @@ contains
         call refused(l8_ddp_get_stats(d0, n), 'ddp_get_stats')
         call refused(l8_ddp_bucket(d0, 0, i1, i2), 'ddp_bucket')
         call refused(l8_alloc_get_stats(al0, ast), 'alloc_get_stats')
+        call refused(l8_event_create(c0, e0), 'event_create')
+        call refused(l8_event_record(e0, ctx), 'event_record')
+        call refused(l8_event_query(e0, done), 'event_query')
+        call refused(l8_event_synchronize(e0), 'event_synchronize')
+        call refused(l8_event_elapsed_ms(e0, e0, f1), 'event_elapsed_ms')
         call refused(l8_alloc_empty_cache(al0), 'alloc_empty_cache')
         call refused(l8_pinned_get_stats(pp0, pst), 'pinned_get_stats')
         call refused(l8_pinned_empty_cache(pp0), 'pinned_empty_cache')
@@ -1748,6 +1811,7 @@ contains
         call l8_trace_record(tr0, L8_TRACE_STEP, -1, aux=1_c_int64_t)
         call l8_offload_release(of0, t0, 'x')
         call l8_offload_destroy(of0)
+        call l8_event_destroy(e0)
         call l8_ctx_destroy(c0)
     end subroutine
 
