@@ -343,6 +343,10 @@ module lean8
     public :: l8_trace_rank, l8_trace_set_rank
     public :: l8_event_create, l8_event_destroy, l8_event_record, l8_event_query
     public :: l8_event_synchronize, l8_event_elapsed_ms
+    public :: l8_params_set_grad_ready_cb, l8_params_reset_ready, l8_params_ready_count
+    public :: l8_params_all_ready, l8_params_missing_count, l8_params_describe_missing
+    public :: l8_params_check_all_ready, l8_params_zero_grad, l8_params_grad_flat
+    public :: l8_tensor_data
     public :: l8_offload_create, l8_offload_destroy, l8_offload_forward_layer
     public :: l8_offload_backward_layer, l8_offload_save, l8_offload_restore, l8_offload_release
     public :: l8_offload_poll, l8_offload_wait, l8_offload_state_of, l8_offload_state_name
@@ -1416,6 +1420,55 @@ module lean8
             type(c_ptr), value :: a, b
             real(c_float) :: ms
             integer(c_int) :: c_event_elapsed_ms
+        end function
+        function c_params_set_grad_ready_cb(g, fn, arg) &
+                bind(c, name='l8_params_set_grad_ready_cb')
+            import :: c_ptr, c_funptr, c_int
+            type(c_ptr), value :: g, arg
+            type(c_funptr), value :: fn
+            integer(c_int) :: c_params_set_grad_ready_cb
+        end function
+        subroutine c_params_reset_ready(g) bind(c, name='l8_params_reset_ready')
+            import :: c_ptr
+            type(c_ptr), value :: g
+        end subroutine
+        function c_params_ready_count(g, id) bind(c, name='l8_params_ready_count')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int), value :: id
+            integer(c_int) :: c_params_ready_count
+        end function
+        function c_params_missing_count(g) bind(c, name='l8_params_missing_count')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int) :: c_params_missing_count
+        end function
+        function c_params_describe_missing(g, buf, n) bind(c, name='l8_params_describe_missing')
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: g, buf
+            integer(c_size_t), value :: n
+            integer(c_size_t) :: c_params_describe_missing
+        end function
+        function c_params_check_all_ready(g) bind(c, name='l8_params_check_all_ready')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g
+            integer(c_int) :: c_params_check_all_ready
+        end function
+        function c_params_zero_grad(g, s) bind(c, name='l8_params_zero_grad')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: g, s
+            integer(c_int) :: c_params_zero_grad
+        end function
+        function c_params_grad_flat(g) bind(c, name='l8_params_grad_flat')
+            import :: c_ptr
+            type(c_ptr), value :: g
+            type(c_ptr) :: c_params_grad_flat
+        end function
+        function c_tensor_data(t, ptr) bind(c, name='l8_tensor_data')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: t
+            type(c_ptr) :: ptr
+            integer(c_int) :: c_tensor_data
         end function
         function c_ctx_allocator(ctx) bind(c, name='l8_ctx_allocator')
             import :: c_ptr
@@ -3561,6 +3614,89 @@ contains
         real(c_float), intent(out) :: ms
         ms = 0
         st = c_event_elapsed_ms(start%p, finish%p, ms)
+    end function
+
+    ! ---- the gradients' ready table and a consumer of one's own ----
+
+    ! The group's consumer of its layers' reports (l8_linear_create(...,
+    ! grad_ready=g)): c_funloc of a function of yours,
+    !     integer(c_int) function on_ready(arg, id, ev) bind(c)
+    !         type(c_ptr), value :: arg, ev   ! ev: an l8_event's pointer, or null
+    !         integer(c_int), value :: id     ! the parameter whose gradient is enqueued
+    ! best a module procedure, called during backward as each gradient is
+    ! enqueued (a reduction over MPI of one's own: wait for ev with
+    ! e%p = ev; l8_event_synchronize(e), when ev is not null, then reduce
+    ! main_grad(id)); a status other than L8_OK comes back from the layer's
+    ! backward. c_null_funptr removes it. arg (absent: null) comes back to it.
+    integer(c_int) function l8_params_set_grad_ready_cb(g, fn, arg) result(st)
+        type(l8_params), intent(in) :: g
+        type(c_funptr), value :: fn
+        type(c_ptr), intent(in), optional :: arg
+        st = c_params_set_grad_ready_cb(g%p, fn, arg_of(arg))
+    end function
+    ! The ready table: which parameters reported since the last reset (a
+    ! step's start; l8_params_zero_grad resets it too). ready_count: reports
+    ! of id (-1 for a bad id or an unset group); all_ready: every parameter
+    ! reported (.false. for an unset group); missing_count: how many did not;
+    ! describe_missing: their names, "fc1.bias, fc2.weight"; check_all_ready:
+    ! L8_OK, or L8_ERR_STATE naming them (what a reduction turns a gradient
+    ! that never came into: an error, not a hang).
+    subroutine l8_params_reset_ready(g)
+        type(l8_params), intent(in) :: g
+        call c_params_reset_ready(g%p)
+    end subroutine
+    integer(c_int) function l8_params_ready_count(g, id)
+        type(l8_params), intent(in) :: g
+        integer(c_int), intent(in) :: id
+        l8_params_ready_count = c_params_ready_count(g%p, id)
+    end function
+    logical function l8_params_all_ready(g)
+        type(l8_params), intent(in) :: g
+        l8_params_all_ready = c_associated(g%p)
+        if (l8_params_all_ready) l8_params_all_ready = c_params_missing_count(g%p) == 0
+    end function
+    integer(c_int) function l8_params_missing_count(g)
+        type(l8_params), intent(in) :: g
+        l8_params_missing_count = c_params_missing_count(g%p)
+    end function
+    function l8_params_describe_missing(g) result(s)
+        type(l8_params), intent(in) :: g
+        character(len=:), allocatable :: s
+        character(kind=c_char), allocatable, target :: buf(:)
+        integer(c_size_t) :: n, i
+        n = c_params_describe_missing(g%p, c_null_ptr, 0_c_size_t)
+        allocate(buf(n + 1))
+        n = min(n, c_params_describe_missing(g%p, c_loc(buf), n + 1))
+        allocate(character(len=n) :: s)
+        do i = 1, n
+            s(i:i) = buf(i)
+        end do
+    end function
+    integer(c_int) function l8_params_check_all_ready(g) result(st)
+        type(l8_params), intent(in) :: g
+        st = c_params_check_all_ready(g%p)
+    end function
+    ! Every main_grad = 0 (padding included) on the compute stream, and the
+    ! ready table reset: for layers that accumulate (several backwards a step).
+    integer(c_int) function l8_params_zero_grad(g) result(st)
+        type(l8_params), intent(in) :: g
+        st = c_params_zero_grad(g%p, c_null_ptr)
+    end function
+    ! The whole main_grad buffer as one 1-d tensor (borrowed; laid out as
+    ! l8_params_master_flat): one reduction for every gradient.
+    type(l8_tensor) function l8_params_grad_flat(g) result(t)
+        type(l8_params), intent(in) :: g
+        t%p = c_params_grad_flat(g%p)
+    end function
+    ! The address of t's first element now: device memory on a GPU (for a
+    ! CUDA-aware MPI), host memory on the host backend (c_f_pointer it). It
+    ! moves with offload: do not keep it across calls. L8_ERR_STATE while the
+    ! storage is not on the device.
+    integer(c_int) function l8_tensor_data(t, ptr) result(st)
+        type(l8_tensor), intent(in) :: t
+        type(c_ptr), intent(out) :: ptr
+        ptr = c_null_ptr
+        st = c_tensor_data(t%p, ptr)
     end function
 
     ! The context's allocator, pinned pool and trace, borrowed (never destroy

@@ -99,12 +99,64 @@ contains
     end function
 end module test_fortran_graph
 
+! The grad-ready consumer of part 21, a module procedure (a bind(c) callback):
+! what a reduction over MPI of one's own would be.
+module test_fortran_ready
+    use, intrinsic :: iso_c_binding
+    use lean8
+    implicit none
+    type :: ready_log
+        type(l8_params) :: g
+        integer :: n = 0
+        integer(c_int) :: ids(8) = -1
+        logical :: fail = .false., gpu = .false.
+    end type
+contains
+    ! Each report's id in order; its gradient doubled in place, what an
+    ! in-place all-reduce over two ranks holding the same gradient gives:
+    ! through its address on the host backend, through an array on a GPU.
+    integer(c_int) function on_ready(arg, id, ev) bind(c) result(st)
+        type(c_ptr), value :: arg, ev
+        integer(c_int), value :: id
+        type(ready_log), pointer :: log
+        type(l8_event) :: e
+        type(l8_tensor) :: gt
+        type(c_ptr) :: p
+        real(c_float), pointer :: v(:)
+        real(c_float), allocatable :: a(:)
+        call c_f_pointer(arg, log)
+        st = L8_ERR_STATE
+        if (log%fail) return
+        if (c_associated(ev)) then                ! the gradient is written when ev is
+            e%p = ev
+            st = l8_event_synchronize(e)
+            if (st /= L8_OK) return
+        end if
+        log%n = log%n + 1
+        if (log%n <= size(log%ids)) log%ids(log%n) = id
+        gt = l8_params_main_grad(log%g, id)
+        st = l8_tensor_data(gt, p)
+        if (st /= L8_OK) return
+        if (log%gpu) then
+            allocate(a(l8_tensor_numel(gt)))
+            st = l8_tensor_to_array(gt, a)
+            if (st /= L8_OK) return
+            a = 2 * a
+            st = l8_tensor_copy_from_array(gt, a)
+        else
+            call c_f_pointer(p, v, [l8_tensor_numel(gt)])
+            v = 2 * v
+        end if
+    end function
+end module test_fortran_ready
+
 program test_fortran
     use, intrinsic :: iso_c_binding
     use, intrinsic :: iso_fortran_env, only: real64
     use, intrinsic :: ieee_exceptions, only: ieee_set_flag, ieee_all
     use lean8
     use test_fortran_graph
+    use test_fortran_ready
     implicit none
     integer, parameter :: K = 32, N = 16, T = 48           ! distinct: a swapped dim shows
     ! -- 10. the FP8 model of the resume test: x(K, T) -> N -> N, GELU between
@@ -348,6 +400,7 @@ program test_fortran
     call memory()
     call offload_linear()
     call events()
+    call ready_table()
     call unset_handles()
     call ddp_world(0, '')
 
@@ -1573,6 +1626,95 @@ contains
         call l8_tensor_destroy(b)
     end subroutine
 
+    ! -- 21. A grad-ready consumer of one's own and the ready table: a bf16
+    ! layer's two reports reach it, it changes the gradients in place through
+    ! their addresses, the spare parameter that never reports is named, an
+    ! error it returns comes back from backward, zero_grad clears both.
+    subroutine ready_table()
+        type(ready_log), target :: log
+        type(l8_params) :: gr
+        type(l8_gemm_handle) :: gh
+        type(l8_linear) :: la
+        type(l8_linear_ctx) :: sv
+        type(l8_tensor) :: xa, ya, dya
+        integer(c_int) :: wi, bi, si, st, counts(4), nmiss
+        logical :: all_in
+        real(c_float) :: xv(DK, DT), dv(DN, DT), w0(DK, DN), w1(DK, DN), b0(DN, 1), b1(DN, 1)
+        character(len=:), allocatable :: msg
+        integer :: i, j
+        do j = 1, DT
+            do i = 1, DK
+                xv(i, j) = real(mod(5 * i + 3 * j, 11) - 5, c_float) / 4
+            end do
+            do i = 1, DN
+                dv(i, j) = real(mod(3 * i + 7 * j, 9) - 4, c_float) / 8
+            end do
+        end do
+        call ok(l8_gemm_handle_create(ctx, gh), 'ready: gemm')
+        call model(ctx, gh, gr, la, wi, bi, si, 'ra', report=.true.)
+        call bf16_in(ctx, xv, xa)
+        call bf16_in(ctx, dv, dya)
+        call ok(l8_tensor_empty(ctx, L8_BF16, [DN, DT], ya), 'ready: y')
+        ! without a consumer: the gradients, and the table
+        call ok(l8_linear_forward(la, xa, ya, sv), 'ready: forward')
+        call ok(l8_linear_backward(la, sv, dya), 'ready: backward')
+        call get_f32(l8_params_main_grad(gr, wi), w0, 'ready: dW')
+        call get_f32(l8_params_main_grad(gr, bi), b0, 'ready: db')
+        counts = [l8_params_ready_count(gr, wi), l8_params_ready_count(gr, bi), &
+                  l8_params_ready_count(gr, si), l8_params_ready_count(gr, 99)]
+        call check(all(counts == [1, 1, 0, -1]), 'ready: one report each, none of the spare')
+        all_in = l8_params_all_ready(gr)
+        nmiss = l8_params_missing_count(gr)
+        call check(.not. all_in .and. nmiss == 1, 'ready: one missing')
+        msg = l8_params_describe_missing(gr)
+        call check(msg == 'ra.spare', 'ready: the missing one named: ' // msg)
+        st = l8_params_check_all_ready(gr)
+        msg = l8_last_error_message()
+        call check(st == L8_ERR_STATE .and. index(msg, 'ra.spare') > 0, &
+                   'ready: check_all_ready names it: ' // msg)
+        call l8_params_reset_ready(gr)
+        call check(l8_params_missing_count(gr) == 3, 'ready: reset: three missing')
+        ! the consumer doubles each gradient as it comes
+        log%g = gr
+        log%gpu = l8_ctx_device(ctx) >= 0
+        call ok(l8_params_set_grad_ready_cb(gr, c_funloc(on_ready), c_loc(log)), 'ready: consumer')
+        call ok(l8_linear_begin_step(la), 'ready: begin_step')
+        call ok(l8_linear_forward(la, xa, ya, sv), 'ready: forward 2')
+        call ok(l8_linear_backward(la, sv, dya), 'ready: backward 2')
+        call get_f32(l8_params_main_grad(gr, wi), w1, 'ready: dW 2')
+        call get_f32(l8_params_main_grad(gr, bi), b1, 'ready: db 2')
+        call check(log%n == 2 .and. any(log%ids(1:2) == wi) .and. any(log%ids(1:2) == bi), &
+                   'ready: the consumer heard the weight and the bias')
+        call check(same_bits(w1, 2 * w0) .and. same_bits(b1, 2 * b0) .and. any(w0 /= 0), &
+                   'ready: it changed them in place')
+        ! an error from the consumer comes back from backward
+        log%fail = .true.
+        call ok(l8_linear_begin_step(la), 'ready: begin_step 3')
+        call ok(l8_linear_forward(la, xa, ya, sv), 'ready: forward 3')
+        call check(l8_linear_backward(la, sv, dya) == L8_ERR_STATE, &
+                   'ready: the error of the consumer from backward')
+        call l8_linear_ctx_destroy(sv)
+        ! removed: reports go on into the table only
+        call ok(l8_params_set_grad_ready_cb(gr, c_null_funptr), 'ready: no consumer')
+        call ok(l8_linear_begin_step(la), 'ready: begin_step 4')
+        call ok(l8_linear_forward(la, xa, ya, sv), 'ready: forward 4')
+        call ok(l8_linear_backward(la, sv, dya), 'ready: backward 4')
+        call check(log%n == 2, 'ready: a removed consumer hears nothing')
+        call ok(l8_params_zero_grad(gr), 'ready: zero_grad')
+        call get_f32(l8_params_main_grad(gr, wi), w1, 'ready: dW zeroed')
+        nmiss = l8_params_missing_count(gr)
+        call check(all(w1 == 0) .and. nmiss == 3, &
+                   'ready: zero_grad clears the gradients and the table')
+        call check(l8_tensor_numel(l8_params_grad_flat(gr)) >= DK * DN + DN + DS, &
+                   'ready: the flat gradient buffer holds them all')
+        call l8_tensor_destroy(xa)
+        call l8_tensor_destroy(ya)
+        call l8_tensor_destroy(dya)
+        call l8_linear_destroy(la)
+        call l8_params_destroy(gr)
+        call l8_gemm_handle_destroy(gh)
+    end subroutine
+
     ! -- 16. Unset handles (the C NULL) everywhere: every call that needs the
     ! object returns L8_ERR_INVALID_ARG with a message naming it, every query
     ! its documented answer for nothing, and none of them may crash.
@@ -1602,6 +1744,7 @@ contains
         type(l8_offload_stats) :: ost
         type(l8_trace_event) :: ev(2)
         type(l8_event) :: e0
+        type(c_ptr) :: pp
         logical :: done
         real(c_float) :: a(4, 4), f1, f2, f3
         integer(c_int64_t) :: i1, i2, off(2), num(2)
@@ -1651,6 +1794,12 @@ contains
         call check(l8_optim_shard_numel(o0) == -1, 'unset: shard numel -1')
         call check(l8_optim_state_bytes(o0) == 0, 'unset: 0 state bytes')
         call check(l8_ctx_device(c0) == -1, 'unset: device -1')
+        call check(l8_params_ready_count(g0, 0) == -1, 'unset: ready count -1')
+        call check(.not. l8_params_all_ready(g0), 'unset: not all ready')
+        call check(l8_params_missing_count(g0) == 0, 'unset: 0 missing')
+        call check(l8_params_describe_missing(g0) == '', 'unset: no missing names')
+        tv = l8_params_grad_flat(g0)
+        call check(.not. c_associated(tv%p), 'unset: no flat gradient')
         al0 = l8_ctx_allocator(c0)
         pp0 = l8_ctx_pinned(c0)
         tr0 = l8_ctx_trace(c0)
@@ -1775,6 +1924,10 @@ contains
         call refused(l8_ddp_bucket(d0, 0, i1, i2), 'ddp_bucket')
         call refused(l8_alloc_get_stats(al0, ast), 'alloc_get_stats')
         call refused(l8_event_create(c0, e0), 'event_create')
+        call refused(l8_params_set_grad_ready_cb(g0, c_null_funptr), 'params_set_grad_ready_cb')
+        call refused(l8_params_check_all_ready(g0), 'params_check_all_ready')
+        call refused(l8_params_zero_grad(g0), 'params_zero_grad')
+        call refused(l8_tensor_data(t0, pp), 'tensor_data')
         call refused(l8_event_record(e0, ctx), 'event_record')
         call refused(l8_event_query(e0, done), 'event_query')
         call refused(l8_event_synchronize(e0), 'event_synchronize')
@@ -1812,6 +1965,7 @@ contains
         call l8_offload_release(of0, t0, 'x')
         call l8_offload_destroy(of0)
         call l8_event_destroy(e0)
+        call l8_params_reset_ready(g0)
         call l8_ctx_destroy(c0)
     end subroutine
 
