@@ -77,6 +77,19 @@
 !  18. a step captured as a CUDA graph (a bind(c) module procedure) and
 !      launched after its warm-up, once and three in a row, gives what five
 !      eager steps give, bit for bit; its counters; bad launches refused.
+!  19. memory: a context's limits (a request past one refused and counted),
+!      its own trace file (a tag, the OOM, a step mark and the rank read
+!      back), the allocator's and pinned pool's counters back to the start
+!      after empty_cache; offload by hand (two views of one storage: one copy
+!      out, one in, bit for bit) and through Linear layers (three steps equal
+!      to the same training without offload, bit for bit).
+!  20. events: the GPU time between two timing events, done after a wait;
+!      records on a stream that is not one or of another context refused.
+!  21. a grad-ready consumer of one's own (a bind(c) module procedure, what
+!      a reduction over MPI would be) hears a layer's reports and changes the
+!      gradients in place through their address; the ready table names the
+!      parameter that never reports; the consumer's error comes back from
+!      backward; zero_grad clears the gradients and the table.
 ! Exit status 0 when every check passes; each failure prints one line.
 ! The captured step of part 18, a module procedure (a bind(c) callback that
 ! needs no trampoline): x = gelu(x), through y.
@@ -1546,7 +1559,7 @@ contains
         close(u, status='delete')
     end subroutine
 
-    ! -- 19. Offload through Linear layers: the resume test's model trained
+    ! -- 19, offload through Linear layers: the resume test's model trained
     ! three steps with its saved tensors offloaded equals the same training
     ! without, bit for bit.
     subroutine offload_linear()
