@@ -1655,6 +1655,14 @@ module lean8
             import :: c_ptr
             type(c_ptr), value :: cfg
         end subroutine
+        ! l8_alloc_describe, l8_params_describe_missing: text about obj into
+        ! buf (n bytes with the NUL), the length wanted returned
+        function c_describe(obj, buf, n) bind(c)
+            import :: c_ptr, c_size_t
+            type(c_ptr), value :: obj, buf
+            integer(c_size_t), value :: n
+            integer(c_size_t) :: c_describe
+        end function
     end interface
 
 contains
@@ -1753,6 +1761,21 @@ contains
         character(len=*), intent(in) :: s
         character(kind=c_char, len=len_trim(s) + 1) :: c
         c = trim(s) // c_null_char
+    end function
+
+    ! The text a C function of snprintf rules (obj, buf, n: the length it
+    ! wanted) writes about obj: asked for its length, then into a buffer of
+    ! that size (a longer text by then, e.g. a new segment, is cut there).
+    function described(fn, obj) result(s)
+        procedure(c_describe) :: fn
+        type(c_ptr), intent(in) :: obj
+        character(len=:), allocatable :: s
+        character(kind=c_char), allocatable, target :: buf(:)
+        integer(c_size_t) :: n
+        n = fn(obj, c_null_ptr, 0_c_size_t)
+        allocate(buf(n + 1))
+        n = fn(obj, c_loc(buf), n + 1)
+        s = fstr(c_loc(buf))
     end function
 
     ! A C string (library-owned) as an allocated Fortran string; "" for NULL.
@@ -3662,15 +3685,7 @@ contains
     function l8_params_describe_missing(g) result(s)
         type(l8_params), intent(in) :: g
         character(len=:), allocatable :: s
-        character(kind=c_char), allocatable, target :: buf(:)
-        integer(c_size_t) :: n, i
-        n = c_params_describe_missing(g%p, c_null_ptr, 0_c_size_t)
-        allocate(buf(n + 1))
-        n = min(n, c_params_describe_missing(g%p, c_loc(buf), n + 1))
-        allocate(character(len=n) :: s)
-        do i = 1, n
-            s(i:i) = buf(i)
-        end do
+        s = described(c_params_describe_missing, g%p)
     end function
     integer(c_int) function l8_params_check_all_ready(g) result(st)
         type(l8_params), intent(in) :: g
@@ -3740,15 +3755,7 @@ contains
     function l8_alloc_describe(a) result(s)
         type(l8_alloc), intent(in) :: a
         character(len=:), allocatable :: s
-        character(kind=c_char), allocatable, target :: buf(:)
-        integer(c_size_t) :: n, i
-        n = c_alloc_describe(a%p, c_null_ptr, 0_c_size_t)
-        allocate(buf(n + 1))
-        n = min(n, c_alloc_describe(a%p, c_loc(buf), n + 1))   ! a segment may have come since
-        allocate(character(len=n) :: s)
-        do i = 1, n
-            s(i:i) = buf(i)
-        end do
+        s = described(c_alloc_describe, a%p)
     end function
 
     ! The pinned pool's counters; its cached blocks back to the system.

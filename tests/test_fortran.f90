@@ -1958,6 +1958,9 @@ contains
         call refused(l8_offload_get_stats(of0, ost), 'offload_get_stats')
         call refused(l8_linear_create(ctx, 'l', h0, t0, u0, l0, offload=of0), &
                      'linear_create offload')
+        text = l8_last_error_message()
+        call check(index(text, 'offload is an unset handle') > 0, &
+                   'unset: an unset offloader named as such: ' // text)
         ! releases of nothing: no-ops
         call l8_comm_abort(k0)
         call l8_tensor_destroy(t0)
