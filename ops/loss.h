@@ -33,6 +33,32 @@ L8_NODISCARD l8_status l8_softmax_xent(const l8_tensor *logits, const l8_tensor 
                                        int classes, float grad_scale, l8_tensor *dlogits,
                                        l8_tensor *row_loss, l8_tensor *row_hit, l8_stream *s);
 
+/* The same for a batch padded to a fixed size, as a step captured in a CUDA
+ * graph needs when a pass ends in a partial batch: the batch is step k =
+ * *cursor (read when the kernel runs) of a pass over `total` rows in batches
+ * of `stride` rows, so its first
+ *     valid = min(T, max(0, total - k * stride))
+ * rows are real and the rest padding. Real rows get the outputs above with
+ * the gradient scale grad_scale / valid (f32, rounded once: grad_scale = 1
+ * gives the mean over the real rows, bit for bit l8_softmax_xent of those
+ * rows with grad_scale 1.0f / valid); padding rows get row_loss 0, row_hit
+ * 0 and dlogits 0, and their labels are not read. Gradients summed over
+ * the batch's rows downstream (a weight gradient, a bias gradient) thus
+ * equal those of the real rows alone, whatever the padding rows hold.
+ *
+ * cursor: an L8_I32 tensor of one element of the context (the optimizer's
+ * step cursor, l8_optim_cursor in ops/optim.h); stride in [1, 2^31), total
+ * in [0, 2^62). Everything else as l8_softmax_xent; the host path checks
+ * the real rows' labels only.
+ * Errors: those of l8_softmax_xent, and the cursor's (NULL, dtype, size,
+ * context), the stride's and the total's (L8_ERR_INVALID_ARG). */
+L8_NODISCARD l8_status l8_softmax_xent_at(const l8_tensor *logits, const l8_tensor *labels,
+                                          int classes, float grad_scale,
+                                          const l8_tensor *cursor, int64_t stride,
+                                          int64_t total, l8_tensor *dlogits,
+                                          l8_tensor *row_loss, l8_tensor *row_hit,
+                                          l8_stream *s);
+
 #ifdef __cplusplus
 }
 #endif
