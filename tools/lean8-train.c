@@ -10,8 +10,7 @@
  *
  * --drop-last: whole batches only. Each epoch leaves out its last, partial
  * batch (other images each epoch: the order is a new permutation), as
- * --limit at the last whole batch would; on a GPU the run then has one
- * CUDA graph, not a second one for the partial batch (docs/train.md).
+ * --limit at the last whole batch would (docs/train.md).
  *
  * --offload[=K]: every layer's saved activation except the last K layers'
  * (default 1) goes to pinned host memory during the forward and comes back
@@ -46,12 +45,15 @@
  * files its losses and hits at the same rows of the epoch's
  * (l8_put_rows_at), and the optimizer takes rate k of the epoch's table of
  * cosine-decayed rates (l8_optim_set_lr_table, uploaded with the order at
- * each epoch's start). Each batch size (the full batch, the
- * partial last one) has its own graph: its first step runs eagerly as the
- * graph's warm-up, which reserves its memory, and is then captured; later
- * steps of that size launch it, in every epoch. The results are those
- * of eager execution bit for bit: --no-graph runs every step eagerly, and
- * tests/train.sh compares the two.
+ * each epoch's start). Every training step has the full batch's rows: an
+ * epoch's last, partial batch is padded with copies of its own images, which
+ * the loss (l8_softmax_xent_at, at the same cursor) marks as padding - zero
+ * loss and gradient, so the step's gradients and amaxes are those of its
+ * real rows - and one graph serves every step. Its first step runs eagerly
+ * as the graph's warm-up, which reserves its memory, and is then captured;
+ * every later step launches it. The results are those of eager execution
+ * bit for bit: --no-graph runs every step eagerly (the same padded steps),
+ * and tests/train.sh compares the two.
  *
  * Determinism: the data order of epoch e is a permutation drawn from
  * (seed, e), weights are initialized from the seed, and every op is
@@ -166,6 +168,9 @@ typedef struct model {
     l8_tensor *step_loss, *step_hit;          /* (B): a graph step's static rows */
     l8_tensor *rates;                         /* graphs: the epoch's learning rate per step */
     int64_t lb;                               /* rows of a full batch in this rank (B) */
+    int64_t nlocal;                           /* this rank's training images a pass: every
+                                                 training step has lb rows, the last one
+                                                 padded (run_batch) */
     l8_tensor *bad;                           /* (1) i32: row numbers out of range (never, we hope) */
     int64_t R;                                /* rows of the per-pass tensors */
     l8_tensor *in;                            /* (B,784) bf16: the batch's images */
@@ -192,7 +197,7 @@ static void usage(FILE *f)
             "                   [--version] [--offload[=K]]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
-            "          (as --limit at the last whole batch; on a GPU no second CUDA graph)\n"
+            "          (as --limit at the last whole batch)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 4)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
@@ -929,9 +934,19 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             v.in = NULL;
         }
     }
-    /* mean loss over the batch: gradient scale 1/rows */
-    L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
-                               train ? v.grad[m->nl] : NULL, v.loss, v.hit, m->s), out);
+    /* the mean loss over the batch. A training step is step k (the
+     * optimizer's cursor, reset at each pass) of a pass over nlocal images
+     * in batches of lb: past the pass's end its rows are padding (copies of
+     * its real rows, main's order), and the loss gives them zero loss, hit
+     * and gradient, so the gradients below are the real rows' alone, and
+     * so are the amaxes (a copy raises no maximum) */
+    if (train)
+        L8_TRY(st, l8_softmax_xent_at(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f,
+                                      l8_optim_cursor(m->optim), m->lb, m->nlocal,
+                                      v.grad[m->nl], v.loss, v.hit, m->s), out);
+    else
+        L8_TRY(st, l8_softmax_xent(v.pre[m->nl - 1], v.labels, CLASSES, 1.0f / (float)rows,
+                                   NULL, v.loss, v.hit, m->s), out);
     if (stat) {
         /* filed on the side stream, off the backward's path; s waits for
          * them before the optimizer step moves the cursor on */
@@ -1006,63 +1021,54 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
     return run_batch(t->m, 0, 0, t->rows, 1, 1);
 }
 
-/* The graphs of a run, one per batch size: slot 0 holds the full batch's,
- * slot 1 the partial last batch's (re-captured should yet another size
- * come). Each is captured once, so an epoch's last step and the next
- * epoch's first launch their graphs instead of warming up and capturing
- * again. Full batches go --graph-steps at a time into one launch
- * (l8_graph_launch_repeat) while that many are left: the gap between two
- * launches costs a step of a small model a few percent (docs/perf.md,
- * 2026-12-03 third session). on: 0 when every step runs eagerly. */
-typedef struct graph_slot {
-    l8_graph *g;                              /* NULL until its size first comes */
-    int64_t rows;                             /* the batch size captured (0: none yet) */
-    train_step step;
-} graph_slot;
-
+/* The graph of a run's training step (every step has lb rows, the last of
+ * a pass padded): captured once, so every later step, in every epoch,
+ * launches it instead of warming up and capturing again. Full batches go
+ * --graph-steps at a time into one launch (l8_graph_launch_repeat) while
+ * that many are left: the gap between two launches costs a step of a small
+ * model a few percent (docs/perf.md, 2026-12-03 third session). The partial
+ * batch runs in the same graph: a second graph of its size, launched once
+ * an epoch, slowed every later launch of the first by 4% in FP8 on the
+ * default model (docs/perf.md, 2026-12-04 fifteenth session). on: 0 when
+ * every step runs eagerly. */
 typedef struct graph_run {
     int on;
-    graph_slot slot[2];
+    int captured;                             /* g holds the step */
+    l8_graph *g;                              /* NULL until the first step */
+    train_step step;
 } graph_run;
 
-/* Drop the graphs: the remaining steps run eagerly (same results). */
-static void graph_drop(model *m, graph_run *gr, const char *why)
+/* Drop the graph: the remaining steps run eagerly (same results). The
+ * epoch's rate table stays until the next epoch's start: its rates are
+ * those the host would set, and the cursor keeps the step's number. */
+static void graph_drop(graph_run *gr, const char *why)
 {
     fprintf(stderr, "lean8-train: %s (%s); running the remaining steps eagerly\n", why,
             l8_last_error_string());
     l8_error_clear();
-    for (int k = 0; k < 2; k++) {
-        l8_graph_destroy(gr->slot[k].g);
-        gr->slot[k].g = NULL;
-    }
-    gr->on = 0;
-    if (l8_optim_set_lr_table(m->optim, NULL, m->s) != L8_OK) l8_error_clear();
+    l8_graph_destroy(gr->g);
+    gr->g = NULL;
+    gr->on = gr->captured = 0;
 }
 
-/* The training step of rows [at, at + rows): eagerly without graphs, with
- * the rate set by l8_optim_set_lr; with them, a launch of the graph of this
- * batch size - or, the first time the size comes, an eager warm-up of the
- * step followed by its capture. steps > 1 (graphs on, the full batch's
- * graph captured: the caller checks): that many full steps in one launch.
+/* The training step at row at of the pass (lb rows, padded past nlocal):
+ * eagerly without a graph; with one, a launch of it - or, the first time,
+ * an eager warm-up of the step followed by its capture. steps > 1 (the
+ * graph captured: the caller checks): that many steps in one launch.
  * Nothing else is enqueued: the step finds its rows, its rate (the epoch's
  * table) and the places of its losses and hits through the optimizer's
  * step cursor, at = cursor * lb. */
-static l8_status train_batch(model *m, graph_run *gr, int64_t at, int64_t rows, int steps)
+static l8_status train_batch(model *m, graph_run *gr, int64_t at, int steps)
 {
-    if (!gr->on) return run_batch(m, 0, at, rows, 1, 0);
-    if (steps > 1) return l8_graph_launch_repeat(gr->slot[0].g, steps);
-    graph_slot *g = &gr->slot[rows == gr->slot[0].rows || !gr->slot[0].rows ? 0 : 1];
-    if (rows == g->rows) {
-        L8_CHECK(l8_graph_launch(g->g));
-    } else {
-        if (!g->g) L8_CHECK(l8_graph_create(m->ctx, m->s, &g->g));
-        g->step.m = m;
-        g->step.rows = rows;
-        g->rows = 0;
-        L8_CHECK(l8_graph_warmup(g->g, train_step_fn, &g->step));   /* this step runs */
-        if (l8_graph_capture(g->g, train_step_fn, &g->step) == L8_OK) g->rows = rows;
-        else graph_drop(m, gr, "capturing the step failed");
-    }
+    if (!gr->on) return run_batch(m, 0, at, m->lb, 1, 0);
+    if (steps > 1) return l8_graph_launch_repeat(gr->g, steps);
+    if (gr->captured) return l8_graph_launch(gr->g);
+    if (!gr->g) L8_CHECK(l8_graph_create(m->ctx, m->s, &gr->g));
+    gr->step.m = m;
+    gr->step.rows = m->lb;
+    L8_CHECK(l8_graph_warmup(gr->g, train_step_fn, &gr->step));   /* this step runs */
+    if (l8_graph_capture(gr->g, train_step_fn, &gr->step) == L8_OK) gr->captured = 1;
+    else graph_drop(gr, "capturing the step failed");
     return L8_OK;
 }
 
@@ -1556,8 +1562,9 @@ int main(int argc, char **argv)
         CK(load_own_ckpt(&m, &o, resume_p, &start_epoch));
         printf("resumed from %s after epoch %d\n", resume_p, start_epoch);
     }
-    /* per-pass rows: the training or the test images */
-    m.R = ntrain > ntest ? ntrain : ntest;
+    /* per-pass rows: the training images with the last step's padding, or the
+     * test images */
+    m.R = ntrain + m.lb > ntest ? ntrain + m.lb : ntest;
     float amax = 0;
     CK(upload_split(&m, &train, &m.x[0], &m.y[0], &amax));
     CK(upload_split(&m, &test, &m.x[1], &m.y[1], NULL));
@@ -1608,18 +1615,25 @@ int main(int argc, char **argv)
         }
         double loss = 0, t0 = now_s();
         int64_t hits = 0, seen = 0;
-        CK(upload_order(&m, order, nlocal));
+        /* the last step's padding: copies of its own rows, in turn (the loss
+         * gives them no weight; a copy raises no amax) */
+        m.nlocal = nlocal;
+        int64_t last = (nlocal - 1) / lb * lb;
+        for (int64_t p = nlocal; p > 0 && p % lb; p++) order[p] = order[last + (p - last) % (nlocal - last)];
+        CK(upload_order(&m, order, nlocal ? last + lb : 0));
+        /* the step cursor back to 0 (the loss reads it): with graphs the
+         * epoch's rates come in a table; eager steps take the host's */
         if (gr.on) CK(push_rates(&m, &o, e, ntrain, nlocal, lh));   /* lh: scratch here */
+        else CK(l8_optim_set_lr_table(m.optim, NULL, m.s));
         for (int64_t b = 0; b < nlocal;) {
-            int64_t rows = nlocal - b < lb ? nlocal - b : lb;
+            int64_t rows = nlocal - b < lb ? nlocal - b : lb;   /* the real ones */
             /* --graph-steps full steps in one launch while that many are left */
-            int k = gr.on && gr.slot[0].rows == lb && b + o.graph_steps * lb <= nlocal
-                    ? o.graph_steps : 1;
+            int k = gr.captured && b + o.graph_steps * lb <= nlocal ? o.graph_steps : 1;
             /* eager steps take the rate from the host; graphs read the table */
             if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
             const int timed = clk.n < clk.cap;   /* room for every batch of an epoch */
             if (timed) CK(l8_event_record(clk.ev[2 * clk.n], m.s));
-            CK(train_batch(&m, &gr, b, rows, k));
+            CK(train_batch(&m, &gr, b, k));
             if (timed) {
                 CK(l8_event_record(clk.ev[2 * clk.n + 1], m.s));
                 clk.steps[clk.n++] = k;
@@ -1672,19 +1686,13 @@ int main(int argc, char **argv)
                (unsigned long long)os.copies_in, (unsigned long long)os.released);
     }
     if (gr.on) {
-        /* one capture per batch size however many epochs: tests/train.sh checks it */
-        uint64_t caps = 0, launches = 0, chained = 0;
-        for (int k = 0; k < 2; k++) {
-            l8_graph_stats gs = { .size = sizeof gs };
-            if (!gr.slot[k].g) continue;
-            CK(l8_graph_get_stats(gr.slot[k].g, &gs));
-            caps += gs.captures;
-            launches += gs.launches;
-            chained += gs.chained;
-        }
+        /* one capture however many epochs: tests/train.sh checks it */
+        l8_graph_stats gs = { .size = sizeof gs };
+        if (gr.g) CK(l8_graph_get_stats(gr.g, &gs));
         /* chained: the steps that ran --graph-steps to a launch (CUDA only) */
-        printf("graphs: %llu captures, %llu launches, %llu chained\n", (unsigned long long)caps,
-               (unsigned long long)launches, (unsigned long long)chained);
+        printf("graphs: %llu captures, %llu launches, %llu chained\n",
+               (unsigned long long)gs.captures, (unsigned long long)gs.launches,
+               (unsigned long long)gs.chained);
     }
     rc = 0;
 fail:
@@ -1692,7 +1700,7 @@ fail:
     free(order);
     free(lh);
     free(hh);
-    for (int k = 0; k < 2; k++) l8_graph_destroy(gr.slot[k].g);
+    l8_graph_destroy(gr.g);
     clock_free(&clk);
     model_free(&m);
     fmnist_free(&train);
