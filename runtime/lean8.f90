@@ -317,7 +317,7 @@ module lean8
     public :: l8_optim_save, l8_optim_check_load, l8_optim_load
     public :: l8_recipe_state, l8_recipe_push_scales
     public :: l8_gather_rows, l8_gather_rows_at, l8_put_rows_at
-    public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent
+    public :: l8_convert, l8_gelu, l8_gelu_backward, l8_softmax_xent, l8_softmax_xent_at
     public :: l8_tag_push, l8_tag_pop
     public :: l8_ckpt_writer_open, l8_ckpt_write_tensor, l8_ckpt_writer_commit
     public :: l8_ckpt_writer_abort, l8_ckpt_open, l8_ckpt_expect, l8_ckpt_read_tensor
@@ -683,6 +683,15 @@ module lean8
             integer(c_int), value :: classes
             real(c_float), value :: grad_scale
             integer(c_int) :: c_softmax_xent
+        end function
+        function c_softmax_xent_at(logits, labels, classes, grad_scale, cursor, stride, total, &
+                dlogits, row_loss, row_hit, s) bind(c, name='l8_softmax_xent_at')
+            import :: c_ptr, c_int, c_float, c_int64_t
+            type(c_ptr), value :: logits, labels, cursor, dlogits, row_loss, row_hit, s
+            integer(c_int), value :: classes
+            real(c_float), value :: grad_scale
+            integer(c_int64_t), value :: stride, total
+            integer(c_int) :: c_softmax_xent_at
         end function
         function c_tag_push(name) bind(c, name='l8_tag_push')
             import :: c_char, c_int
@@ -2964,6 +2973,23 @@ contains
         if (present(dlogits)) d = dlogits%p
         st = c_softmax_xent(logits%p, labels%p, int(classes, c_int), grad_scale, d, row_loss%p, &
                             row_hit%p, c_null_ptr)
+    end function
+
+    ! The same for a batch padded to a fixed size (a captured step whose
+    ! pass ends in a partial batch): the batch is step k = cursor (an i32
+    ! tensor of one element, read on the device) of a pass over `total` rows
+    ! in batches of `stride`; its first valid = min(T, max(0, total - k *
+    ! stride)) rows are real, the rest padding (loss 0, hit 0, dlogits 0,
+    ! labels unread), and the gradient scale is grad_scale / valid.
+    integer(c_int) function l8_softmax_xent_at(logits, labels, classes, grad_scale, cursor, &
+            stride, total, row_loss, row_hit, dlogits) result(st)
+        type(l8_tensor), intent(in) :: logits, labels, cursor, row_loss, row_hit
+        integer, intent(in) :: classes, stride, total
+        real(c_float), intent(in) :: grad_scale
+        type(l8_tensor), intent(in), optional :: dlogits
+        st = c_softmax_xent_at(logits%p, labels%p, int(classes, c_int), grad_scale, cursor%p, &
+                               int(stride, c_int64_t), int(total, c_int64_t), ptr_of(dlogits), &
+                               row_loss%p, row_hit%p, c_null_ptr)
     end function
 
     ! ---- row moves (ops/gather.h) ----

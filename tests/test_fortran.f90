@@ -15,7 +15,9 @@
 !      twin layer's y, dx and main_grads bit for bit over two steps; the
 !      roles, dtypes and metas the recipe hands out; the amax flag;
 !   8. row gathers and puts at a cursor against a plain loop, out-of-range
-!      positions and indices counted in `bad`;
+!      positions and indices counted in `bad`; the loss of a padded batch at
+!      a cursor: its real columns bit for bit l8_softmax_xent's, the padding
+!      zero;
 !   9. a rate table (and rates pushed for a captured step) gives the weights
 !      of set_lr before each step bit for bit; the step cursor counts.
 !  10. a resumable checkpoint: an FP8 model (two Linear layers on a recipe,
@@ -402,6 +404,7 @@ program test_fortran
 
     call fp8_precast()
     call rows_at()
+    call xent_at()
     call lr_table()
     call resume()
     call sgd_result()
@@ -805,6 +808,73 @@ contains
         call l8_tensor_destroy(td)
         call l8_tensor_destroy(tr)
         call l8_tensor_destroy(tout)
+    end subroutine
+
+    ! -- 8, the loss at a cursor: 8 columns of 16 logits, a pass of 19 in
+    !    batches of 8. At cursor 2 the first 3 columns are real: their loss,
+    !    hit and dlogits are l8_softmax_xent's of those 3 with grad_scale 1/3,
+    !    bit for bit; the other 5 get zeros and their labels (out of range)
+    !    are not read. At cursor 1 every column is real.
+    subroutine xent_at()
+        integer, parameter :: C = 16, T = 8, NV = 3
+        real(c_float) :: x(C, T), d(C, T), dr(C, T), lo(T), lr(T)
+        integer(c_int32_t) :: y(T), hi(T), hr(T)
+        type(l8_tensor) :: tx, ty, td, tl, th, tc, rx, ry, rd, rl, rh
+        integer :: k, n
+
+        x = reshape([(real(mod(13 * i, 29) - 14, c_float) / 4, i = 1, C * T)], shape(x))
+        lo = 0
+        do k = 1, 2
+            n = merge(NV, T, k == 1)
+            y = [(int(mod(3 * i, 10), c_int32_t), i = 1, T)]
+            if (n < T) y(n + 1:) = 99                    ! padding: never read
+            call ok(l8_tensor_from_array(ctx, x, tx), 'xent_at: logits')
+            call ok(l8_tensor_from_array(ctx, y, ty), 'xent_at: labels')
+            call ok(l8_tensor_from_array(ctx, x + 1, td), 'xent_at: dlogits (poisoned)')
+            call ok(l8_tensor_from_array(ctx, lo + 1, tl), 'xent_at: row_loss')
+            call ok(l8_tensor_from_array(ctx, y + 1, th), 'xent_at: row_hit')
+            call ok(l8_tensor_from_array(ctx, [int(3 - k, c_int32_t)], tc), 'xent_at: cursor')
+            call ok(l8_softmax_xent_at(tx, ty, 10, 1.0_c_float, tc, T, 19, tl, th, dlogits=td), &
+                    'xent_at: l8_softmax_xent_at')
+            call ok(l8_tensor_to_array(td, d), 'xent_at: dlogits out')
+            call ok(l8_tensor_to_array(tl, lo), 'xent_at: loss out')
+            call ok(l8_tensor_to_array(th, hi), 'xent_at: hit out')
+            ! the reference: l8_softmax_xent of the first n columns with 1/n
+            call ok(l8_tensor_from_array(ctx, x(:, 1:n), rx), 'xent_at: reference logits')
+            call ok(l8_tensor_from_array(ctx, y(1:n), ry), 'xent_at: reference labels')
+            call ok(l8_tensor_from_array(ctx, x(:, 1:n), rd), 'xent_at: reference dlogits')
+            call ok(l8_tensor_from_array(ctx, lo(1:n), rl), 'xent_at: reference loss')
+            call ok(l8_tensor_from_array(ctx, y(1:n), rh), 'xent_at: reference hit')
+            call ok(l8_softmax_xent(rx, ry, 10, 1.0_c_float / real(n, c_float), rl, rh, dlogits=rd), &
+                    'xent_at: the reference')
+            dr = 0
+            lr = 0
+            hr = 0
+            call ok(l8_tensor_to_array(rd, dr(:, 1:n)), 'xent_at: reference dlogits out')
+            call ok(l8_tensor_to_array(rl, lr(1:n)), 'xent_at: reference loss out')
+            call ok(l8_tensor_to_array(rh, hr(1:n)), 'xent_at: reference hit out')
+            call check(same_bits(d, dr), 'xent_at: dlogits, bit for bit (the padding +0)')
+            call check(all(transfer(lo, 0_c_int32_t, T) == transfer(lr, 0_c_int32_t, T)), &
+                       'xent_at: the loss, bit for bit (the padding +0)')
+            call check(all(hi == hr), 'xent_at: the hits (the padding 0)')
+            call check(any(d(:, 1:n) /= 0), 'xent_at: the real columns have a gradient')
+            call l8_tensor_destroy(tx)
+            call l8_tensor_destroy(ty)
+            call l8_tensor_destroy(td)
+            call l8_tensor_destroy(tl)
+            call l8_tensor_destroy(th)
+            call l8_tensor_destroy(tc)
+            call l8_tensor_destroy(rx)
+            call l8_tensor_destroy(ry)
+            call l8_tensor_destroy(rd)
+            call l8_tensor_destroy(rl)
+            call l8_tensor_destroy(rh)
+        end do
+        call ok(l8_tensor_from_array(ctx, x, tx), 'xent_at: logits again')
+        call check(l8_softmax_xent_at(tx, tx, 10, 1.0_c_float, l8_tensor(), T, 19, tx, tx) == &
+                   L8_ERR_INVALID_ARG, 'xent_at: an unset cursor is refused')
+        call check(index(l8_last_error_message(), 'cursor') > 0, 'xent_at: the refusal names the cursor')
+        call l8_tensor_destroy(tx)
     end subroutine
 
     ! -- 9. Three AdamW optimizers over equal groups and gradients, 5 steps:
