@@ -123,7 +123,8 @@ static l8_status xent(const char *op, const l8_tensor *logits, const l8_tensor *
         for (int64_t t = valid; t < T; t++) {          /* padding rows */
             ((float *)ploss)[t] = 0.0f;
             ((int32_t *)phit)[t] = 0;
-            for (int64_t c = 0; pd && c < C; c++) l8_host_store_f32(pd, dt, (size_t)(t * C + c), 0.0f);
+            for (int64_t c = 0; pd && c < C; c++)
+                l8_host_store_f32(pd, dt, (size_t)(t * C + c), 0.0f);
         }
         return L8_OK;
     }

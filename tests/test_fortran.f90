@@ -845,8 +845,8 @@ contains
             call ok(l8_tensor_from_array(ctx, x(:, 1:n), rd), 'xent_at: reference dlogits')
             call ok(l8_tensor_from_array(ctx, lo(1:n), rl), 'xent_at: reference loss')
             call ok(l8_tensor_from_array(ctx, y(1:n), rh), 'xent_at: reference hit')
-            call ok(l8_softmax_xent(rx, ry, 10, 1.0_c_float / real(n, c_float), rl, rh, dlogits=rd), &
-                    'xent_at: the reference')
+            call ok(l8_softmax_xent(rx, ry, 10, 1.0_c_float / real(n, c_float), rl, rh, &
+                                    dlogits=rd), 'xent_at: the reference')
             dr = 0
             lr = 0
             hr = 0
@@ -873,7 +873,8 @@ contains
         call ok(l8_tensor_from_array(ctx, x, tx), 'xent_at: logits again')
         call check(l8_softmax_xent_at(tx, tx, 10, 1.0_c_float, l8_tensor(), T, 19, tx, tx) == &
                    L8_ERR_INVALID_ARG, 'xent_at: an unset cursor is refused')
-        call check(index(l8_last_error_message(), 'cursor') > 0, 'xent_at: the refusal names the cursor')
+        call check(index(l8_last_error_message(), 'cursor') > 0, &
+                   'xent_at: the refusal names the cursor')
         call l8_tensor_destroy(tx)
     end subroutine
 

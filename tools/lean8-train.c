@@ -1619,7 +1619,8 @@ int main(int argc, char **argv)
          * gives them no weight; a copy raises no amax) */
         m.nlocal = nlocal;
         int64_t last = (nlocal - 1) / lb * lb;
-        for (int64_t p = nlocal; p > 0 && p % lb; p++) order[p] = order[last + (p - last) % (nlocal - last)];
+        for (int64_t p = nlocal; p > 0 && p % lb; p++)
+            order[p] = order[last + (p - last) % (nlocal - last)];
         CK(upload_order(&m, order, nlocal ? last + lb : 0));
         /* the step cursor back to 0 (the loss reads it): with graphs the
          * epoch's rates come in a table; eager steps take the host's */
