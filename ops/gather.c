@@ -93,6 +93,20 @@ static void move_host(const rows_view *src, const int32_t *idx, const rows_view 
     }
 }
 
+l8_status l8i_need_cursor(const char *op, const l8_tensor *cursor, l8_ctx *ctx, int64_t stride,
+                          int64_t lo)
+{
+    L8_CHECK(l8i_need_tensor(op, "cursor", cursor, ctx));
+    if (l8_tensor_dtype(cursor) != L8_I32 || l8_tensor_numel(cursor) != 1)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cursor is %s with %lld elements, wanted one i32",
+                       op, l8_dtype_name(l8_tensor_dtype(cursor)),
+                       (long long)l8_tensor_numel(cursor));
+    if (stride < lo || stride > INT32_MAX)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: stride %lld is outside [%lld, 2^31)", op,
+                       (long long)stride, (long long)lo);
+    return L8_OK;
+}
+
 /* The checks and the launch shared by the three entry points. idx may be
  * NULL (l8_put_rows_at), cursor NULL (l8_gather_rows). */
 static l8_status move_rows(const char *op, const l8_tensor *src, const l8_tensor *idx,
@@ -111,14 +125,7 @@ static l8_status move_rows(const char *op, const l8_tensor *src, const l8_tensor
                            l8_tensor_ndim(idx), l8_dtype_name(l8_tensor_dtype(idx)));
     }
     if (mode != AT_NONE) {
-        L8_CHECK(l8i_need_tensor(op, "cursor", cursor, ctx));
-        if (l8_tensor_dtype(cursor) != L8_I32 || l8_tensor_numel(cursor) != 1)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cursor is %s with %lld elements, wanted one "
-                           "i32", op, l8_dtype_name(l8_tensor_dtype(cursor)),
-                           (long long)l8_tensor_numel(cursor));
-        if (stride < 0 || stride > INT32_MAX)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: stride %lld is outside [0, 2^31)", op,
-                           (long long)stride);
+        L8_CHECK(l8i_need_cursor(op, cursor, ctx, stride, 0));
         vc.lo = l8_tensor_offset(cursor);
         vc.hi = vc.lo + 4;
     }

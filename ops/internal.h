@@ -92,6 +92,14 @@ l8_status l8i_fp8_scale_update_metas(l8_tensor *amax_history, l8_tensor *amax, l
                                      const l8_fp8_scale_update_config *cfg, const void *table,
                                      unsigned meta_flags, l8_stream *s);
 
+/* ---- gather.c: the step cursor of the moves (and of l8_softmax_xent_at) ---- */
+
+/* cursor: a tensor of ctx holding one L8_I32 (a step cursor, l8_optim_cursor),
+ * and stride in [lo, 2^31); op names the call in the message.
+ * Errors: L8_ERR_INVALID_ARG. */
+l8_status l8i_need_cursor(const char *op, const l8_tensor *cursor, l8_ctx *ctx, int64_t stride,
+                          int64_t lo);
+
 /* ---- launch.c: launch geometry and argument checks ---- */
 
 /* f32, bf16 or f16: the "high precision" dtypes the casts and kernels take. */

@@ -84,14 +84,7 @@ static l8_status xent(const char *op, const l8_tensor *logits, const l8_tensor *
         l8_tensor_dtype(row_hit) != L8_I32)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: labels u8/i32, row_loss f32, row_hit i32", op);
     if (cursor) {
-        L8_CHECK(l8i_need_tensor(op, "cursor", cursor, ctx));
-        if (l8_tensor_dtype(cursor) != L8_I32 || l8_tensor_numel(cursor) != 1)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: cursor is %s with %lld elements, wanted one "
-                           "i32", op, l8_dtype_name(l8_tensor_dtype(cursor)),
-                           (long long)l8_tensor_numel(cursor));
-        if (stride < 1 || stride > INT32_MAX)
-            return L8_FAIL(L8_ERR_INVALID_ARG, "%s: stride %lld is outside [1, 2^31)", op,
-                           (long long)stride);
+        L8_CHECK(l8i_need_cursor(op, cursor, ctx, stride, 1));
         if (total < 0 || total >= (INT64_C(1) << 62))
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: total %lld is outside [0, 2^62)", op,
                            (long long)total);
