@@ -13,13 +13,14 @@
 #include "runtime/internal.h"
 #include "ops/internal.h"
 
-static l8_status check2(const char *name, const l8_tensor *t, l8_ctx *ctx, int64_t rows, int64_t cols)
+static l8_status check2(const char *op, const char *name, const l8_tensor *t, l8_ctx *ctx,
+                        int64_t rows, int64_t cols)
 {
-    L8_CHECK(l8i_need_tensor("l8_softmax_xent", name, t, ctx));
+    L8_CHECK(l8i_need_tensor(op, name, t, ctx));
     int nd = l8_tensor_ndim(t);
     int64_t r = nd >= 1 ? l8_tensor_dim(t, 0) : -1, c = nd == 2 ? l8_tensor_dim(t, 1) : 1;
     if ((cols < 0 && nd != 1) || (cols >= 0 && nd != 2) || r != rows || (cols >= 0 && c != cols))
-        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_softmax_xent: %s has the wrong shape", name);
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s has the wrong shape", op, name);
     return L8_OK;
 }
 
@@ -70,12 +71,12 @@ static l8_status xent(const char *op, const l8_tensor *logits, const l8_tensor *
     if (classes < 1 || classes > C || C > 1024)
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: classes %d must be in 1..%lld (C <= 1024)", op,
                        classes, (long long)C);
-    L8_CHECK(check2("logits", logits, ctx, T, C));
-    L8_CHECK(check2("labels", labels, ctx, T, -1));
-    L8_CHECK(check2("row_loss", row_loss, ctx, T, -1));
-    L8_CHECK(check2("row_hit", row_hit, ctx, T, -1));
+    L8_CHECK(check2(op, "logits", logits, ctx, T, C));
+    L8_CHECK(check2(op, "labels", labels, ctx, T, -1));
+    L8_CHECK(check2(op, "row_loss", row_loss, ctx, T, -1));
+    L8_CHECK(check2(op, "row_hit", row_hit, ctx, T, -1));
     if (dlogits) {
-        L8_CHECK(check2("dlogits", dlogits, ctx, T, C));
+        L8_CHECK(check2(op, "dlogits", dlogits, ctx, T, C));
         if (l8_tensor_dtype(dlogits) != dt)
             return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dlogits must have the logits' dtype", op);
     }

@@ -249,6 +249,9 @@ START_TEST(test_xent_at_errors)
     ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "cursor is NULL"));
     L8_CK_ST(l8_softmax_xent_at(x, lab, 10, 1.0f, cur2, 4, 8, NULL, loss, hit, NULL),
              L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_softmax_xent_at(x, cur, 10, 1.0f, cur, 4, 8, NULL, loss, hit, NULL),
+             L8_ERR_INVALID_ARG);                    /* labels of one row: named by this call */
+    ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "l8_softmax_xent_at: labels"));
     L8_CK_ST(l8_softmax_xent_at(x, lab, 10, 1.0f, curf, 4, 8, NULL, loss, hit, NULL),
              L8_ERR_INVALID_ARG);
     L8_CK_ST(l8_softmax_xent_at(x, lab, 10, 1.0f, cur, 0, 8, NULL, loss, hit, NULL),
