@@ -1006,19 +1006,14 @@ out:
     return st;
 }
 
-/* One training step as a graph callback: run_batch on the static step
- * buffers, enqueued on m->s, which is the graph's stream. It lives in the
- * model: the host backend calls it again at each launch. */
-typedef struct train_step {
-    model *m;
-    int64_t rows;
-} train_step;
-
+/* One training step as a graph callback, arg the model: run_batch of a full
+ * (or padded) batch on the static step buffers, enqueued on m->s, which is
+ * the graph's stream. The host backend calls it again at each launch. */
 static l8_status train_step_fn(void *arg, l8_stream *s)
 {
-    const train_step *t = arg;
+    model *m = arg;
     (void)s;
-    return run_batch(t->m, 0, 0, t->rows, 1, 1);
+    return run_batch(m, 0, 0, m->lb, 1, 1);
 }
 
 /* The graph of a run's training step (every step has lb rows, the last of
@@ -1033,9 +1028,7 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
  * every step runs eagerly. */
 typedef struct graph_run {
     int on;
-    int captured;                             /* g holds the step */
-    l8_graph *g;                              /* NULL until the first step */
-    train_step step;
+    l8_graph *g;                              /* the captured step; NULL until the first */
 } graph_run;
 
 /* Drop the graph: the remaining steps run eagerly (same results). The
@@ -1046,9 +1039,7 @@ static void graph_drop(graph_run *gr, const char *why)
     fprintf(stderr, "lean8-train: %s (%s); running the remaining steps eagerly\n", why,
             l8_last_error_string());
     l8_error_clear();
-    l8_graph_destroy(gr->g);
-    gr->g = NULL;
-    gr->on = gr->captured = 0;
+    gr->on = 0;
 }
 
 /* The training step at row at of the pass (lb rows, padded past nlocal):
@@ -1061,15 +1052,17 @@ static void graph_drop(graph_run *gr, const char *why)
 static l8_status train_batch(model *m, graph_run *gr, int64_t at, int steps)
 {
     if (!gr->on) return run_batch(m, 0, at, m->lb, 1, 0);
-    if (steps > 1) return l8_graph_launch_repeat(gr->g, steps);
-    if (gr->captured) return l8_graph_launch(gr->g);
-    if (!gr->g) L8_CHECK(l8_graph_create(m->ctx, m->s, &gr->g));
-    gr->step.m = m;
-    gr->step.rows = m->lb;
-    L8_CHECK(l8_graph_warmup(gr->g, train_step_fn, &gr->step));   /* this step runs */
-    if (l8_graph_capture(gr->g, train_step_fn, &gr->step) == L8_OK) gr->captured = 1;
-    else graph_drop(gr, "capturing the step failed");
-    return L8_OK;
+    if (gr->g) return steps > 1 ? l8_graph_launch_repeat(gr->g, steps) : l8_graph_launch(gr->g);
+    l8_graph *g = NULL;
+    L8_CHECK(l8_graph_create(m->ctx, m->s, &g));
+    l8_status st = l8_graph_warmup(g, train_step_fn, m);   /* this step runs */
+    if (st == L8_OK && l8_graph_capture(g, train_step_fn, m) == L8_OK) {
+        gr->g = g;
+        return L8_OK;
+    }
+    if (st == L8_OK) graph_drop(gr, "capturing the step failed");
+    l8_graph_destroy(g);
+    return st;
 }
 
 /* --step-times: the GPU's time for each training call of an epoch (a graph
@@ -1629,7 +1622,7 @@ int main(int argc, char **argv)
         for (int64_t b = 0; b < nlocal;) {
             int64_t rows = nlocal - b < lb ? nlocal - b : lb;   /* the real ones */
             /* --graph-steps full steps in one launch while that many are left */
-            int k = gr.captured && b + o.graph_steps * lb <= nlocal ? o.graph_steps : 1;
+            int k = gr.g && b + o.graph_steps * lb <= nlocal ? o.graph_steps : 1;
             /* eager steps take the rate from the host; graphs read the table */
             if (!gr.on) CK(l8_optim_set_lr(m.optim, rate_at(&o, e, b, ntrain)));
             const int timed = clk.n < clk.cap;   /* room for every batch of an epoch */
