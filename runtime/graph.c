@@ -160,6 +160,33 @@ void l8i_graph_refuse_chain(int on)
     atomic_store(&g_refuse_chain, on != 0);
 }
 
+/* L8_GRAPH_REFUSE (graph.h): is word one of the comma list? *bad, if not
+ * NULL, receives the first word that is neither "capture" nor "chain". */
+static int env_refuses(const char *word, const char **bad, size_t *badlen)
+{
+    const char *e = getenv("L8_GRAPH_REFUSE");
+    int hit = 0;
+    if (bad) *bad = NULL;
+    while (e && *e) {
+        const char *c = strchr(e, ',');
+        size_t n = c ? (size_t)(c - e) : strlen(e);
+        if (word && n == strlen(word) && !memcmp(e, word, n)) hit = 1;
+        if (bad && !*bad && n && !(n == 7 && !memcmp(e, "capture", 7)) &&
+            !(n == 5 && !memcmp(e, "chain", 5))) {
+            *bad = e;
+            *badlen = n;
+        }
+        e = c ? c + 1 : NULL;
+    }
+    return hit;
+}
+
+static l8_status refused_capture(void)
+{
+    return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_graph_capture: the capture refused on purpose "
+                   "(L8_GRAPH_REFUSE=capture)");
+}
+
 /* Instantiate graph and prepare it for launch on g's stream. */
 static l8_status instantiate(l8_graph *g, CUgraph graph, CUgraphExec *exec)
 {
@@ -183,6 +210,12 @@ l8_status l8_graph_create(l8_ctx *ctx, l8_stream *s, l8_graph **out)
     L8_ARG(ctx != NULL);
     L8_CHECK(l8i_resolve_stream("l8_graph_create", ctx, &s));
     int cuda = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
+    const char *bad;
+    size_t badlen = 0;
+    (void)env_refuses(NULL, &bad, &badlen);
+    if (bad)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_graph_create: L8_GRAPH_REFUSE holds \"%.*s\" "
+                       "(a comma list of capture, chain)", (int)(badlen > 64 ? 64 : badlen), bad);
     if (cuda && !l8i_cuda_has_graphs())
         return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_graph_create: the CUDA driver has no graph API "
                        "(cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, ...)");
@@ -222,6 +255,7 @@ l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
 {
     L8_ARG(g != NULL && fn != NULL);
     if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA) {
+        if (env_refuses("capture", NULL, NULL)) return refused_capture();
         g->fn = fn;
         g->arg = arg;
         if (g->st.captures++) g->st.updates_in_place++;
@@ -233,6 +267,10 @@ l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
     if (!g->exec) L8_CHECK(l8_ctx_synchronize(g->ctx));
     CUgraph graph = NULL;
     L8_CHECK(capture(g, fn, arg, &graph));
+    if (env_refuses("capture", NULL, NULL)) {    /* as an instantiation the driver refused */
+        (void)l8i_cu.cuGraphDestroy(graph);
+        return refused_capture();
+    }
     CUgraphExecUpdateResultInfo info;
     memset(&info, 0, sizeof info);
     if (g->exec && l8i_cu.cuGraphExecUpdate(g->exec, graph, &info) == CUDA_SUCCESS) {
@@ -280,9 +318,9 @@ l8_status l8_graph_launch(l8_graph *g)
  * ended - n launches' order in one launch. */
 static l8_status build_repeat(l8_graph *g, int n)
 {
-    if (atomic_load(&g_refuse_chain))
+    if (atomic_load(&g_refuse_chain) || env_refuses("chain", NULL, NULL))
         return L8_FAIL(L8_ERR_CUDA, "a chain of %d copies refused on purpose (a test's"
-                       " l8i_graph_refuse_chain)", n);
+                       " l8i_graph_refuse_chain or L8_GRAPH_REFUSE=chain)", n);
     CUgraph chain = NULL;
     CUgraphNode prev = NULL;
     L8_CHECK(L8_CU(cuGraphCreate, &chain, 0));

@@ -51,6 +51,13 @@
  *
  * One capture per context at a time. A graph must be destroyed before its
  * context.
+ *
+ * L8_GRAPH_REFUSE, for testing a program's fallbacks: a comma list of
+ * "capture" (every l8_graph_capture fails with L8_ERR_UNSUPPORTED after fn
+ * ran, its capture discarded, as when the driver refuses to instantiate it;
+ * on both backends) and "chain" (l8_graph_launch_repeat's chain is refused,
+ * as by a driver without child graph nodes). Read at each call; another
+ * word makes l8_graph_create fail.
  */
 #ifndef L8_RUNTIME_GRAPH_H
 #define L8_RUNTIME_GRAPH_H
@@ -75,9 +82,9 @@ int l8_graph_native(const l8_ctx *ctx);
 
 /* An empty graph for work on s (NULL: ctx's compute stream): nothing
  * captured yet. The caller owns *out (l8_graph_destroy, before ctx).
- * Errors: L8_ERR_INVALID_ARG (NULL, a stream of another context),
- * L8_ERR_UNSUPPORTED (a CUDA driver without the graph API), L8_ERR_CUDA,
- * L8_ERR_OOM. */
+ * Errors: L8_ERR_INVALID_ARG (NULL, a stream of another context, a word of
+ * L8_GRAPH_REFUSE other than capture and chain), L8_ERR_UNSUPPORTED (a CUDA
+ * driver without the graph API), L8_ERR_CUDA, L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_graph_create(l8_ctx *ctx, l8_stream *s, l8_graph **out);
 
 /* Run fn(arg, s) once now, eagerly, with the allocations of the context's
@@ -103,7 +110,8 @@ L8_NODISCARD l8_status l8_graph_warmup(l8_graph *g, l8_graph_fn fn, void *arg);
  * Errors: L8_ERR_INVALID_ARG (NULL), fn's own error, L8_ERR_STATE (another
  * capture underway on ctx, or an allocation the pool could not serve without
  * the driver: warm up first), L8_ERR_CUDA (also when fn did something a
- * capture forbids: the driver's code in the last error), L8_ERR_OOM. */
+ * capture forbids: the driver's code in the last error), L8_ERR_OOM,
+ * L8_ERR_UNSUPPORTED (L8_GRAPH_REFUSE=capture). */
 L8_NODISCARD l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg);
 
 /* Enqueue one execution of g's captured work on g's stream; returns at

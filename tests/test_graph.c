@@ -318,6 +318,34 @@ static float *download(l8_tensor *t)
 }
 
 /* Host backend: capture runs nothing, each launch runs the step eagerly. */
+/* L8_GRAPH_REFUSE=capture (graph.h): a capture of another step fails by
+ * name, and g keeps the step it had (b; on the host, run `runs` times so
+ * far), which the launch here runs; an unknown word: l8_graph_create
+ * refuses. Leaves the variable unset. */
+static void refused_capture(l8_ctx *ctx, l8_graph *g, step *b, int runs)
+{
+    step c = *b;
+    c.runs = 0;
+    ck_assert_int_eq(setenv("L8_GRAPH_REFUSE", "chain,capture", 1), 0);
+    L8_CK_ST(l8_graph_capture(g, step_fn, &c), L8_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "L8_GRAPH_REFUSE=capture"));
+    L8_CK(l8_graph_launch(g));
+    L8_CK(l8_ctx_synchronize(ctx));
+    if (l8_graph_native(ctx)) {
+        ck_assert_int_eq(c.runs, 1);              /* recorded under the capture */
+    } else {
+        ck_assert_int_eq(c.runs, 0);              /* the host records fn alone */
+        ck_assert_int_eq(b->runs, runs + 1);      /* the launch: b's step */
+    }
+    ck_assert_int_eq(setenv("L8_GRAPH_REFUSE", "capture,bogus", 1), 0);
+    l8_graph *g2 = g;
+    L8_CK_ST(l8_graph_create(ctx, NULL, &g2), L8_ERR_INVALID_ARG);
+    ck_assert_ptr_null(g2);
+    ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "L8_GRAPH_REFUSE holds \"bogus\""));
+    ck_assert_int_eq(unsetenv("L8_GRAPH_REFUSE"), 0);
+    l8_error_clear();
+}
+
 START_TEST(test_host_graph_eager)
 {
     l8_ctx *ctx = l8t_ctx("host", NULL, 0);
@@ -389,6 +417,7 @@ START_TEST(test_host_graph_eager)
     size_t nk = 7;                                /* no driver graph to read on the host */
     L8_CK_ST(l8i_graph_kernel_priorities(g, prio, 2, &nk), L8_ERR_UNSUPPORTED);
     ck_assert_uint_eq(nk, 0);
+    refused_capture(ctx, g, &b, 8);
     l8_graph_destroy(g);
     l8_graph_destroy(NULL);
     l8_tensor_destroy(a.x); l8_tensor_destroy(a.y);
@@ -620,6 +649,10 @@ START_TEST(test_gpu_graph_capture_failures)
     L8_CK(l8_ctx_synchronize(ctx));
     float *y = download(a.y);
     ck_assert_float_eq(y[7], 5.0f);
+    free(y);
+    refused_capture(ctx, g, &a, 0);               /* the launch: y = 7 */
+    y = download(a.y);
+    ck_assert_float_eq(y[7], 7.0f);
     free(y);
     l8_graph_destroy(g);
     l8_tensor_destroy(a.x); l8_tensor_destroy(a.y);

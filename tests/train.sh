@@ -19,7 +19,9 @@
 #      one-GPU device this part is skipped (NCCL refuses two ranks on one GPU).
 #   6. steps in a CUDA graph (the default) give the losses of --no-graph bitwise
 #      (FP8 with the head in bf16, the default; --fp8-head; bf16); --graph-steps,
-#      --step-times and --drop-last.
+#      --step-times and --drop-last; a capture or a chain the driver refuses
+#      (L8_GRAPH_REFUSE) falls back to eager steps or single launches with the
+#      same losses.
 #   7. --offload (every layer, and all but the last) gives bitwise the losses
 #      of the run without it, and really gives device memory back. Without
 #      offload an FP8 run splits its dGELU casts (the bias gradient on the
@@ -84,7 +86,29 @@ for mode in fp8 fp8-head bf16; do
         else bad "$mode: --graph-steps $k"; diff <(core "$tmp/k.txt") <(core "$tmp/ng.txt"); tail -1 "$tmp/k.txt"; fi
     done
     cp "$tmp/g.txt" "$tmp/g-$mode.txt"
+    cp "$tmp/ng.txt" "$tmp/ng-$mode.txt"
 done
+# a capture the driver refuses (L8_GRAPH_REFUSE=capture, runtime/graph.h):
+# lean8-train says so after the warm-up step and runs the rest eagerly, with
+# --no-graph's losses; a refused chain (=chain): single launches, the same
+# losses, none chained; an unknown word: a clear error
+L8_GRAPH_REFUSE=capture "$bin" "${args[@]}" --fp8 --limit 2000 --epochs 3 > "$tmp/rc.txt" 2>&1 ||
+    bad "L8_GRAPH_REFUSE=capture: run exited non-zero"
+if [ -n "$(core "$tmp/rc.txt")" ] && [ "$(core "$tmp/rc.txt")" = "$(core "$tmp/ng-fp8.txt")" ] &&
+   grep -q 'capturing the step failed (.*L8_GRAPH_REFUSE=capture.*); running the remaining steps eagerly' \
+       "$tmp/rc.txt" && ! grep -q '^graphs' "$tmp/rc.txt"; then
+    ok "a refused capture: said so, the remaining steps eager, --no-graph's losses bitwise"
+else bad "a refused capture"; diff <(core "$tmp/rc.txt") <(core "$tmp/ng-fp8.txt"); cat "$tmp/rc.txt"; fi
+L8_GRAPH_REFUSE=chain "$bin" "${args[@]}" --fp8 --limit 2000 --epochs 3 > "$tmp/rch.txt" 2>&1 ||
+    bad "L8_GRAPH_REFUSE=chain: run exited non-zero"
+if [ "$(core "$tmp/rch.txt")" = "$(core "$tmp/ng-fp8.txt")" ] &&
+   grep -qx "graphs: 1 captures, 95 launches, 0 chained" "$tmp/rch.txt"; then
+    ok "a refused chain: single launches, --no-graph's losses bitwise"
+else bad "a refused chain"; diff <(core "$tmp/rch.txt") <(core "$tmp/ng-fp8.txt"); tail -2 "$tmp/rch.txt"; fi
+if L8_GRAPH_REFUSE=capture,bogus "$bin" "${args[@]}" --fp8 --limit 200 --epochs 1 > "$tmp/rb.txt" 2>&1; then
+    bad "L8_GRAPH_REFUSE=capture,bogus accepted"
+elif grep -q 'L8_GRAPH_REFUSE holds "bogus"' "$tmp/rb.txt"; then ok "L8_GRAPH_REFUSE with an unknown word: a clear error"
+else bad "L8_GRAPH_REFUSE=capture,bogus: unclear error"; cat "$tmp/rb.txt"; fi
 # the padded partial batch changes nothing (host): the epoch lines of the
 # graph runs above are those lean8-train printed when it ran the partial
 # batch at its own 16 rows (a7fa63f, before the padding): the padding rows
