@@ -367,8 +367,8 @@ test-sanitize: dataset
 # lean8-bench without a GPU: `make bench` as documented, --json only where
 # asked, bad input (tests/bench.sh; L8_DEVICE=host there).
 .PHONY: test-bench
-test-bench: $(BUILD)/bin/lean8-bench
-	$(Q)timeout -k 10 900 tests/bench.sh $(BUILD)
+test-bench: $(BUILD)/bin/lean8-bench $(BUILD)/bin/lean8-train dataset
+	$(Q)timeout -k 10 900 tests/bench.sh $(BUILD) $(FMNIST_DIR)
 
 test-gpu: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1800 $(BUILD)/bin/lean8-tests --tags gpu

@@ -28,10 +28,16 @@
 #      test on cuda:0 and under memcheck, the example where .data/ is, and no
 #      unpacked data left behind;
 #  10. tools/device-run.sh racecheck: racecheck, then synccheck, over each
-#      suite of RACE_SUITES, a step each.
-# Usage: tests/bench.sh BUILD_DIR (run from the repository root)
+#      suite of RACE_SUITES, a step each;
+#  11. tools/device-run.sh trainab (with DATA_DIR): lean8-train of this tree
+#      and an overlaid one, two configurations, two rounds (each round one
+#      build later), tools/train_json.py's reports and bench_ab.py's table of
+#      them: the same losses in both builds; tools/train_json.py on a log
+#      without an epoch line and on bad arguments.
+# Usage: tests/bench.sh BUILD_DIR [DATA_DIR] (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
+data=${2:-}
 bench=$build/bin/lean8-bench
 root=$(pwd)
 tmp=$(mktemp -d)
@@ -247,6 +253,39 @@ if [ "$(grep -Eo '^(racecheck|synccheck) [a-z0-9]+ ' "$tmp/rc.txt" | tr '\n' '|'
      "racecheck fp8 |racecheck gpu |synccheck fp8 |synccheck gpu |" ]; then
     ok "device-run.sh racecheck: racecheck then synccheck over RACE_SUITES, a step each"
 else bad "device-run.sh racecheck's steps"; tail -20 "$tmp/rc.txt"; fi
+
+# ---- 11. device-run.sh trainab: two builds, two configurations, two rounds ----
+if [ -n "$data" ]; then
+    mkdir -p "$tmp/ta/ov" && echo overlay > "$tmp/ta/ov/AB_OVERLAY"
+    (cd "$root" && TMPDIR=$tmp/ta OUT=$tmp/ta/out AB_TREES="ov=$tmp/ta/ov" AB_ROUNDS=2 \
+        TRAIN_AB_DATA=$data TRAIN_AB="--hidden 32 --batch 64;--hidden 32 --batch 64 --bf16" \
+        TRAIN_AB_ARGS="--limit 1000 --epochs 1" DEADLINE=300 \
+        bash tools/device-run.sh trainab) > "$tmp/ta.txt" 2>&1
+    talog=$(ls -d "$tmp"/ta/l8logs.*)
+    n=$(ls "$talog"/trainab-{this,ov}-[12].json 2>/dev/null | wc -l)
+    same() {  # the row of KEY: both builds' two rounds one value, the ratio 1.000
+        grep -Eq "^$1 +([0-9.]+)/\1 +\1/\1 +1\.000\$" "$tmp/ta.txt"
+    }
+    if [ "$n" = 4 ] && grep -q '^trainab build ov  *ok' "$tmp/ta.txt" &&
+       grep -q '^   c1: --hidden 32 --batch 64 --bf16$' "$tmp/ta.txt" &&
+       [ "$(grep -Eo '^trainab [a-z]+ c[01] #[12]' "$tmp/ta.txt" | tr '\n' ' ')" = \
+         "trainab this c0 #1 trainab ov c0 #1 trainab this c1 #1 trainab ov c1 #1 trainab ov c0 #2 trainab this c0 #2 trainab ov c1 #2 trainab this c1 #2 " ] &&
+       grep -Eq '^key +this +ov +ov/this$' "$tmp/ta.txt" &&
+       grep -Eq '^c1_million_images_per_s +[0-9.]+/[0-9.]+ +[0-9.]+/[0-9.]+ +[0-9.]+$' "$tmp/ta.txt" &&
+       same c0_loss && same c0_test_acc && same c1_loss && same c1_test_acc &&
+       grep -Eq "^c1_loss +$(awk '$2 == "epoch" { l = $5 } END { printf "%.3f", l }' \
+           "$talog/trainab-ov-c1-2.log")/" "$tmp/ta.txt" &&
+       ! grep -q '_failed' "$tmp/ta.txt" && ! ls -d "$tmp"/ta/l8ab.* > /dev/null 2>&1; then
+        ok "device-run.sh trainab: two builds alternated over two configurations and rounds, one table, the same losses"
+    else bad "device-run.sh trainab ($n reports)"; tail -25 "$tmp/ta.txt"; fi
+else echo "  skip  device-run.sh trainab: no DATA_DIR"; fi
+echo "nothing here" > "$tmp/noepoch.log"
+python3 tools/train_json.py "$tmp/tj.json" c0="$tmp/noepoch.log" > "$tmp/tj.txt" 2>&1; rc1=$?
+python3 tools/train_json.py "$tmp/tj2.json" nolabel > /dev/null 2>&1; rc2=$?
+if [ $rc1 = 0 ] && grep -q 'no epoch line' "$tmp/tj.txt" && grep -q '"c0_failed": 1' "$tmp/tj.json" &&
+   [ $rc2 = 2 ] && [ ! -e "$tmp/tj2.json" ]; then
+    ok "train_json.py: a log without an epoch line is reported failed; bad arguments exit 2"
+else bad "train_json.py: rc $rc1 / $rc2"; cat "$tmp/tj.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

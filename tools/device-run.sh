@@ -64,6 +64,15 @@
 #             --quick) give the lean8-bench command, AB_ROUNDS (default 2)
 #             the rounds, AB_KEYS (default _ratio$) the JSON keys of the
 #             table. Runs first, before the other stages.
+#   trainab   (not in the default set; needs TRAIN_AB_DATA, default .data/)
+#             lean8-train over the builds and environments of AB_TREES and
+#             AB_ENVS, as ab: each configuration of TRAIN_AB (flag sets
+#             separated by ';'; default: the default model and 784-512-512-10
+#             at batch 256, FP8 and bf16) run with --quiet --step-times and
+#             TRAIN_AB_ARGS (default --epochs 3), alternated over AB_ROUNDS
+#             rounds (round r starting with the r-th build); tools/bench_ab.py's
+#             table of the last epoch's images/s, the GPU's us a step, loss and
+#             test accuracy (tools/train_json.py). Runs after ab.
 # GEMM_AUTOTUNE=2 makes the gemm bench's tuned handle search configurations
 # beyond the heuristic's list (autotune mode 2; default 1).
 # Each step has a time limit (STEP_LIMIT, default 300 s) so one hang cannot
@@ -100,7 +109,11 @@ step() {  # step NAME LOGFILE COMMAND...
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 step "build" build.log make -j16 all build/tests/comm_prog WERROR=1
-if want ab; then
+# ab_builds STAGE TARGET: the variants of an A/B stage in ab_names, ab_dirs
+# and ab_envs - this tree, each AB_TREES entry with TARGET built in a copy
+# (left out when its build fails), each AB_ENVS entry
+ab_builds() {
+    local st=$1 target=$2 v n p t
     ab_names=(this) ab_dirs=(.) ab_envs=("")
     for v in ${AB_TREES:-}; do
         n=${v%%=*} p=${v#*=} t=$(mktemp -d "${TMPDIR:-/tmp}/l8ab.XXXX")
@@ -108,13 +121,16 @@ if want ab; then
             tar c --exclude=./.device --exclude=./.data --exclude=./.git . | tar x -C "$t"
             cp -r "$p"/. "$t"/
         else
-            tar xf "$p" -C "$t" || { summary+=("$(printf '%-24s %-11s' "ab tree $n" "FAILED(tar)")"); continue; }
+            tar xf "$p" -C "$t" || { summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(tar)")"); continue; }
         fi
-        rm -f "$t/build/bin/lean8-bench"            # a failed build leaves none, not this tree's
-        step "ab build $n" ab-build-$n.log make -C "$t" -j16 build/bin/lean8-bench WERROR=1
-        [ -x "$t/build/bin/lean8-bench" ] && ab_names+=("$n") ab_dirs+=("$t") ab_envs+=("")
+        rm -f "$t/$target"                          # a failed build leaves none, not this tree's
+        step "$st build $n" $st-build-$n.log make -C "$t" -j16 "$target" WERROR=1
+        [ -x "$t/$target" ] && ab_names+=("$n") ab_dirs+=("$t") ab_envs+=("")
     done
     for v in ${AB_ENVS:-}; do ab_names+=("${v%%:*}") ab_dirs+=(.) ab_envs+=("${v#*:}"); done
+}
+if want ab; then
+    ab_builds ab build/bin/lean8-bench
     ab_reports=()
     nv=${#ab_names[@]}
     for round in $(seq 1 "${AB_ROUNDS:-2}"); do
@@ -135,6 +151,45 @@ if want ab; then
     echo "== ab: ${AB_BENCH:-cast}, ${AB_ROUNDS:-2} rounds"
     python3 tools/bench_ab.py --keys "${AB_KEYS:-_ratio\$}" "${args[@]}" | tee "$OUT/ab.log"
     for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+fi
+if want trainab && [ -d "${TRAIN_AB_DATA:-.data}" ]; then
+    ab_builds trainab build/bin/lean8-train
+    IFS=';' read -ra cfgs <<< "${TRAIN_AB-;--bf16;--hidden 512,512 --batch 256;--hidden 512,512 --batch 256 --bf16}"
+    [ ${#cfgs[@]} = 0 ] && cfgs=("")               # TRAIN_AB= : lean8-train's defaults alone
+    echo "== trainab: lean8-train --data ${TRAIN_AB_DATA:-.data} --quiet --step-times" \
+        "${TRAIN_AB_ARGS---epochs 3}, then:"
+    for c in "${!cfgs[@]}"; do echo "   c$c: ${cfgs[$c]:-(no more flags)}"; done
+    ab_reports=()
+    nv=${#ab_names[@]}
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+        logs=()
+        for c in "${!cfgs[@]}"; do
+            for o in "${!ab_names[@]}"; do      # round r starts with the r-th build, as ab
+                i=$(( (o + round - 1) % nv ))
+                n=${ab_names[$i]}
+                # shellcheck disable=SC2086  # TRAIN_AB_ARGS and the configurations are word lists
+                step "trainab $n c$c #$round" trainab-$n-c$c-$round.log \
+                    env ${ab_envs[$i]:+"${ab_envs[$i]}"} "${ab_dirs[$i]}/build/bin/lean8-train" \
+                    --data "${TRAIN_AB_DATA:-.data}" --quiet --step-times ${TRAIN_AB_ARGS---epochs 3} \
+                    ${cfgs[$c]}
+                logs[$i]="${logs[$i]:-} c$c=$OUT/trainab-$n-c$c-$round.log"
+            done
+        done
+        for i in "${!ab_names[@]}"; do
+            n=${ab_names[$i]}
+            # shellcheck disable=SC2086  # logs[i] is a word list
+            python3 tools/train_json.py "$OUT/trainab-$n-$round.json" ${logs[$i]}
+            ab_reports[$i]="${ab_reports[$i]:-}${ab_reports[$i]:+,}$OUT/trainab-$n-$round.json"
+        done
+    done
+    args=()
+    for i in "${!ab_names[@]}"; do args+=("${ab_names[$i]}=${ab_reports[$i]}"); done
+    echo "== trainab: ${AB_ROUNDS:-2} rounds"
+    python3 tools/bench_ab.py --keys '_(million_images_per_s|us_per_step|loss|test_acc|failed)$' \
+        "${args[@]}" | tee "$OUT/trainab.log"
+    for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+elif want trainab; then
+    summary+=("$(printf '%-24s %-11s' trainab "SKIPPED(no ${TRAIN_AB_DATA:-.data})")")
 fi
 want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu
 want test && step "make test" test.log make test FMNIST_DIR=$PWD/.data
