@@ -129,6 +129,16 @@ ab_builds() {
     done
     for v in ${AB_ENVS:-}; do ab_names+=("${v%%:*}") ab_dirs+=(.) ab_envs+=("${v#*:}"); done
 }
+# ab_table STAGE WHAT KEYS: tools/bench_ab.py's table of the KEYS of the
+# variants' reports (ab_reports, one list per variant) into $OUT/STAGE.log;
+# then the copies of the builds removed
+ab_table() {
+    local args=() i d
+    for i in "${!ab_names[@]}"; do args+=("${ab_names[$i]}=${ab_reports[$i]}"); done
+    echo "== $1: $2, ${AB_ROUNDS:-2} rounds"
+    python3 tools/bench_ab.py --keys "$3" "${args[@]}" | tee "$OUT/$1.log"
+    for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+}
 if want ab; then
     ab_builds ab build/bin/lean8-bench
     ab_reports=()
@@ -146,11 +156,7 @@ if want ab; then
             ab_reports[$i]="${ab_reports[$i]:-}${ab_reports[$i]:+,}$OUT/ab-$n-$round.json"
         done
     done
-    args=()
-    for i in "${!ab_names[@]}"; do args+=("${ab_names[$i]}=${ab_reports[$i]}"); done
-    echo "== ab: ${AB_BENCH:-cast}, ${AB_ROUNDS:-2} rounds"
-    python3 tools/bench_ab.py --keys "${AB_KEYS:-_ratio\$}" "${args[@]}" | tee "$OUT/ab.log"
-    for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+    ab_table ab "${AB_BENCH:-cast}" "${AB_KEYS:-_ratio\$}"
 fi
 if want trainab && [ -d "${TRAIN_AB_DATA:-.data}" ]; then
     ab_builds trainab build/bin/lean8-train
@@ -182,12 +188,7 @@ if want trainab && [ -d "${TRAIN_AB_DATA:-.data}" ]; then
             ab_reports[$i]="${ab_reports[$i]:-}${ab_reports[$i]:+,}$OUT/trainab-$n-$round.json"
         done
     done
-    args=()
-    for i in "${!ab_names[@]}"; do args+=("${ab_names[$i]}=${ab_reports[$i]}"); done
-    echo "== trainab: ${AB_ROUNDS:-2} rounds"
-    python3 tools/bench_ab.py --keys '_(million_images_per_s|us_per_step|loss|test_acc|failed)$' \
-        "${args[@]}" | tee "$OUT/trainab.log"
-    for d in "${ab_dirs[@]}"; do [ "$d" = . ] || rm -rf "$d"; done
+    ab_table trainab lean8-train '_(million_images_per_s|us_per_step|loss|test_acc|failed)$'
 elif want trainab; then
     summary+=("$(printf '%-24s %-11s' trainab "SKIPPED(no ${TRAIN_AB_DATA:-.data})")")
 fi
