@@ -53,11 +53,12 @@
  * context.
  *
  * L8_GRAPH_REFUSE, for testing a program's fallbacks: a comma list of
- * "capture" (every l8_graph_capture fails with L8_ERR_UNSUPPORTED after fn
- * ran, its capture discarded, as when the driver refuses to instantiate it;
- * on both backends) and "chain" (l8_graph_launch_repeat's chain is refused,
- * as by a driver without child graph nodes). Read at each call; another
- * word makes l8_graph_create fail.
+ * "capture" (every l8_graph_capture fails with L8_ERR_UNSUPPORTED, its
+ * capture discarded and the graph's previous work kept, as when the driver
+ * refuses to instantiate it; on CUDA fn has run under the capture; on both
+ * backends) and "chain" (l8_graph_launch_repeat's chain is refused, as by a
+ * driver without child graph nodes). Read at each call; another word makes
+ * l8_graph_create fail.
  */
 #ifndef L8_RUNTIME_GRAPH_H
 #define L8_RUNTIME_GRAPH_H
