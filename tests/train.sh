@@ -56,13 +56,15 @@ else bad "loss did not fall ($l1 -> $l3)"; cat "$tmp/full.txt"; fi
 # graph): one capture, 3 x 32 launches less the warm-up. fp8-head:
 # --fp8-head, every layer in FP8 (the head's dY cast too)
 # Of those, the full steps that ran k to a launch as a chain of copies (on
-# CUDA; the host backend has no chains): 4 by default - 28 of the first
-# epoch's 30 after the warm-up, 28 of the later epochs' 31 - and 3 for k = 3
-# (30 of each epoch's full steps), none for k = 1.
+# CUDA; the host backend has no chains): 16 by default - one chain of 16 in
+# each epoch (the first has 30 full steps after the warm-up, the later 31),
+# 48 - 4 for k = 4 (28 of the first epoch's 30, 28 of the later epochs' 31),
+# 3 for k = 3 (30 of each epoch's full steps), none for k = 1.
 chained() {
     if [ "$dev" = host ] || [ "$1" = 1 ]; then echo 0
     elif [ "$1" = 3 ]; then echo 90
-    else echo 84; fi
+    elif [ "$1" = 4 ]; then echo 84
+    else echo 48; fi
 }
 for mode in fp8 fp8-head bf16; do
     "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 > "$tmp/g.txt" 2>&1 || bad "$mode: graph run exited non-zero"
@@ -70,14 +72,14 @@ for mode in fp8 fp8-head bf16; do
     if [ -n "$(core "$tmp/g.txt")" ] && [ "$(core "$tmp/g.txt")" = "$(core "$tmp/ng.txt")" ]; then
         ok "$mode: graph steps equal eager steps bitwise ($(grep -c 'CUDA graph' "$tmp/g.txt") graph banner)"
     else bad "$mode: graph and --no-graph differ"; diff <(core "$tmp/g.txt") <(core "$tmp/ng.txt"); cat "$tmp/g.txt"; fi
-    if grep -qx "graphs: 1 captures, 95 launches, $(chained 4) chained" "$tmp/g.txt" &&
+    if grep -qx "graphs: 1 captures, 95 launches, $(chained 16) chained" "$tmp/g.txt" &&
        ! grep -q '^graphs' "$tmp/ng.txt"; then
-        ok "$mode: one capture over 3 epochs, the partial batch's step too, $(chained 4) steps chained"
+        ok "$mode: one capture over 3 epochs, the partial batch's step too, $(chained 16) steps chained"
     else bad "$mode: graph captures: $(grep '^graphs' "$tmp/g.txt" "$tmp/ng.txt")"; fi
-    # full steps 4 to a launch by default; 1 and 3 (31 full steps an epoch:
+    # full steps 16 to a launch by default; 1, 3 and 4 (31 full steps an epoch:
     # ten launches of 3 and one single step, in the first epoch the warm-up
     # and capture) run the same steps: the same losses and 95 executions
-    for k in 1 3; do
+    for k in 1 3 4; do
         "$bin" "${args[@]}" --$mode --limit 2000 --epochs 3 --graph-steps $k > "$tmp/k.txt" 2>&1 ||
             bad "$mode: --graph-steps $k run exited non-zero"
         if [ "$(core "$tmp/k.txt")" = "$(core "$tmp/ng.txt")" ] &&
@@ -154,7 +156,7 @@ else bad "--step-times"; cat "$tmp/st.txt"; fi
     bad "--limit 1984 run exited non-zero"
 if [ -n "$(core "$tmp/dl.txt")" ] && [ "$(core "$tmp/dl.txt")" = "$(core "$tmp/l1984.txt")" ] &&
    grep -q ' 1984+10000 images' "$tmp/dl.txt" &&
-   grep -qx "graphs: 1 captures, 92 launches, $(chained 4) chained" "$tmp/dl.txt"; then
+   grep -qx "graphs: 1 captures, 92 launches, $(chained 16) chained" "$tmp/dl.txt"; then
     ok "--drop-last: the run of --limit 1984 bitwise, one capture, 92 step executions"
 else bad "--drop-last"; diff <(core "$tmp/dl.txt") <(core "$tmp/l1984.txt"); grep 'images\|^graphs' "$tmp/dl.txt"; fi
 "$bin" --device "$dev" --data "$data" --quiet --batch 65536 --drop-last --epochs 1 > "$tmp/o.txt" 2>&1; rc=$?

@@ -198,7 +198,7 @@ static void usage(FILE *f)
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
             "          (as --limit at the last whole batch)\n"
-            "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 4)\n"
+            "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 16)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
@@ -255,7 +255,7 @@ static int parse_hidden(const char *s, opts *o)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){ .hidden = { 256, 128 }, .nhidden = 2, .batch = 128, .epochs = 10, .fp8 = 1,
-                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1, .dp = 1, .graph_steps = 4 };
+                 .lr = 1e-3f, .wd = 0.01f, .seed = 1, .tp = 1, .dp = 1, .graph_steps = 16 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -1021,7 +1021,8 @@ static l8_status train_step_fn(void *arg, l8_stream *s)
  * launches it instead of warming up and capturing again. Full batches go
  * --graph-steps at a time into one launch (l8_graph_launch_repeat) while
  * that many are left: the gap between two launches costs a step of a small
- * model a few percent (docs/perf.md, 2026-12-03 third session). The partial
+ * model a few percent (docs/perf.md, 2026-12-03 third session; 16, the
+ * default, ran 2.4-3.6% faster than 4: 2026-12-06 twenty-ninth). The partial
  * batch runs in the same graph: a second graph of its size, launched once
  * an epoch, slowed every later launch of the first by 4% in FP8 on the
  * default model (docs/perf.md, 2026-12-04 fifteenth session). on: 0 when
