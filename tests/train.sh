@@ -131,15 +131,16 @@ epoch  3  loss 0.6842  train 0.7670  test acc 0.7602'; fi
     done
 fi
 # --step-times: after each epoch line, the GPU's time per step by kind of call:
-# 7 launches of 4 full steps, then 4 single steps (3 full and the padded
-# partial batch; in the first epoch 2 full, and the warm-up); the
+# a launch of 16 full steps (the default --graph-steps), then 16 single steps
+# (15 full and the padded partial batch; in the first epoch 14 full, the
+# padded one and the warm-up); the
 # losses those of the same run without it. The host backend says it does not
 # time (its events have no clock).
 "$bin" "${args[@]}" --fp8 --limit 2000 --epochs 3 --step-times > "$tmp/st.txt" 2>&1 ||
     bad "--step-times run exited non-zero"
 t='[0-9]+\.[0-9]{2} us a step \(slowest [0-9]+\.[0-9]{2}\)'
 if [ "$dev" = host ]; then want='^  steps on the GPU: not timed \(host backend\)$'
-else want="^  steps on the GPU: 7 x 4 at $t; 4 x 1 at $t\$"; fi
+else want="^  steps on the GPU: 1 x 16 at $t; 16 x 1 at $t\$"; fi
 if [ "$(grep -A1 '^epoch' "$tmp/st.txt" | grep -cE "$want")" = 3 ] &&
    [ "$(grep -c '^  steps on the GPU' "$tmp/st.txt")" = 3 ] &&
    [ "$(core "$tmp/st.txt")" = "$(core "$tmp/g-fp8.txt")" ]; then
