@@ -1307,7 +1307,7 @@ _CACHE_MODS = {'ca', 'cg', 'cs', 'lu', 'cv', 'wb', 'wt', 'nc', 'weak', 'volatile
                'sync', 'uni', 'L1::evict_normal', 'L1::evict_unchanged', 'L1::evict_first',
                'L1::evict_last', 'L1::no_allocate', 'L2::evict_first', 'L2::evict_last',
                'L2::evict_normal', 'L2::64B', 'L2::128B', 'L2::256B', 'L2::cache_hint'}
-_SYNC_OPS = {'bar', 'barrier', 'shfl', 'redux', 'vote', 'ret', 'exit'}
+_SYNC_OPS = {'bar', 'barrier', 'shfl', 'redux', 'vote', 'mma', 'ret', 'exit'}
 _NOPS = {'griddepcontrol', 'prefetch', 'prefetchu', 'membar', 'fence', 'nanosleep',
          'pmevent'}
 
@@ -2287,6 +2287,24 @@ class _Codegen:
         self.nargs(ins, 3)
         ins.sync = ('redux', mods[1], mods[2], self.reg(ins, ins.ops[0], True)[0],
                     self.opnd(ins, ins.ops[1]), self.opnd(ins, ins.ops[2]))
+
+    def g_mma(self, ins, mods):
+        """mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 d, a, b, c: a
+        warp collective of all 32 lanes (Warp.mma)."""
+        if (len(mods) != 9 or mods[:6] != ['sync', 'aligned', 'm16n8k32', 'row', 'col', 'f32']
+                or mods[6] not in ('e4m3', 'e5m2') or mods[7] not in ('e4m3', 'e5m2')
+                or mods[8] != 'f32'):
+            self.fail(ins, 'only mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.'
+                      '{e4m3,e5m2}.f32 is implemented')
+        self.nargs(ins, 4)
+        vecs = []
+        for op, n in zip(ins.ops, (4, 4, 2, 4)):
+            if op[0] != 'vec' or len(op[1]) != n:
+                self.fail(ins, 'mma operands: {4 regs}, {4 regs}, {2 regs}, {4 regs}')
+            vecs.append(op[1])
+        d = [self.reg(ins, r, True)[0] for r in vecs[0]]
+        src = [[self.reg(ins, r)[0] for r in v] for v in vecs[1:]]
+        ins.sync = ('mma', mods[6], mods[7], d, src[0], src[1], src[2], ('i', 0xffffffff))
 
     def g_vote(self, ins, mods):
         if len(mods) != 3 or mods[0] != 'sync' or (mods[1], mods[2]) not in {
@@ -3406,6 +3424,8 @@ class _Runner:
                 self.redux(s, lanes)
             elif kind == 'vote':
                 self.vote(s, lanes)
+            elif kind == 'mma':
+                self.mma(s, lanes)
         except TypeError as x:
             raise self.diagnose(x, group[0], pc) from None
         self.count += len(group)
@@ -3465,6 +3485,58 @@ class _Runner:
                 res = res & v if op == 'and' else res | v if op == 'or' else res ^ v
         for th in lanes.values():
             th.regs[di] = res & 0xffffffff
+
+    @staticmethod
+    def _fp8_val(c, fmt):
+        """An FP8 code -> Python float (exact); NaN codes -> nan."""
+        h = _dq4(c) if fmt == 'e4m3' else _dq5(c)
+        return f32_value(_f16_to_f32(h))
+
+    def mma(self, s, lanes):
+        """m16n8k32, 8-bit inputs (PTX ISA, the m16n8k32 fragments of .e4m3 / .e5m2):
+        lane (g = lane / 4, t = lane % 4): a0 = A[g][4t..4t+3], a1 = A[g+8][4t..],
+        a2 = A[g][16+4t..], a3 = A[g+8][16+4t..] (byte i of a word: k + i); b0 =
+        B[4t..4t+3][g], b1 = B[16+4t..][g]; c0, c1 = C[g][2t, 2t+1], c2, c3 =
+        C[g+8][2t, 2t+1]. D = A.B + C: the exact products summed exactly with C,
+        rounded once to f32 (the hardware's own order and intermediate rounding
+        are not modelled: compare with a tolerance)."""
+        _, ta, tb, d, a, b, c, _m = s
+        A = [[0.0] * 32 for _ in range(16)]
+        B = [[0.0] * 8 for _ in range(32)]
+        C = [[0.0] * 8 for _ in range(16)]
+        for ln, th in lanes.items():
+            g, t = ln >> 2, ln & 3
+            av = [th.regs[i] for i in a]
+            bv = [th.regs[i] for i in b]
+            cv = [th.regs[i] for i in c]
+            for v in av + bv + cv:
+                if type(v) is not int:
+                    raise TypeError('undefined operand')
+            for w, (row, k0) in enumerate(((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t),
+                                           (g + 8, 16 + 4 * t))):
+                for i in range(4):
+                    A[row][k0 + i] = self._fp8_val(av[w] >> (8 * i) & 0xff, ta)
+            for w, k0 in enumerate((4 * t, 16 + 4 * t)):
+                for i in range(4):
+                    B[k0 + i][g] = self._fp8_val(bv[w] >> (8 * i) & 0xff, tb)
+            for w, (row, col) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t),
+                                            (g + 8, 2 * t + 1))):
+                C[row][col] = f32_value(cv[w])
+        out = {}
+        for ln in lanes:
+            g, t = ln >> 2, ln & 3
+            vals = []
+            for row, col in ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)):
+                terms = [A[row][k] * B[k][col] for k in range(32)] + [C[row][col]]
+                if any(x != x for x in terms) or (any(x == float('inf') for x in terms) and
+                                                  any(x == -float('inf') for x in terms)):
+                    vals.append(QNAN)
+                else:
+                    vals.append(f32_bits(math.fsum(terms)))
+            out[ln] = vals
+        for ln, th in lanes.items():
+            for i, v in zip(d, out[ln]):
+                th.regs[i] = v
 
     def vote(self, s, lanes):
         _, mode, di, ai, neg, _m = s
