@@ -192,6 +192,7 @@ test-ptxsim: $(PTX_GEN) $(BUILD)/liblean8.so
 	$(Q)python3 tests/ptxsim_interleave.py --ptx $(BUILD)/ptx/interleave.ptx
 	$(Q)python3 tests/ptxsim_gather.py --ptx ptx/gather.ptx
 	$(Q)python3 tests/ptxsim_dequantize.py --ptx ptx/dequantize.ptx
+	$(Q)python3 tests/ptxsim_gemm.py --ptx $(BUILD)/ptx/gemm_small.ptx
 	$(Q)tests/ptxsim_broken.sh $(BUILD)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all

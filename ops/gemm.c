@@ -205,6 +205,7 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     h->at_iters = c.autotune_iters ? c.autotune_iters : 10;
     h->max_plans = c.max_plans ? c.max_plans : 4096;
     h->precise_reduction = c.precise_reduction != 0;
+    h->small = h->cuda ? l8i_gemm_small_env() : 0;
     h->stats.size = sizeof h->stats;
     pthread_mutex_init(&h->lock, NULL);
     l8_status st = L8_OK;
@@ -212,6 +213,7 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
         int ltv = 0;
         L8_TRY(st, l8i_lt_load(&ltv), fail);
         L8_TRY(st, l8i_ctx_bind(ctx), fail);
+        L8_TRY(st, l8i_sm_count(ctx, &h->nsm), fail);
         L8_TRY(st, L8_LT(cublasLtCreate, &h->lt), fail);
         /* the search needs the algorithm-configuration API: without it,
          * mode 2 is mode 1 (no error: an older cuBLASLt still tunes) */
@@ -899,6 +901,12 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     const int cuda = h->cuda;     /* fixed at create: w is set exactly when it is */
     if (cuda) {
         L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
+        if (l8i_gemm_small_takes(h->small, h->nsm, &p)) {
+            L8_TRY(ret, l8i_gemm_small(h->ctx, &p, s), out);
+            h->stats.calls++;
+            h->stats.small_calls++;
+            goto out;
+        }
         L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
     }
     L8_TRY(ret, plan_get(h, &p, s, &pl), out);

@@ -73,6 +73,19 @@
  * sums). Mode 2 tunes a plan in seconds for large shapes (every candidate
  * runs 3 x autotune_iters times); l8_gemm_describe says what was chosen.
  *
+ * Small FP8 GEMMs (L8_GEMM_SMALL, read when a CUDA handle is created): a
+ * call that fits runs lean8's own kernel (ptx/gemm_small.ptx.in) instead of
+ * cuBLASLt. Fits: FP8 A and B (trans_a = 0, trans_b = 1), a bf16 or f32 D,
+ * no epilogue, beta any, N % 8 == 0, M * N * K <= 2^27 (and the FP8 rules
+ * above). By default (auto) it takes those whose grid of 32 x 32 tiles of D
+ * is at most half the device's SMs, where it was faster than cuBLASLt's FP8
+ * kernels; "1" takes every call that fits; "0" none. The kernel sums each
+ * output in f32 (an mma's 32 products, then its K chunks and its four warps
+ * in a fixed order: the same bits from run to run), applies alpha * s_A *
+ * s_B and beta in f32 and rounds once to D; it ignores fast_accum and
+ * sm_count and makes no plan (l8_gemm_stats.small_calls counts its calls).
+ * `lean8-bench gemmsmall` times it against cuBLASLt at lean8-train's shapes.
+ *
  * Host backend: the same API runs the C reference (ops/gemm_host.c): FP8
  * operands are decoded exactly to f32, products are accumulated in f32 in k
  * order (0 .. K-1, one chain per output: a fused multiply-add per step on
@@ -269,6 +282,8 @@ typedef struct l8_gemm_stats {
     uint64_t plan_cache_hits;     /* plans built from a plan cache entry (not tuned) */
     uint64_t plan_cache_rejected; /* cache entries cublasLtMatmulAlgoCheck refused */
     uint64_t plan_cache_saves;    /* times the plan cache file was written */
+    uint64_t small_calls;         /* of calls: run by lean8's small FP8 GEMM kernel
+                                     (L8_GEMM_SMALL), no cuBLASLt plan */
 } l8_gemm_stats;
 
 /* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering

@@ -142,6 +142,8 @@ struct l8_gemm_handle {
     pthread_mutex_t lock;
     l8_gemm_stats stats;
     l8i_gemm_cache *pcache;       /* the persistent plan cache; NULL: none (host, or no path) */
+    int small;                    /* L8_GEMM_SMALL at create: 0, 1, -1 auto (gemm_small.c) */
+    unsigned nsm;                 /* the device's SMs (CUDA) */
     void *host_scratch;           /* host backend: packing memory kept between calls */
     size_t host_scratch_bytes;
 };
@@ -157,6 +159,21 @@ l8_status l8i_gemm_workspace_for(l8_gemm_handle *h, l8_stream *s, ws_slot **out)
 /* Enqueue cublasLtMatmul for p with pl->algo on s. The pointer attributes
  * must already be set (l8i_gemm_set_ptrs). Errors: L8_ERR_CUBLAS, L8_ERR_OOM. */
 l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stream *s, void *ws);
+
+/* ---- gemm_small.c: lean8's kernel for small FP8 GEMMs ---- */
+
+/* L8_GEMM_SMALL: "0" -> 0 (off), "1" -> 1 (every call that fits), else
+ * (unset too) -1 (auto). */
+int l8i_gemm_small_env(void);
+/* 1 when l8_gemm runs p (checked, CUDA) with the small kernel under mode
+ * (h->small) on a device of nsm SMs: FP8 A and B in the TN form, a bf16 or
+ * f32 D, no epilogue and no amax, N % 8 == 0, M * N * K <= 2^27, 16-byte
+ * aligned operands and row strides; auto (-1) also wants a grid of at most
+ * nsm / 2 tiles of 32 x 32. */
+int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
+/* Enqueue p on s with the small kernel (l8i_gemm_small_takes said 1; the
+ * context bound). Errors: L8_ERR_CUDA. */
+l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, l8_stream *s);
 
 /* ---- gemm_tune.c: autotuning and the configuration search ---- */
 

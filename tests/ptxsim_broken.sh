@@ -59,4 +59,8 @@ broken idx tests/ptxsim_gather.py ptx/gather.ptx \
 # the dequantize's e5m2 test taken for e4m3's
 broken fmt8 tests/ptxsim_dequantize.py ptx/dequantize.ptx \
     'setp.eq.u32     %pe5, %r1, 4;' 'setp.eq.u32     %pe5, %r1, 3;' --quick --fuzz 0
+# the small GEMM's warps stepping over K by 3 chunks a round where they take 2 (a warp
+# loops only where K spans more than 8 chunks of 64 bytes)
+broken kloop tests/ptxsim_gemm.py $B/ptx/gemm_small.ptx \
+    'add.u32         %r20, %r20, 8;' 'add.u32         %r20, %r20, 12;' --quick --fuzz 0
 exit $fails

@@ -149,15 +149,26 @@ static void dmat_free(dmat *t)
 static l8_ctx *make_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
 /* precise_reduction: the GPU comparisons below hold cuBLASLt to f32
- * partial sums; test_gpu_default_reduction covers the default. */
-static l8_gemm_handle *make_handle(l8_ctx *ctx, int autotune)
+ * partial sums; test_gpu_default_reduction covers the default. The handle
+ * runs every call through cuBLASLt (L8_GEMM_SMALL=0 at its creation: these
+ * tests count plans); small_handle gives the small kernel the calls that
+ * fit under mode (ops/gemm.h: "1", or NULL for the default, auto). */
+static l8_gemm_handle *small_handle(l8_ctx *ctx, int autotune, const char *mode)
 {
     l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
     cfg.autotune = autotune;
     cfg.precise_reduction = 1;
     l8_gemm_handle *h = NULL;
+    if (mode) ck_assert_int_eq(setenv("L8_GEMM_SMALL", mode, 1), 0);
+    else unsetenv("L8_GEMM_SMALL");
     L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
+    unsetenv("L8_GEMM_SMALL");
     return h;
+}
+
+static l8_gemm_handle *make_handle(l8_ctx *ctx, int autotune)
+{
+    return small_handle(ctx, autotune, "0");
 }
 
 static l8_gemm_stats stats_of(l8_gemm_handle *h)
@@ -1265,6 +1276,71 @@ START_TEST(test_gpu_gemm_modes)
 }
 END_TEST
 
+/* L8_GEMM_SMALL=1: the FP8 calls lean8's small kernel takes (TN, a bf16 or
+ * f32 D, no epilogue, M * N * K <= 2^27) against the host reference at a
+ * training step's shapes and at tails (M and N not multiples of its 32 x
+ * 32 tile, K not of its 64-byte chunks, one warp looping over K); the
+ * calls it must leave to cuBLASLt (an FP8 D with amax, a bias epilogue, a
+ * GEMM above the size limit) still right and not counted. */
+static const int k_small_modes[] = { 0, 1, 2, 4, 6, 3, 7 };
+#define N_SMALL_MODES (sizeof k_small_modes / sizeof k_small_modes[0])
+
+START_TEST(test_gpu_small_kernel)
+{
+    const mode *md = &k_gpu_modes[k_small_modes[_i]];
+    int taken = !l8_dtype_is_fp8(md->d) && md->epi == L8_GEMM_EPI_NONE;
+    l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
+    l8_gemm_handle *gh = small_handle(g, 0, "1"), *hh = make_handle(h, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0x5a11 + (uint64_t)_i);
+    static const int64_t shapes[][3] = {
+        { 256, 512, 512 }, { 512, 512, 256 }, { 256, 512, 784 }, { 128, 256, 784 },
+        { 37, 24, 48 }, { 70, 72, 1040 }, { 1, 8, 16 },
+    };
+    int n = l8_test_quick() ? 5 : 7;
+    for (int i = 0; i < n; i++)   /* cuBLASLt's FP8 D wants N % 16 == 0 */
+        gpu_case(g, gh, h, hh, md, shapes[i][0], taken ? shapes[i][1] : round_up(shapes[i][1], 32),
+                 shapes[i][2], &r);
+    gpu_case(g, gh, h, hh, md, 512, 512, 1024, &r);   /* 2^28: above the limit */
+    l8_gemm_stats st = stats_of(gh);
+    ck_assert_uint_eq(st.calls, (uint64_t)n + 1);
+    ck_assert_uint_eq(st.small_calls, taken ? (uint64_t)n : 0);
+    l8_gemm_handle_destroy(gh);
+    l8_gemm_handle_destroy(hh);
+    l8_ctx_destroy(h);
+    done_gpu(g);
+}
+END_TEST
+
+/* L8_GEMM_SMALL unset (auto): the small kernel takes a call that fits
+ * when its grid of 32 x 32 tiles is at most half the SMs; "0" takes none. */
+START_TEST(test_gpu_small_auto)
+{
+    const mode *md = &k_gpu_modes[1];                /* e4m3 x e4m3 -> bf16 */
+    l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
+    l8_gemm_handle *ga = small_handle(g, 0, NULL), *g0 = make_handle(g, 0);
+    l8_gemm_handle *hh = make_handle(h, 0);
+    l8_rng r;
+    l8_rng_init(&r, 0xa070);
+    static const int64_t shapes[][3] = { { 128, 256, 128 }, { 256, 512, 512 }, { 96, 64, 64 } };
+    uint64_t want = 0;
+    for (int i = 0; i < 3; i++) {
+        gpu_case(g, ga, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
+        gpu_case(g, g0, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
+        int64_t ctas = round_up(shapes[i][0], 32) / 32 * (round_up(shapes[i][1], 32) / 32);
+        want += 2 * ctas <= (int64_t)ga->nsm;
+    }
+    ck_assert_uint_eq(want, 2);                     /* 64 to 255 SMs: the first and the last */
+    ck_assert_uint_eq(stats_of(ga).small_calls, want);
+    ck_assert_uint_eq(stats_of(g0).small_calls, 0);
+    l8_gemm_handle_destroy(ga);
+    l8_gemm_handle_destroy(g0);
+    l8_gemm_handle_destroy(hh);
+    l8_ctx_destroy(h);
+    done_gpu(g);
+}
+END_TEST
+
 /* The second call of one shape creates no plan and gives the same bits. */
 START_TEST(test_gpu_plan_cache_hit)
 {
@@ -1616,6 +1692,8 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tg, test_gpu_errors);
     tcase_add_loop_test(tg, test_gpu_gelu_aux, 0, 6);
     tcase_add_test(tg, test_gpu_plan_cache_file);
+    tcase_add_loop_test(tg, test_gpu_small_kernel, 0, (int)N_SMALL_MODES);
+    tcase_add_test(tg, test_gpu_small_auto);
     suite_add_tcase(s, tg);
     return s;
 }

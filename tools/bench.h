@@ -48,6 +48,8 @@ int bench_alloc(const bench_opts *o);
 int bench_cast(const bench_opts *o);
 int bench_linear(const bench_opts *o);
 int bench_gemm(const bench_opts *o);
+/* lean8-train's FP8 GEMMs: cuBLASLt against lean8's small kernel (bench_gemm_small.c). */
+int bench_gemm_small(const bench_opts *o);
 /* comm: bench_comm runs the parts below (bench_comm.c). */
 int bench_comm(const bench_opts *o);
 /* The last-dimension rearrangement (l8i_interleave) against a device copy. */

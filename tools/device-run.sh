@@ -13,6 +13,8 @@
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
+#   gemmsmall lean8-bench gemmsmall (lean8-train's FP8 GEMMs: cuBLASLt, lean8's small
+#             kernel and cuBLASLt bf16; no PyTorch side)
 #   trace     (not in the default set) lean8-bench trace, a traced and an untraced
 #             lean8-train run (2 epochs), lean8-trace summary / plot / export of the trace
 #   ddp       lean8-bench ddp (the data-parallel step: no reducer, after backward,
@@ -87,7 +89,7 @@ mkdir -p "$FINAL"
 export NCCL_NVLS_ENABLE=0
 LIMIT=${STEP_LIMIT:-300}
 DEADLINE=$(( $(date +%s) + ${DEADLINE:-540} ))
-stages=${*:-gpu memcheck info alloc cast gemm linear offload comm ddp fortran train}
+stages=${*:-gpu memcheck info alloc cast gemm gemmsmall linear offload comm ddp fortran train}
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary=()
 stamp() { python3 -u -c '
@@ -212,6 +214,10 @@ if want gemm; then
     step "torch gemm" torch-gemm.log python3 tools/bench_torch_gemm.py --json "$OUT/bench-gemm-torch.json"
     step "gemm ratios" gemm-ratio.log python3 tools/bench_ratio.py "$OUT/bench-gemm.json" \
         "$OUT/bench-gemm-torch.json"
+fi
+if want gemmsmall; then
+    step "bench gemmsmall" bench-gemmsmall.log build/bin/lean8-bench gemmsmall \
+        --json "$OUT/bench-gemmsmall.json"
 fi
 if want linear; then
     step "bench linear" bench-linear.log build/bin/lean8-bench linear --json "$OUT/bench-linear.json"
@@ -376,7 +382,7 @@ done
 [ -f "$OUT/gemm-cache1.log" ] && grep -E 'lean8 gemm search|plan cache' "$OUT/gemm-cache1.log" | head -n 20
 [ -f "$OUT/gemm-cache-ratio.log" ] && cat "$OUT/gemm-cache-ratio.log"
 tar -czf "$FINAL/logs.tgz" -C "$OUT" .
-for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-linear.json bench-comm.json bench-ddp.json bench-offload.json; do
+for f in gpu.log memcheck.log bench-cast.json bench-gemm.json bench-gemmsmall.json bench-linear.json bench-comm.json bench-ddp.json bench-offload.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
 done
 exit 0

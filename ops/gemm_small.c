@@ -1,0 +1,80 @@
+/* gemm_small.c - lean8's own kernel for FP8 GEMMs too small for cuBLASLt's
+ * FP8 kernels to pay off (ptx/gemm_small.ptx.in): which l8_gemm calls it
+ * takes (L8_GEMM_SMALL, ops/gemm.h), and its launch.
+ *
+ * At a training step's shapes (256 x 512 x 512 and the like) cuBLASLt's FP8
+ * kernels took 4.4-5.5 us where its bf16 ones took 3.3-3.7 (docs/perf.md,
+ * 2026-12-06 twenty-ninth session): the FP8 step lost to the bf16 one in
+ * its GEMMs. The kernel here stages nothing in shared memory: each warp
+ * loads its share of K straight into mma.sync fragments, one 32 x 32 tile a
+ * CTA, one wave of CTAs.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ops/gemm_internal.h"
+#include "ops/internal.h"
+#include "runtime/internal.h"
+
+#define SMALL_THREADS 128u
+#define SMALL_TILE 32
+/* The largest M * N * K taken: the kernel keeps no data in shared memory
+ * and reads each operand once per CTA row or column of the grid, which
+ * pays only while the operands stay in L2 and one wave covers D. */
+#define SMALL_MAX_MNK ((int64_t)1 << 27)
+
+int l8i_gemm_small_env(void)
+{
+    const char *e = getenv("L8_GEMM_SMALL");
+    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
+}
+
+int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
+{
+    if (!mode || !p->fp8 || p->d_fp8 || p->ta != 0 || p->tb != 1)
+        return 0;
+    if (p->dt_d != L8_BF16 && p->dt_d != L8_F32)
+        return 0;
+    if (p->epi != L8_GEMM_EPI_NONE || p->amax)
+        return 0;
+    if (p->m < 1 || p->n < 1 || p->k < 16 || p->n % 8 || p->k % 16)
+        return 0;
+    if (p->m * p->n > SMALL_MAX_MNK / p->k)
+        return 0;
+    size_t ds = p->dt_d == L8_BF16 ? 2 : 4;
+    if (p->lda % 16 || p->ldb % 16 || ((size_t)p->ldd * ds) % 16 ||
+        (uintptr_t)p->a % 16 || (uintptr_t)p->b % 16 || (uintptr_t)p->d % 16)
+        return 0;
+    /* auto: a grid of at most half the SMs. Each CTA rereads its rows of A
+     * and B from L2, so the traffic grows with the grid; and a grid near
+     * the SM count takes two waves beside the step's other stream. */
+    int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
+    if (mode < 0 && 2 * ctas > (int64_t)nsm)
+        return 0;
+    return 1;
+}
+
+l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, l8_stream *s)
+{
+    /* by D (bf16, f32) and input pair (e4m3 e4m3, e4m3 e5m2, e5m2 e4m3) */
+    static const char *const k_entries[2][3] = {
+        { "l8_gemm_small_e4m3_e4m3_bf16", "l8_gemm_small_e4m3_e5m2_bf16",
+          "l8_gemm_small_e5m2_e4m3_bf16" },
+        { "l8_gemm_small_e4m3_e4m3_f32", "l8_gemm_small_e4m3_e5m2_f32",
+          "l8_gemm_small_e5m2_e4m3_f32" },
+    };
+    int pair = p->dt_a == L8_E5M2 ? 2 : p->dt_b == L8_E5M2 ? 1 : 0;
+    CUfunction f;
+    L8_CHECK(l8i_kernel(ctx, "gemm_small", k_entries[p->dt_d == L8_F32][pair], &f));
+    uint64_t d = (uint64_t)(uintptr_t)p->d, a = (uint64_t)(uintptr_t)p->a;
+    uint64_t b = (uint64_t)(uintptr_t)p->b;
+    uint64_t sa = (uint64_t)(uintptr_t)p->sa, sb = (uint64_t)(uintptr_t)p->sb;
+    uint32_t m = (uint32_t)p->m, n = (uint32_t)p->n, k = (uint32_t)p->k;
+    uint64_t lda = (uint64_t)p->lda, ldb = (uint64_t)p->ldb;   /* FP8: bytes */
+    uint64_t ldd = (uint64_t)p->ldd * (p->dt_d == L8_BF16 ? 2u : 4u);
+    float alpha = p->alpha, beta = p->beta;
+    void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta };
+    unsigned gx = (unsigned)((p->n + SMALL_TILE - 1) / SMALL_TILE);
+    unsigned gy = (unsigned)((p->m + SMALL_TILE - 1) / SMALL_TILE);
+    return l8i_launch(s, f, gx, gy, 1, SMALL_THREADS, 1, 1, 0, args);
+}

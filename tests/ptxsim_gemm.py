@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""ptxsim_gemm.py - the small FP8 GEMM (build/ptx/gemm_small.ptx, the l8_gemm_small_*
+entries that ops/gemm_small.c launches for l8_gemm) run through tools/ptxsim.py on the
+CPU and compared with a reference written from the kernel's banner and ops/gemm.h's
+contract, not from its code:
+
+    D[m, n] = alpha * sA * sB * sum_k A[m, k] * B[n, k]  (+ beta * D[m, n])
+
+A (M, K) and B (N, K) FP8 codes with row strides lda, ldb (bytes); D (M, N) bf16 or f32
+with row stride ldd; sA, sB f32 scalars in device memory (or absent: 1). The launch is
+the launcher's: grid (ceil(N / 32), ceil(M / 32)), 128 threads. The reference sums the
+products exactly; the kernel sums in f32 (per mma, then over the K chunks and the
+warps), so an element may differ from the exact value rounded to D's dtype by one unit
+in its last place plus (K / 32 + 8) f32 roundings of the sum of |products| (times the
+scale): far below what a wrong pairing of A's and B's bytes, a wrong row or a lost
+chunk gives. D's bytes outside the M x N elements (the row padding up to ldd, the
+guards) must stay unwritten; with beta == 0 D is not read (its old bytes are left
+undefined: reading them faults).
+
+    python3 tests/ptxsim_gemm.py [--ptx FILE] [--quick] [--only SUBSTR] [--seed N]
+                                 [--fuzz N] [--strict-undef]
+
+Exit status 0 only if every case passes.
+"""
+
+import math
+import struct
+import sys
+
+import ptxsim_ref as R
+from ptxsim_ref import ptxsim
+
+THREADS = 128
+PAIRS = (('e4m3', 'e4m3'), ('e4m3', 'e5m2'), ('e5m2', 'e4m3'))
+
+
+def fp8_value(code, fmt):
+    """An FP8 code -> its value (from the formats' definition)."""
+    sign = -1.0 if code & 0x80 else 1.0
+    if fmt == 'e4m3':
+        e, m = (code >> 3) & 15, code & 7
+        if e == 15 and m == 7:
+            return math.nan
+        v = m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+    else:
+        e, m = (code >> 2) & 31, code & 3
+        if e == 31:
+            return sign * math.inf if m == 0 else math.nan
+        v = m / 4.0 * 2.0 ** -14 if e == 0 else (1 + m / 4.0) * 2.0 ** (e - 15)
+    return sign * v
+
+
+def random_code(rnd, fmt):
+    """A finite code of moderate size (|x| in [2^-6, 16) or 0): sums stay far from
+    overflow."""
+    if rnd.random() < 0.05:
+        return 0
+    if fmt == 'e4m3':
+        e = rnd.randint(1, 10)
+        return (rnd.getrandbits(1) << 7) | (e << 3) | rnd.getrandbits(3)
+    e = rnd.randint(9, 18)
+    return (rnd.getrandbits(1) << 7) | (e << 2) | rnd.getrandbits(2)
+
+
+def ulp(x, dt):
+    """One unit in the last place of D's dtype at |x| (normal range)."""
+    mb = 7 if dt == 'bf16' else 23
+    e = math.frexp(abs(x))[1] if x else -125
+    return 2.0 ** (max(e, -125) - 1 - mb)
+
+
+class Case:
+    def __init__(self, ta, tb, dt, m, n, k, lda_pad=0, ldb_pad=0, ldd_pad=0, alpha=1.0,
+                 beta=0.0, sa=None, sb=None):
+        self.ta, self.tb, self.dt = ta, tb, dt
+        self.m, self.n, self.k = m, n, k
+        self.lda, self.ldb = k + lda_pad, k + ldb_pad
+        self.ldd = n + ldd_pad
+        self.alpha, self.beta, self.sa, self.sb = alpha, beta, sa, sb
+
+    def __str__(self):
+        s = '%s x %s -> %-4s %3d x %3d x %4d' % (self.ta, self.tb, self.dt, self.m, self.n,
+                                               self.k)
+        if (self.lda, self.ldb, self.ldd) != (self.k, self.k, self.n):
+            s += ' ld %d/%d/%d' % (self.lda, self.ldb, self.ldd)
+        if self.alpha != 1.0 or self.beta:
+            s += ' alpha %g beta %g' % (self.alpha, self.beta)
+        if self.sa is not None or self.sb is not None:
+            s += ' sA %s sB %s' % (self.sa, self.sb)
+        return s
+
+
+def run_case(mod, c, rnd, strict=False):
+    esz = R.ESIZE[c.dt]
+    A = [[random_code(rnd, c.ta) for _ in range(c.k)] for _ in range(c.m)]
+    B = [[random_code(rnd, c.tb) for _ in range(c.k)] for _ in range(c.n)]
+    enc = (lambda x: R.enc16(x, 'bf16')) if c.dt == 'bf16' else R.f32_to_bits
+    dec = R.DECODE[c.dt]
+    old = None
+    if c.beta:
+        old = [[enc(rnd.uniform(-4, 4)) for _ in range(c.n)] for _ in range(c.m)]
+
+    mem = ptxsim.Memory()
+
+    def matrix(rows, ld, data, fmt):
+        p = mem.alloc(max(rows * ld, 16))
+        buf = bytearray(rows * ld)
+        for r, row in enumerate(data):
+            buf[r * ld:r * ld + len(row)] = bytes(row)
+        mem.write(p, bytes(buf))
+        return p
+    pa = matrix(c.m, c.lda, A, c.ta)
+    pb = matrix(c.n, c.ldb, B, c.tb)
+
+    def scalar(v):
+        if v is None:
+            return 0
+        p = mem.alloc(16)
+        mem.write(p, struct.pack('<f', v))
+        return p
+    psa, psb = scalar(c.sa), scalar(c.sb)
+
+    outs = R.Outputs(mem)
+    dbytes = ((c.m - 1) * c.ldd + c.n) * esz
+    pd = outs.alloc('d', dbytes)
+    if old is not None:                           # the old D, where beta reads it
+        for r in range(c.m):
+            fmt = '<%d%s' % (c.n, 'H' if esz == 2 else 'I')
+            mem.write(pd + r * c.ldd * esz, struct.pack(fmt, *old[r]))
+    grid = ((c.n + 31) // 32, (c.m + 31) // 32, 1)
+    entry = 'l8_gemm_small_%s_%s_%s' % (c.ta, c.tb, c.dt)
+    st, err = R.run_launch(mod, entry, grid=grid, block=(THREADS, 1, 1),
+                           params=[pd, pa, pb, psa, psb, c.m, c.n, c.k, c.lda, c.ldb,
+                                   c.ldd * esz, R.f32_to_bits(c.alpha),
+                                   R.f32_to_bits(c.beta)],
+                           mem=mem, strict_undef=strict)
+    if err:
+        return [err], 0.0, 0, ''
+    errs = []
+    if old is None:                               # exactly the M x N elements written
+        pad = [((r * c.ldd + c.n) * esz, ((r + 1) * c.ldd) * esz) for r in range(c.m - 1)]
+        errs += outs.check_coverage('d', skip=[p for p in pad if p[0] < p[1]])
+    got = outs.read('d')
+    scale = R.to_f32(R.to_f32(c.alpha * (1.0 if c.sa is None else c.sa)) *
+                     (1.0 if c.sb is None else c.sb))
+    bad = []
+    av = [[fp8_value(x, c.ta) for x in row] for row in A]
+    bv = [[fp8_value(x, c.tb) for x in row] for row in B]
+    for r in range(c.m):
+        for n in range(c.n):
+            prods = [x * y for x, y in zip(av[r], bv[n])]
+            exact = math.fsum(prods) * scale
+            mag = math.fsum(abs(p) for p in prods) * abs(scale)
+            if old is not None:
+                o = dec(old[r][n])
+                exact += c.beta * o
+                mag += abs(c.beta * o)
+            want = R.to_f32(exact)
+            off = (r * c.ldd + n) * esz
+            g = dec(struct.unpack_from('<H' if esz == 2 else '<I', got, off)[0])
+            tol = ulp(want, c.dt) + (c.k / 32 + 8) * 2.0 ** -24 * mag
+            if not abs(g - exact) <= tol:
+                bad.append((r, n, g, exact, tol))
+    if bad:
+        errs.append('d: %d of %d elements off; first %s' % (len(bad), c.m * c.n, ', '.join(
+            '[%d, %d] got %.6g want %.6g (tol %.2g)' % b for b in bad[:3])))
+    return errs, st['seconds'], st['instructions'], ''
+
+
+def cases(quick, fuzz, seed):
+    """Every entry (3 input pairs x 2 D dtypes) at one whole tile and one chunk; tails in
+    M (not a multiple of 32, or of 8), in N (a multiple of 8, not of 32) and in K (a
+    chunk of 16, 32 or 48 bytes past the last 64); K spanning more than 8 chunks (a warp
+    loops twice) or fewer than 4 (warps without a chunk); several CTAs; padded row
+    strides; alpha, sA, sB; beta with f32 and bf16 D."""
+    L = []
+    for dt in ('bf16', 'f32'):
+        for ta, tb in PAIRS:
+            L.append(Case(ta, tb, dt, 32, 32, 64))
+    L += [
+        Case('e5m2', 'e4m3', 'bf16', 40, 24, 208, sa=0.5, sb=3.0),
+        Case('e4m3', 'e4m3', 'bf16', 17, 40, 16, alpha=-0.25),
+        Case('e4m3', 'e5m2', 'f32', 33, 48, 528, lda_pad=16, ldb_pad=32, ldd_pad=4,
+             beta=1.0),
+        Case('e4m3', 'e4m3', 'f32', 64, 64, 96, sa=2.0 ** -5, beta=0.5),
+        Case('e5m2', 'e4m3', 'bf16', 48, 16, 176, ldd_pad=8, beta=-1.0, sb=0.125),
+        Case('e4m3', 'e4m3', 'bf16', 70, 72, 48, ldd_pad=24),
+        Case('e4m3', 'e4m3', 'bf16', 40, 32, 592, alpha=0.5),
+    ]
+    if not quick:
+        L.append(Case('e4m3', 'e4m3', 'bf16', 64, 64, 1024))
+    import random
+    rnd = random.Random(seed)
+    for _ in range(fuzz):
+        ta, tb = rnd.choice(PAIRS)
+        L.append(Case(ta, tb, rnd.choice(('bf16', 'f32')), rnd.randint(1, 48),
+                      8 * rnd.randint(1, 6), 16 * rnd.randint(1, 20),
+                      lda_pad=16 * rnd.randint(0, 2), ldb_pad=16 * rnd.randint(0, 2),
+                      ldd_pad=8 * rnd.randint(0, 2),
+                      alpha=rnd.choice((1.0, 0.5, -2.0)),
+                      beta=rnd.choice((0.0, 0.0, 1.0)),
+                      sa=rnd.choice((None, 0.25)), sb=rnd.choice((None, 4.0))))
+    return L
+
+
+def main(argv=None):
+    a, t0, mod = R.start(R.arg_parser(__doc__, 'gemm_small.ptx', 3), argv)
+    print('ptxsim gemm_small: %s' % a.ptx)
+
+    def one(case, rnd):
+        return run_case(mod, case, rnd, a.strict_undef)
+    return R.run_cases('gemm_small', cases(a.quick, a.fuzz, a.seed), one, a, t0)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
