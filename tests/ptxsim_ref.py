@@ -154,6 +154,23 @@ def fp8_encoder():
     return fp8_ref, 'the test\'s encoder (build/liblean8.so not loaded)'
 
 
+def fp8_value(code, fmt):
+    """The value of an FP8 code from the format's definition (runtime/fp8.h): a double,
+    exact; NaN codes give NaN. fmt: E4M3 or 'e4m3', else E5M2."""
+    sign = -1.0 if code & 0x80 else 1.0
+    if fmt in (E4M3, 'e4m3'):
+        e, m = (code >> 3) & 15, code & 7
+        if e == 15 and m == 7:
+            return math.nan
+        v = m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+    else:
+        e, m = (code >> 2) & 31, code & 3
+        if e == 31:
+            return sign * math.inf if m == 0 else math.nan
+        v = m / 4.0 * 2.0 ** -14 if e == 0 else (1 + m / 4.0) * 2.0 ** (e - 15)
+    return sign * v
+
+
 def fmt_name(fmt):
     return 'e5m2' if fmt == E5M2 else 'e4m3'
 
