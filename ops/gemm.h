@@ -78,8 +78,9 @@
  * cuBLASLt. Fits: FP8 A and B (trans_a = 0, trans_b = 1), a bf16 or f32 D,
  * no epilogue, beta any, N % 8 == 0, M * N * K <= 2^27 (and the FP8 rules
  * above). By default (auto) it takes those whose grid of 32 x 32 tiles of D
- * is at most half the device's SMs, where it was faster than cuBLASLt's FP8
- * kernels; "1" takes every call that fits; "0" none. The kernel sums each
+ * is at most half the device's SMs and whose K is at most 512, where it was
+ * faster than cuBLASLt's FP8 kernels; "1" takes every call that fits; "0"
+ * none. The kernel sums each
  * output in f32 (an mma's 32 products, then its K chunks and its four warps
  * in a fixed order: the same bits from run to run), applies alpha * s_A *
  * s_B and beta in f32 and rounds once to D; it ignores fast_accum and

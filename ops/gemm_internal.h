@@ -169,7 +169,7 @@ int l8i_gemm_small_env(void);
  * (h->small) on a device of nsm SMs: FP8 A and B in the TN form, a bf16 or
  * f32 D, no epilogue and no amax, N % 8 == 0, M * N * K <= 2^27, 16-byte
  * aligned operands and row strides; auto (-1) also wants a grid of at most
- * nsm / 2 tiles of 32 x 32. */
+ * nsm / 2 tiles of 32 x 32 and K <= 512. */
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
 /* Enqueue p on s with the small kernel (l8i_gemm_small_takes said 1; the
  * context bound). Errors: L8_ERR_CUDA. */

@@ -7,8 +7,9 @@
  * here stages nothing in shared memory: each warp loads its share of K
  * straight into mma.sync fragments, one 32 x 32 tile a CTA, and the partial
  * tiles meet once in shared memory. It was 3-6% faster than cuBLASLt's FP8
- * GEMMs on grids of 16 and 32 CTAs and up to 34% slower on grids of 128
- * and more, where every CTA rereads its rows of A and B from L2
+ * GEMMs on grids of 16 and 32 CTAs with K <= 256, and took up to 1.5x
+ * cuBLASLt's time on grids of 128 CTAs and more, where every CTA rereads
+ * its rows of A and B from L2, and 1.3x with K = 784, two rounds of loads
  * (docs/perf.md, 2026-12-06 thirtieth session): hence the auto policy.
  */
 #include <stdint.h>
@@ -24,6 +25,8 @@
  * and reads each operand once per CTA row or column of the grid, which
  * pays only while the operands stay in L2 and one wave covers D. */
 #define SMALL_MAX_MNK ((int64_t)1 << 27)
+/* auto's largest K: 4 warps x 2 chunks of 64 bytes, one round of loads */
+#define SMALL_AUTO_MAX_K 512
 
 int l8i_gemm_small_env(void)
 {
@@ -47,11 +50,13 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
     if (p->lda % 16 || p->ldb % 16 || ((size_t)p->ldd * ds) % 16 ||
         (uintptr_t)p->a % 16 || (uintptr_t)p->b % 16 || (uintptr_t)p->d % 16)
         return 0;
-    /* auto: a grid of at most half the SMs. Each CTA rereads its rows of A
-     * and B from L2, so the traffic grows with the grid; and a grid near
-     * the SM count takes two waves beside the step's other stream. */
+    /* auto: a grid of at most half the SMs, and K in one round of the
+     * warps. Each CTA rereads its rows of A and B from L2, so the traffic
+     * grows with the grid, and a grid near the SM count takes two waves
+     * beside the step's other stream; a second round of loads (K > 512)
+     * waits for the first's mmas. */
     int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
-    if (mode < 0 && 2 * ctas > (int64_t)nsm)
+    if (mode < 0 && (2 * ctas > (int64_t)nsm || p->k > SMALL_AUTO_MAX_K))
         return 0;
     return 1;
 }

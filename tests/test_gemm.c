@@ -1313,7 +1313,8 @@ START_TEST(test_gpu_small_kernel)
 END_TEST
 
 /* L8_GEMM_SMALL unset (auto): the small kernel takes a call that fits
- * when its grid of 32 x 32 tiles is at most half the SMs; "0" takes none. */
+ * when its grid of 32 x 32 tiles is at most half the SMs and K <= 512; "0"
+ * takes none. */
 START_TEST(test_gpu_small_auto)
 {
     const mode *md = &k_gpu_modes[1];                /* e4m3 x e4m3 -> bf16 */
@@ -1322,15 +1323,17 @@ START_TEST(test_gpu_small_auto)
     l8_gemm_handle *hh = make_handle(h, 0);
     l8_rng r;
     l8_rng_init(&r, 0xa070);
-    static const int64_t shapes[][3] = { { 128, 256, 128 }, { 256, 512, 512 }, { 96, 64, 64 } };
+    static const int64_t shapes[][3] = {
+        { 128, 256, 128 }, { 256, 512, 512 }, { 96, 64, 512 }, { 128, 256, 784 },
+    };
     uint64_t want = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         gpu_case(g, ga, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
         gpu_case(g, g0, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
         int64_t ctas = round_up(shapes[i][0], 32) / 32 * (round_up(shapes[i][1], 32) / 32);
-        want += 2 * ctas <= (int64_t)ga->nsm;
+        want += 2 * ctas <= (int64_t)ga->nsm && shapes[i][2] <= 512;
     }
-    ck_assert_uint_eq(want, 2);                     /* 64 to 255 SMs: the first and the last */
+    ck_assert_uint_eq(want, 2);                     /* 64 to 255 SMs: the first and the third */
     ck_assert_uint_eq(stats_of(ga).small_calls, want);
     ck_assert_uint_eq(stats_of(g0).small_calls, 0);
     l8_gemm_handle_destroy(ga);
