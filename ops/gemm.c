@@ -190,6 +190,8 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     if (c.workspace_bytes && c.workspace_bytes < (16u << 10))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: workspace_bytes %zu is below"
                        " cuBLASLt's 16 KiB minimum", c.workspace_bytes);
+    int small;
+    L8_CHECK(l8i_gemm_small_env(&small));
     l8_gemm_handle *h = calloc(1, sizeof *h);
     if (!h) return L8_FAIL(L8_ERR_OOM, "l8_gemm_handle_create: out of host memory");
     h->ctx = ctx;
@@ -205,7 +207,7 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
     h->at_iters = c.autotune_iters ? c.autotune_iters : 10;
     h->max_plans = c.max_plans ? c.max_plans : 4096;
     h->precise_reduction = c.precise_reduction != 0;
-    h->small = h->cuda ? l8i_gemm_small_env() : 0;
+    h->small = h->cuda ? small : 0;
     h->stats.size = sizeof h->stats;
     pthread_mutex_init(&h->lock, NULL);
     l8_status st = L8_OK;

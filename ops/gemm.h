@@ -79,8 +79,9 @@
  * no epilogue, beta any, N % 8 == 0, M * N * K <= 2^27 (and the FP8 rules
  * above). By default (auto) it takes those whose grid of 32 x 32 tiles of D
  * is at most half the device's SMs and whose K is at most 512, where it was
- * faster than cuBLASLt's FP8 kernels; "1" takes every call that fits; "0"
- * none. The kernel sums each
+ * faster than cuBLASLt's FP8 kernels ("auto" says so too); "1" takes every
+ * call that fits; "0" none; another value makes l8_gemm_handle_create fail
+ * with L8_ERR_INVALID_ARG (on every backend). The kernel sums each
  * output in f32 (an mma's 32 products, then its K chunks and its four warps
  * in a fixed order: the same bits from run to run), applies alpha * s_A *
  * s_B and beta in f32 and rounds once to D; it ignores fast_accum and
@@ -172,8 +173,9 @@ void l8_gemm_config_init(l8_gemm_config *cfg);
  * come later, per stream. On a host context the handle runs the reference.
  * Errors: L8_ERR_INVALID_ARG (autotune outside -1..2, autotune_candidates
  * outside 0..32, autotune_iters < 0, workspace_bytes below 16 KiB, a size
- * field too small), L8_ERR_NO_DEVICE (cuBLASLt missing or older
- * than 12.0), L8_ERR_CUBLAS, L8_ERR_CUDA, L8_ERR_OOM. */
+ * field too small, L8_GEMM_SMALL not 0, 1 or auto), L8_ERR_NO_DEVICE
+ * (cuBLASLt missing or older than 12.0), L8_ERR_CUBLAS, L8_ERR_CUDA,
+ * L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg,
                                              l8_gemm_handle **out);
 

@@ -162,9 +162,10 @@ l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stre
 
 /* ---- gemm_small.c: lean8's kernel for small FP8 GEMMs ---- */
 
-/* L8_GEMM_SMALL: "0" -> 0 (off), "1" -> 1 (every call that fits), else
- * (unset too) -1 (auto). */
-int l8i_gemm_small_env(void);
+/* *mode from L8_GEMM_SMALL: "0" -> 0 (off), "1" -> 1 (every call that
+ * fits), unset or "auto" -> -1 (auto). Errors: L8_ERR_INVALID_ARG (another
+ * value, named). */
+l8_status l8i_gemm_small_env(int *mode);
 /* 1 when l8_gemm runs p (checked, CUDA) with the small kernel under mode
  * (h->small) on a device of nsm SMs: FP8 A and B in the TN form, a bf16 or
  * f32 D, no epilogue and no amax, N % 8 == 0, M * N * K <= 2^27, 16-byte

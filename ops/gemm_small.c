@@ -28,10 +28,16 @@
 /* auto's largest K: 4 warps x 2 chunks of 64 bytes, one round of loads */
 #define SMALL_AUTO_MAX_K 512
 
-int l8i_gemm_small_env(void)
+l8_status l8i_gemm_small_env(int *mode)
 {
     const char *e = getenv("L8_GEMM_SMALL");
-    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
+    if (!e || !strcmp(e, "auto")) *mode = -1;
+    else if (!strcmp(e, "0")) *mode = 0;
+    else if (!strcmp(e, "1")) *mode = 1;
+    else
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: L8_GEMM_SMALL=%.64s is not 0,"
+                       " 1 or auto", e);
+    return L8_OK;
 }
 
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)

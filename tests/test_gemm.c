@@ -967,6 +967,31 @@ START_TEST(test_host_autotune_switch)
 }
 END_TEST
 
+/* L8_GEMM_SMALL: 0, 1, auto and unset make a handle on every backend (the
+ * host's runs the reference whatever it says); another value is refused by
+ * name, and nothing is created. */
+START_TEST(test_host_small_env)
+{
+    l8_ctx *ctx = make_ctx("host");
+    l8_gemm_handle *h = NULL;
+    static const char *const ok[] = { "0", "1", "auto" };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        l8_gemm_handle_destroy(small_handle(ctx, 0, ok[i]));
+    }
+    l8_gemm_handle_destroy(small_handle(ctx, 0, NULL));
+    static const char *const bad[] = { "2", "", "yes", "01", "auto " };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(setenv("L8_GEMM_SMALL", bad[i], 1), 0);
+        l8_status st = l8_gemm_handle_create(ctx, NULL, &h);
+        unsetenv("L8_GEMM_SMALL");
+        ck_assert_msg(st == L8_ERR_INVALID_ARG, "L8_GEMM_SMALL=\"%s\": status %d", bad[i], (int)st);
+        ck_assert_ptr_null(h);
+        ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "L8_GEMM_SMALL"));
+    }
+    l8_ctx_destroy(ctx);
+}
+END_TEST
+
 /* l8_gemm_describe finds the plan of a call already made, and only that. */
 START_TEST(test_host_describe)
 {
@@ -1678,6 +1703,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tc, test_host_failed_call_writes_nothing);
     tcase_add_test(tc, test_host_plan_cache);
     tcase_add_test(tc, test_host_autotune_switch);
+    tcase_add_test(tc, test_host_small_env);
     tcase_add_test(tc, test_host_describe);
     tcase_add_test(tc, test_host_tune_enumerate);
     tcase_add_test(tc, test_host_tune_split_k);
