@@ -166,11 +166,12 @@ l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stre
  * fits), unset or "auto" -> -1 (auto). Errors: L8_ERR_INVALID_ARG (another
  * value, named). */
 l8_status l8i_gemm_small_env(int *mode);
-/* 1 when l8_gemm runs p (checked, CUDA) with the small kernel under mode
- * (h->small) on a device of nsm SMs: FP8 A and B in the TN form, a bf16 or
- * f32 D, no epilogue and no amax, N % 8 == 0, M * N * K <= 2^27, 16-byte
- * aligned operands and row strides; auto (-1) also wants a grid of at most
- * nsm / 2 tiles of 32 x 32 and K <= 512. */
+/* 1 when l8_gemm runs p (checked by analyze, so an FP8 p already has the
+ * TN form, K % 16 == 0 and 16-byte aligned operands and row strides; CUDA)
+ * with the small kernel under mode (h->small) on a device of nsm SMs: FP8
+ * A and B, a bf16 or f32 D, no epilogue, N % 8 == 0, M * N * K <= 2^27;
+ * auto (-1) also wants a grid of at most nsm / 2 tiles of 32 x 32 and
+ * K <= 512. */
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
 /* Enqueue p on s with the small kernel (l8i_gemm_small_takes said 1; the
  * context bound). Errors: L8_ERR_CUDA. */

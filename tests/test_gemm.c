@@ -992,6 +992,53 @@ START_TEST(test_host_small_env)
 }
 END_TEST
 
+/* Which calls the small kernel takes (l8i_gemm_small_takes: the policy of
+ * ops/gemm.h, a pure function of an analyzed problem, checked without a
+ * GPU): mode 0 none, 1 every call that fits, auto (-1) those with a grid of
+ * at most half the SMs and K <= 512. */
+START_TEST(test_host_small_policy)
+{
+    problem base;
+    memset(&base, 0, sizeof base);
+    base.fp8 = 1;
+    base.dt_a = base.dt_b = L8_E4M3;
+    base.dt_d = L8_BF16;
+    base.tb = 1;
+    base.m = 128; base.n = 256; base.k = 128;     /* 4 x 8 = 32 tiles */
+    base.epi = L8_GEMM_EPI_NONE;
+    problem p = base;
+    ck_assert_int_eq(l8i_gemm_small_takes(0, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 1);
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 64, &p), 1);      /* 2 x 32 <= 64 */
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 63, &p), 0);
+    p.m = 256; p.n = 512; p.k = 512;                            /* 128 tiles */
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    p = base; p.k = 784;                                        /* K above 512 */
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    p = base; p.m = 512; p.n = 512; p.k = 512;                  /* 2^27: the limit */
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    p.k = 528;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.dt_d = L8_F32; p.dt_a = L8_E5M2;
+    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 1);
+    p.n = 20;                                                   /* f32 D: N % 4 only */
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.dt_d = L8_F16;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.d_fp8 = 1; p.dt_d = L8_E4M3;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.epi = L8_GEMM_EPI_BIAS;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.fp8 = 0; p.dt_a = p.dt_b = L8_BF16;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p = base; p.m = 0;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+}
+END_TEST
+
 /* l8_gemm_describe finds the plan of a call already made, and only that. */
 START_TEST(test_host_describe)
 {
@@ -1704,6 +1751,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tc, test_host_plan_cache);
     tcase_add_test(tc, test_host_autotune_switch);
     tcase_add_test(tc, test_host_small_env);
+    tcase_add_test(tc, test_host_small_policy);
     tcase_add_test(tc, test_host_describe);
     tcase_add_test(tc, test_host_tune_enumerate);
     tcase_add_test(tc, test_host_tune_split_k);
