@@ -831,7 +831,15 @@ static l8_status plan_build_cuda(l8_gemm_handle *h, plan *pl, const problem *p, 
     pl->algo = res[0].algo;
     pl->pick = L8I_PICK_FIRST;
     pl->rank = 0;
-    if (h->autotune) L8_TRY(ret, l8i_gemm_tune(h, pl, p, s, pref, res, n), out);
+    if (h->autotune) {
+        L8_TRY(ret, l8i_gemm_tune(h, pl, p, s, pref, res, n), out);
+    } else if (l8i_gemm_debug()) {
+        char d[256];
+        l8i_gemm_plan_describe(h, pl, d, sizeof d);
+        fprintf(stderr, "lean8: gemm plan %" PRId64 "x%" PRId64 "x%" PRId64 " %s x %s -> %s: %s\n",
+                p->m, p->n, p->k, l8_dtype_name(p->dt_a), l8_dtype_name(p->dt_b),
+                l8_dtype_name(p->dt_d), d);
+    }
 out:
     if (pref) (void)l8i_lt.cublasLtMatmulPreferenceDestroy(pref);
     return ret;

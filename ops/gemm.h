@@ -166,7 +166,8 @@ void l8_gemm_config_init(l8_gemm_config *cfg);
  * truncated, corrupt, not a plan cache, or from another device or cuBLASLt
  * version is ignored with a one-line warning on stderr and replaced on the
  * next save; a failed save is a warning too. Neither fails a call.
- * L8_GEMM_DEBUG=1 logs cache and search decisions on stderr. */
+ * L8_GEMM_DEBUG=1 logs cache and search decisions, and each untuned plan's
+ * cuBLASLt configuration, on stderr. */
 
 /* Create a handle for ctx (which must outlive it). cfg may be NULL. On a
  * CUDA context this opens cuBLASLt and creates its handle; the workspaces
