@@ -71,6 +71,7 @@ struct l8_linear {
     l8_event *ev;
     l8_stream *ws;                /* the wgrad's stream (l8_linear_set_wgrad_stream); NULL: s */
     int ws_sms;                   /* the wgrad's sm_count there */
+    int dg_sms;                   /* the dgrad's sm_count (l8_linear_set_dgrad_sms) */
     l8_event *ev_ws;              /* s -> ws: dY ready for wgrad */
     l8_event *ev_side;            /* forward_gelu: s <-> side (created on first use) */
     int gelu_amax_by_caller;      /* l8_linear_set_gelu_amax_by_caller */
@@ -476,6 +477,16 @@ l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws, int sm_count)
                        sm_count);
     l->ws = ws;
     l->ws_sms = sm_count;
+    return L8_OK;
+}
+
+l8_status l8_linear_set_dgrad_sms(l8_linear *l, int sm_count)
+{
+    L8_ARG(l != NULL);
+    if (sm_count < 0)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_set_dgrad_sms: sm_count %d (>= 0)",
+                       sm_count);
+    l->dg_sms = sm_count;
     return L8_OK;
 }
 
@@ -1248,6 +1259,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
 
     l8_gemm_desc dg = L8_GEMM_DESC_INIT, wg = L8_GEMM_DESC_INIT;
     dg.d = dxf ? dxf : dx2;       /* (T, K) bf16, = */
+    dg.sm_count = l->dg_sms;
     wg.d = l->gw;                 /* (N, K) main_grad */
     wg.beta = first ? 0.0f : 1.0f;
     const l8_tensor *x_saved = xs ? xs : c->saved;

@@ -468,6 +468,17 @@ L8_NODISCARD l8_status l8_linear_set_gelu_amax_by_caller(l8_linear *l, int on);
  * 0). */
 L8_NODISCARD l8_status l8_linear_set_wgrad_stream(l8_linear *l, l8_stream *ws, int sm_count);
 
+/* The dgrad GEMM's plan for sm_count SMs: its l8_gemm_desc.sm_count in every
+ * later backward of l that computes dX (0, the default: the plan for the
+ * whole GPU). Meant for a dgrad that runs beside a wgrad on a stream of its
+ * own (l8_linear_set_wgrad_stream) planned for the other SMs: cuBLASLt's
+ * plan for fewer SMs can be a different kernel, so dX may differ from 0's
+ * in the last bits, and everything computed from it with it. Whether it is
+ * faster depends on the shapes and the GPU: measure (lean8-train uses it
+ * for its FP8 layers' dgrads, docs/train.md). A host context ignores it.
+ * Errors: L8_ERR_INVALID_ARG (l NULL, sm_count < 0). */
+L8_NODISCARD l8_status l8_linear_set_dgrad_sms(l8_linear *l, int sm_count);
+
 /* Release a ctx without running backward (hooks.release is called). NULL: no-op. */
 void l8_linear_ctx_destroy(l8_linear_ctx *c);
 

@@ -89,6 +89,10 @@
 #define WGRAD_SMS 32             /* the wgrads on the comm stream are planned for 32 SMs, a
                                     quarter of an H200's: 16 to 32 measured alike, +3% on
                                     784-512-512-10 over all 132 (docs/perf.md) */
+#define DGRAD_SMS 100            /* the FP8 dgrads beside them are planned for the SMs the
+                                    wgrads leave on a 132-SM H100 / H200: FP8 784-512-512-10
+                                    +1.3% on an H100 (64 and 116 measured alike); bf16's dgrads
+                                    lose 1% so, and keep the whole-GPU plan (docs/perf.md) */
 #define CKPT_KIND "lean8-train-mlp"
 #define CKPT_VERSION 1
 
@@ -485,6 +489,12 @@ static int fp8_layer(const model *m, int i)
     return l8_linear_get_mode(m->lin[i]) == L8_LINEAR_FP8;
 }
 
+/* Layer i of nl runs in FP8: FP8 mode, below the head unless --fp8-head. */
+static int layer_fp8(const opts *o, int i, int nl)
+{
+    return o->fp8 && (o->fp8_head || i < nl - 1);
+}
+
 static l8_status model_build(model *m, const opts *o)
 {
     l8_status st = L8_OK;
@@ -541,7 +551,7 @@ static l8_status model_build(model *m, const opts *o)
         l8_linear_config lc = L8_LINEAR_CONFIG_INIT;
         lc.name = name;
         /* FP8: the head in bf16 unless --fp8-head (its recipe roles are then not made) */
-        lc.mode = o->fp8 && (o->fp8_head || i < m->nl - 1) ? L8_LINEAR_FP8 : L8_LINEAR_BF16;
+        lc.mode = layer_fp8(o, i, m->nl) ? L8_LINEAR_FP8 : L8_LINEAR_BF16;
         lc.gemm = m->gemm;
         lc.recipe = m->recipe;
         lc.weight = l8_params_master(m->params, m->wid[i]);
@@ -565,12 +575,16 @@ static l8_status model_build(model *m, const opts *o)
      * (nothing else uses it then; offload copies on the copy stream),
      * beside the next layer's dGELU and dgrad, planned for WGRAD_SMS; the
      * first layer's wgrad is the backward's last work and stays on s
-     * (docs/perf.md, 2026-12-02 (third afternoon)). With and without
-     * --offload alike, so that both run the same GEMM plans. */
+     * (docs/perf.md, 2026-12-02 (third afternoon)); an FP8 layer's dgrad
+     * beside them planned for DGRAD_SMS. With and without --offload alike,
+     * so that both run the same GEMM plans. */
     if (!m->world) {
         m->wgs = l8_ctx_stream(m->ctx, L8_STREAM_COMM);
-        for (int i = 1; i < m->nl; i++)
+        for (int i = 1; i < m->nl; i++) {
             L8_CHECK(l8_linear_set_wgrad_stream(m->lin[i], m->wgs, WGRAD_SMS));
+            if (layer_fp8(o, i, m->nl))
+                L8_CHECK(l8_linear_set_dgrad_sms(m->lin[i], DGRAD_SMS));
+        }
     }
     if (m->dp > 1) {
         l8_ddp_config dc = L8_DDP_CONFIG_INIT;
