@@ -160,25 +160,30 @@ void l8i_graph_refuse_chain(int on)
     atomic_store(&g_refuse_chain, on != 0);
 }
 
-/* L8_GRAPH_REFUSE (graph.h): is word one of the comma list? *bad, if not
- * NULL, receives the first word that is neither "capture" nor "chain". */
-static int env_refuses(const char *word, const char **bad, size_t *badlen)
+/* L8_GRAPH_REFUSE (graph.h), read now: the words it holds as a mask of
+ * REFUSE_*; *bad, if not NULL, receives the first word that is neither
+ * "capture" nor "chain" (NULL when there is none). */
+enum { REFUSE_CAPTURE = 1, REFUSE_CHAIN = 2 };
+
+static unsigned env_refuse(const char **bad, size_t *badlen)
 {
     const char *e = getenv("L8_GRAPH_REFUSE");
-    int hit = 0;
+    unsigned mask = 0;
     if (bad) *bad = NULL;
     while (e && *e) {
         const char *c = strchr(e, ',');
         size_t n = c ? (size_t)(c - e) : strlen(e);
-        if (word && n == strlen(word) && !memcmp(e, word, n)) hit = 1;
-        if (bad && !*bad && n && !(n == 7 && !memcmp(e, "capture", 7)) &&
-            !(n == 5 && !memcmp(e, "chain", 5))) {
+        if (n == 7 && !memcmp(e, "capture", 7)) {
+            mask |= REFUSE_CAPTURE;
+        } else if (n == 5 && !memcmp(e, "chain", 5)) {
+            mask |= REFUSE_CHAIN;
+        } else if (bad && !*bad && n) {
             *bad = e;
             *badlen = n;
         }
         e = c ? c + 1 : NULL;
     }
-    return hit;
+    return mask;
 }
 
 static l8_status refused_capture(void)
@@ -212,7 +217,7 @@ l8_status l8_graph_create(l8_ctx *ctx, l8_stream *s, l8_graph **out)
     int cuda = l8_ctx_backend(ctx) == L8_BACKEND_CUDA;
     const char *bad;
     size_t badlen = 0;
-    (void)env_refuses(NULL, &bad, &badlen);
+    (void)env_refuse(&bad, &badlen);
     if (bad)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_graph_create: L8_GRAPH_REFUSE holds \"%.*s\" "
                        "(a comma list of capture, chain)", (int)(badlen > 64 ? 64 : badlen), bad);
@@ -255,7 +260,7 @@ l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
 {
     L8_ARG(g != NULL && fn != NULL);
     if (l8_ctx_backend(g->ctx) != L8_BACKEND_CUDA) {
-        if (env_refuses("capture", NULL, NULL)) return refused_capture();
+        if (env_refuse(NULL, NULL) & REFUSE_CAPTURE) return refused_capture();
         g->fn = fn;
         g->arg = arg;
         if (g->st.captures++) g->st.updates_in_place++;
@@ -267,7 +272,7 @@ l8_status l8_graph_capture(l8_graph *g, l8_graph_fn fn, void *arg)
     if (!g->exec) L8_CHECK(l8_ctx_synchronize(g->ctx));
     CUgraph graph = NULL;
     L8_CHECK(capture(g, fn, arg, &graph));
-    if (env_refuses("capture", NULL, NULL)) {    /* as an instantiation the driver refused */
+    if (env_refuse(NULL, NULL) & REFUSE_CAPTURE) {      /* as an instantiation the driver refused */
         (void)l8i_cu.cuGraphDestroy(graph);
         return refused_capture();
     }
@@ -318,7 +323,7 @@ l8_status l8_graph_launch(l8_graph *g)
  * ended - n launches' order in one launch. */
 static l8_status build_repeat(l8_graph *g, int n)
 {
-    if (atomic_load(&g_refuse_chain) || env_refuses("chain", NULL, NULL))
+    if (atomic_load(&g_refuse_chain) || (env_refuse(NULL, NULL) & REFUSE_CHAIN))
         return L8_FAIL(L8_ERR_CUDA, "a chain of %d copies refused on purpose (a test's"
                        " l8i_graph_refuse_chain or L8_GRAPH_REFUSE=chain)", n);
     CUgraph chain = NULL;
