@@ -29,6 +29,10 @@
 #      it each layer casts its own: so these also check the split bitwise.
 #   8. (host, where valgrind is installed) a short FP8 run and a short bf16 run
 #      under valgrind: no invalid access, nothing definitely lost at exit.
+#   9. (GPU) the GEMM plans lean8-train asks cuBLASLt for (L8_GEMM_DEBUG=1 logs
+#      each): on 784-512-512-10 the comm stream's wgrads planned for 32 SMs in
+#      both modes, layer 2's FP8 dgrad beside them for 100, a bf16 dgrad for
+#      the whole GPU.
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -356,6 +360,28 @@ if [ "$dev" = host ] && command -v valgrind > /dev/null; then
             --batch 64 --$mode > "$tmp/vg.txt" 2>&1; rc=$?
         if [ $rc = 0 ]; then ok "$mode under valgrind: no memory errors, nothing definitely lost"
         else bad "$mode under valgrind: rc $rc"; grep -A12 "==[0-9]*==" "$tmp/vg.txt" | head -40; fi
+    done
+fi
+# the plans of the step's GEMMs on a GPU (docs/train.md: the wgrads on the
+# comm stream for 32 SMs, an FP8 layer's dgrad beside them for 100)
+if [ "$dev" != host ]; then
+    for mode in fp8 bf16; do
+        L8_GEMM_DEBUG=1 "$bin" --device "$dev" --data "$data" --limit 512 --epochs 1 --quiet \
+            --hidden 512,512 --batch 256 --$mode > "$tmp/plans.txt" 2>&1 ||
+            bad "$mode plans run exited non-zero"
+        t=$([ $mode = fp8 ] && echo e5m2 || echo bf16)
+        wg="^lean8: gemm plan 512x512x256 $t x [a-z0-9]+ -> f32: .*\(for 32 SMs\)$"
+        dg="^lean8: gemm plan 256x512x512 $t x [a-z0-9]+ -> bf16: .*\(for 100 SMs\)$"
+        n100=$(grep -c '(for 100 SMs)$' "$tmp/plans.txt")
+        if ! grep -Eq "$wg" "$tmp/plans.txt"; then
+            bad "$mode plans: no line matching '$wg'"; grep 'gemm plan' "$tmp/plans.txt"
+        elif [ $mode = fp8 ] && { ! grep -Eq "$dg" "$tmp/plans.txt" || [ "$n100" != 1 ]; }; then
+            bad "$mode plans: not one line, matching '$dg', for 100 SMs"; grep 'gemm plan' "$tmp/plans.txt"
+        elif [ $mode = bf16 ] && [ "$n100" != 0 ]; then
+            bad "bf16 plans: a plan for 100 SMs"; grep 'gemm plan' "$tmp/plans.txt"
+        else
+            ok "$mode plans: layer 2's wgrad for 32 SMs, $([ $mode = fp8 ] && echo "its dgrad for 100" || echo "no plan for 100")"
+        fi
     done
 fi
 # docs/train.md's flag table and --help name the same flags
