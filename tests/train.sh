@@ -363,10 +363,12 @@ if [ "$dev" = host ] && command -v valgrind > /dev/null; then
     done
 fi
 # the plans of the step's GEMMs on a GPU (docs/train.md: the wgrads on the
-# comm stream for 32 SMs, an FP8 layer's dgrad beside them for 100)
+# comm stream for 32 SMs, an FP8 layer's dgrad beside them for 100), with the
+# heuristic's plans (no plan cache, no tuning) and the small kernel's default
 if [ "$dev" != host ]; then
     for mode in fp8 bf16; do
-        L8_GEMM_DEBUG=1 "$bin" --device "$dev" --data "$data" --limit 512 --epochs 1 --quiet \
+        env -u L8_GEMM_CACHE -u L8_GEMM_AUTOTUNE -u L8_GEMM_SMALL L8_GEMM_DEBUG=1 \
+            "$bin" --device "$dev" --data "$data" --limit 512 --epochs 1 --quiet \
             --hidden 512,512 --batch 256 --$mode > "$tmp/plans.txt" 2>&1 ||
             bad "$mode plans run exited non-zero"
         t=$([ $mode = fp8 ] && echo e5m2 || echo bf16)
