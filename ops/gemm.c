@@ -191,7 +191,7 @@ l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg, l8_gemm_
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: workspace_bytes %zu is below"
                        " cuBLASLt's 16 KiB minimum", c.workspace_bytes);
     int small;
-    L8_CHECK(l8i_gemm_small_env(&small));
+    L8_CHECK(l8i_gemm_small_mode(c.small, &small));
     l8_gemm_handle *h = calloc(1, sizeof *h);
     if (!h) return L8_FAIL(L8_ERR_OOM, "l8_gemm_handle_create: out of host memory");
     h->ctx = ctx;

@@ -73,15 +73,17 @@
  * sums). Mode 2 tunes a plan in seconds for large shapes (every candidate
  * runs 3 x autotune_iters times); l8_gemm_describe says what was chosen.
  *
- * Small FP8 GEMMs (L8_GEMM_SMALL, read when a CUDA handle is created): a
- * call that fits runs lean8's own kernel (ptx/gemm_small.ptx.in) instead of
- * cuBLASLt. Fits: FP8 A and B (trans_a = 0, trans_b = 1), a bf16 or f32 D,
- * no epilogue, beta any, N % 8 == 0, M * N * K <= 2^27 (and the FP8 rules
- * above). By default (auto) it takes those whose grid of 32 x 32 tiles of D
- * is at most half the device's SMs and whose K is at most 512, where it was
- * faster than cuBLASLt's FP8 kernels ("auto" says so too); "1" takes every
- * call that fits; "0" none; another value makes l8_gemm_handle_create fail
- * with L8_ERR_INVALID_ARG (on every backend). The kernel sums each
+ * Small FP8 GEMMs (l8_gemm_config.small, by default L8_GEMM_SMALL read when
+ * the handle is created): a call that fits runs lean8's own kernel
+ * (ptx/gemm_small.ptx.in) instead of cuBLASLt. Fits: FP8 A and B (trans_a =
+ * 0, trans_b = 1), a bf16 or f32 D, no epilogue, beta any, N % 8 == 0,
+ * M * N * K <= 2^27 (and the FP8 rules above). By default (auto) it takes
+ * those whose grid of 32 x 32 tiles of D is at most half the device's SMs
+ * and whose K is at most 512, where it was faster than cuBLASLt's FP8
+ * kernels; 1 ("1") takes every call that fits; 0 ("0") none. A small
+ * outside -1..2, or with -1 an L8_GEMM_SMALL other than 0, 1 or auto, makes
+ * l8_gemm_handle_create fail with L8_ERR_INVALID_ARG (on every backend; a
+ * small of 0..2 does not read the variable). The kernel sums each
  * output in f32 (an mma's 32 products, then its K chunks and its four warps
  * in a fixed order: the same bits from run to run), applies alpha * s_A *
  * s_B and beta in f32 and rounds once to D; it ignores fast_accum and
@@ -142,8 +144,11 @@ typedef struct l8_gemm_config {
                                      sums stay f32 (or no split) */
     const char *plan_cache;       /* persistent plan cache file (see below); NULL: the
                                      environment's L8_GEMM_CACHE, if set; "": none. Copied. */
+    int small;                    /* which FP8 calls lean8's small kernel takes (above):
+                                     -1: from L8_GEMM_SMALL ("0", "1" or "auto"; unset:
+                                     auto), 0 none, 1 every call that fits, 2 auto */
 } l8_gemm_config;
-#define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0, NULL }
+#define L8_GEMM_CONFIG_INIT { sizeof(l8_gemm_config), 0, -1, 0, 0, 0, 0, NULL, -1 }
 /* Fill *cfg with the defaults of L8_GEMM_CONFIG_INIT (size included), for callers
  * that cannot use the macro: bindings. NULL: nothing. */
 void l8_gemm_config_init(l8_gemm_config *cfg);
@@ -174,9 +179,9 @@ void l8_gemm_config_init(l8_gemm_config *cfg);
  * come later, per stream. On a host context the handle runs the reference.
  * Errors: L8_ERR_INVALID_ARG (autotune outside -1..2, autotune_candidates
  * outside 0..32, autotune_iters < 0, workspace_bytes below 16 KiB, a size
- * field too small, L8_GEMM_SMALL not 0, 1 or auto), L8_ERR_NO_DEVICE
- * (cuBLASLt missing or older than 12.0), L8_ERR_CUBLAS, L8_ERR_CUDA,
- * L8_ERR_OOM. */
+ * field too small, small outside -1..2, or -1 with L8_GEMM_SMALL not 0, 1 or
+ * auto), L8_ERR_NO_DEVICE (cuBLASLt missing or older than 12.0),
+ * L8_ERR_CUBLAS, L8_ERR_CUDA, L8_ERR_OOM. */
 L8_NODISCARD l8_status l8_gemm_handle_create(l8_ctx *ctx, const l8_gemm_config *cfg,
                                              l8_gemm_handle **out);
 
@@ -287,7 +292,7 @@ typedef struct l8_gemm_stats {
     uint64_t plan_cache_rejected; /* cache entries cublasLtMatmulAlgoCheck refused */
     uint64_t plan_cache_saves;    /* times the plan cache file was written */
     uint64_t small_calls;         /* of calls: run by lean8's small FP8 GEMM kernel
-                                     (L8_GEMM_SMALL), no cuBLASLt plan */
+                                     (l8_gemm_config.small), no cuBLASLt plan */
 } l8_gemm_stats;
 
 /* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering

@@ -1,6 +1,6 @@
 /* gemm_small.c - lean8's own kernel for FP8 GEMMs too small for cuBLASLt's
  * FP8 kernels to pay off (ptx/gemm_small.ptx.in): which l8_gemm calls it
- * takes (L8_GEMM_SMALL, ops/gemm.h), and its launch.
+ * takes (l8_gemm_config.small and L8_GEMM_SMALL, ops/gemm.h), and its launch.
  *
  * A small model's GEMMs (lean8-train's default model: 128 x 256 x 128) take
  * 2-3 us in cuBLASLt, FP8 or bf16 alike, most of it fixed cost. The kernel
@@ -28,8 +28,15 @@
 /* auto's largest K: 4 warps x 2 chunks of 64 bytes, one round of loads */
 #define SMALL_AUTO_MAX_K 512
 
-l8_status l8i_gemm_small_env(int *mode)
+l8_status l8i_gemm_small_mode(int cfg, int *mode)
 {
+    if (cfg < -1 || cfg > 2)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: small is %d, not -1, 0, 1"
+                       " or 2", cfg);
+    if (cfg >= 0) {
+        *mode = cfg == 2 ? -1 : cfg;
+        return L8_OK;
+    }
     const char *e = getenv("L8_GEMM_SMALL");
     if (!e || !strcmp(e, "auto")) *mode = -1;
     else if (!strcmp(e, "0")) *mode = 0;

@@ -207,7 +207,8 @@ START_TEST(test_config_init_functions)
     ck_assert(gc.workspace_bytes == gm.workspace_bytes && gc.autotune == gm.autotune &&
               gc.autotune_candidates == gm.autotune_candidates &&
               gc.autotune_iters == gm.autotune_iters && gc.max_plans == gm.max_plans &&
-              gc.precise_reduction == gm.precise_reduction);
+              gc.precise_reduction == gm.precise_reduction && gc.plan_cache == gm.plan_cache &&
+              gc.small == gm.small && gc.small == -1);
     INIT_FN(l8_recipe_config, l8_recipe_config_init, rc);
     ck_assert(rc.history_len == 0 && rc.margin == 0.0f && rc.amax_compute == L8_AMAX_MAX_HISTORY &&
               rc.format == L8_FP8_HYBRID && rc.reduce == NULL && rc.reduce_arg == NULL);

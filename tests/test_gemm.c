@@ -150,25 +150,23 @@ static l8_ctx *make_ctx(const char *dev) { return l8t_ctx(dev, NULL, 0); }
 
 /* precise_reduction: the GPU comparisons below hold cuBLASLt to f32
  * partial sums; test_gpu_default_reduction covers the default. The handle
- * runs every call through cuBLASLt (L8_GEMM_SMALL=0 at its creation: these
- * tests count plans); small_handle gives the small kernel the calls that
- * fit under mode (ops/gemm.h: "1", or NULL for the default, auto). */
-static l8_gemm_handle *small_handle(l8_ctx *ctx, int autotune, const char *mode)
+ * runs every call through cuBLASLt (l8_gemm_config.small 0: these tests
+ * count plans); small_handle gives the small kernel the calls that fit
+ * under small (ops/gemm.h: 1 every call, 2 auto, -1 from L8_GEMM_SMALL). */
+static l8_gemm_handle *small_handle(l8_ctx *ctx, int autotune, int small)
 {
     l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
     cfg.autotune = autotune;
     cfg.precise_reduction = 1;
+    cfg.small = small;
     l8_gemm_handle *h = NULL;
-    if (mode) ck_assert_int_eq(setenv("L8_GEMM_SMALL", mode, 1), 0);
-    else unsetenv("L8_GEMM_SMALL");
     L8_CK(l8_gemm_handle_create(ctx, &cfg, &h));
-    unsetenv("L8_GEMM_SMALL");
     return h;
 }
 
 static l8_gemm_handle *make_handle(l8_ctx *ctx, int autotune)
 {
-    return small_handle(ctx, autotune, "0");
+    return small_handle(ctx, autotune, 0);
 }
 
 static l8_gemm_stats stats_of(l8_gemm_handle *h)
@@ -967,18 +965,40 @@ START_TEST(test_host_autotune_switch)
 }
 END_TEST
 
-/* L8_GEMM_SMALL: 0, 1, auto and unset make a handle on every backend (the
- * host's runs the reference whatever it says); another value is refused by
- * name, and nothing is created. */
-START_TEST(test_host_small_env)
+/* The small kernel's mode (l8i_gemm_small_mode): l8_gemm_config.small 0, 1
+ * and 2 (auto) whatever L8_GEMM_SMALL says; -1 (the default) from the
+ * variable, "0", "1", "auto" or unset (auto). A small outside -1..2, or
+ * another value of the variable under -1, is refused by name on every
+ * backend, and nothing is created. */
+START_TEST(test_host_small_mode)
 {
+    static const struct { int cfg; const char *env; int mode; } ok[] = {
+        { 0, NULL, 0 }, { 1, NULL, 1 }, { 2, NULL, -1 },
+        { 0, "1", 0 }, { 1, "0", 1 }, { 2, "1", -1 }, { 1, "yes", 1 },
+        { -1, NULL, -1 }, { -1, "auto", -1 }, { -1, "0", 0 }, { -1, "1", 1 },
+    };
     l8_ctx *ctx = make_ctx("host");
-    l8_gemm_handle *h = NULL;
-    static const char *const ok[] = { "0", "1", "auto" };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        l8_gemm_handle_destroy(small_handle(ctx, 0, ok[i]));
+        if (ok[i].env) ck_assert_int_eq(setenv("L8_GEMM_SMALL", ok[i].env, 1), 0);
+        else unsetenv("L8_GEMM_SMALL");
+        int got = 99;
+        L8_CK(l8i_gemm_small_mode(ok[i].cfg, &got));
+        ck_assert_msg(got == ok[i].mode, "small %d, L8_GEMM_SMALL %s: mode %d, not %d", ok[i].cfg,
+                      ok[i].env ? ok[i].env : "unset", got, ok[i].mode);
+        l8_gemm_handle_destroy(small_handle(ctx, 0, ok[i].cfg));
     }
-    l8_gemm_handle_destroy(small_handle(ctx, 0, NULL));
+    unsetenv("L8_GEMM_SMALL");
+    l8_gemm_handle *h = NULL;
+    l8_gemm_config cfg = L8_GEMM_CONFIG_INIT;
+    ck_assert_int_eq(cfg.small, -1);
+    static const int bad_cfg[] = { -2, 3, 100 };
+    for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++) {
+        cfg.small = bad_cfg[i];
+        l8_status st = l8_gemm_handle_create(ctx, &cfg, &h);
+        ck_assert_msg(st == L8_ERR_INVALID_ARG, "small %d: status %d", bad_cfg[i], (int)st);
+        ck_assert_ptr_null(h);
+        ck_assert_ptr_nonnull(strstr(l8_last_error_string(), "small is"));
+    }
     static const char *const bad[] = { "2", "", "yes", "01", "auto " };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(setenv("L8_GEMM_SMALL", bad[i], 1), 0);
@@ -1348,7 +1368,7 @@ START_TEST(test_gpu_gemm_modes)
 }
 END_TEST
 
-/* L8_GEMM_SMALL=1: the FP8 calls lean8's small kernel takes (TN, a bf16 or
+/* small 1: the FP8 calls lean8's small kernel takes (TN, a bf16 or
  * f32 D, no epilogue, M * N * K <= 2^27) against the host reference at a
  * training step's shapes and at tails (M and N not multiples of its 32 x
  * 32 tile, K not of its 64-byte chunks, one warp looping over K); the
@@ -1362,7 +1382,7 @@ START_TEST(test_gpu_small_kernel)
     const mode *md = &k_gpu_modes[k_small_modes[_i]];
     int taken = !l8_dtype_is_fp8(md->d) && md->epi == L8_GEMM_EPI_NONE;
     l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
-    l8_gemm_handle *gh = small_handle(g, 0, "1"), *hh = make_handle(h, 0);
+    l8_gemm_handle *gh = small_handle(g, 0, 1), *hh = make_handle(h, 0);
     l8_rng r;
     l8_rng_init(&r, 0x5a11 + (uint64_t)_i);
     static const int64_t shapes[][3] = {
@@ -1384,15 +1404,16 @@ START_TEST(test_gpu_small_kernel)
 }
 END_TEST
 
-/* L8_GEMM_SMALL unset (auto): the small kernel takes a call that fits
- * when its grid of 32 x 32 tiles is at most half the SMs and K <= 512; "0"
- * takes none. */
+/* small 2 (auto): the small kernel takes a call that fits when its grid of
+ * 32 x 32 tiles is at most half the SMs and K <= 512; -1 with L8_GEMM_SMALL
+ * unset takes the same; 0 takes none. */
 START_TEST(test_gpu_small_auto)
 {
     const mode *md = &k_gpu_modes[1];                /* e4m3 x e4m3 -> bf16 */
     l8_ctx *g = make_ctx("cuda:0"), *h = make_ctx("host");
-    l8_gemm_handle *ga = small_handle(g, 0, NULL), *g0 = make_handle(g, 0);
-    l8_gemm_handle *hh = make_handle(h, 0);
+    unsetenv("L8_GEMM_SMALL");
+    l8_gemm_handle *ga = small_handle(g, 0, 2), *ge = small_handle(g, 0, -1);
+    l8_gemm_handle *g0 = make_handle(g, 0), *hh = make_handle(h, 0);
     l8_rng r;
     l8_rng_init(&r, 0xa070);
     static const int64_t shapes[][3] = {
@@ -1401,14 +1422,17 @@ START_TEST(test_gpu_small_auto)
     uint64_t want = 0;
     for (int i = 0; i < 4; i++) {
         gpu_case(g, ga, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
+        gpu_case(g, ge, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
         gpu_case(g, g0, h, hh, md, shapes[i][0], shapes[i][1], shapes[i][2], &r);
         int64_t ctas = round_up(shapes[i][0], 32) / 32 * (round_up(shapes[i][1], 32) / 32);
         want += 2 * ctas <= (int64_t)ga->nsm && shapes[i][2] <= 512;
     }
     ck_assert_uint_eq(want, 2);                     /* 64 to 255 SMs: the first and the third */
     ck_assert_uint_eq(stats_of(ga).small_calls, want);
+    ck_assert_uint_eq(stats_of(ge).small_calls, want);
     ck_assert_uint_eq(stats_of(g0).small_calls, 0);
     l8_gemm_handle_destroy(ga);
+    l8_gemm_handle_destroy(ge);
     l8_gemm_handle_destroy(g0);
     l8_gemm_handle_destroy(hh);
     l8_ctx_destroy(h);
@@ -1750,7 +1774,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tc, test_host_failed_call_writes_nothing);
     tcase_add_test(tc, test_host_plan_cache);
     tcase_add_test(tc, test_host_autotune_switch);
-    tcase_add_test(tc, test_host_small_env);
+    tcase_add_test(tc, test_host_small_mode);
     tcase_add_test(tc, test_host_small_policy);
     tcase_add_test(tc, test_host_describe);
     tcase_add_test(tc, test_host_tune_enumerate);

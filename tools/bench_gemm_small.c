@@ -1,7 +1,7 @@
 /* bench_gemm_small.c - `lean8-bench gemmsmall`: the GEMMs of lean8-train's
  * FP8 step at its two models' shapes, three ways side by side:
- *   lt     cuBLASLt's FP8 GEMM (a default l8_gemm handle)
- *   small  lean8's small FP8 kernel (a handle created under L8_GEMM_SMALL=1:
+ *   lt     cuBLASLt's FP8 GEMM (an l8_gemm handle with l8_gemm_config.small 0)
+ *   small  lean8's small FP8 kernel (a handle with small 1:
  *          ptx/gemm_small.ptx.in, ops/gemm.h)
  *   bf16   cuBLASLt's bf16 GEMM of the same shape and D dtype (what the
  *          step's bf16 mode runs)
@@ -167,16 +167,11 @@ int bench_gemm_small(const bench_opts *o)
     gc.autotune = 0;
     bench_json j = { 0 };
     int rc = 1, rounds = o->quick ? 5 : 21;
-    const char *was = getenv("L8_GEMM_SMALL");
-    char *keep = was ? strdup(was) : NULL;
-    setenv("L8_GEMM_SMALL", "0", 1);
+    gc.small = 0;
     l8_status st = l8_gemm_handle_create(ctx, &gc, &h[0]);
     if (st == L8_OK) st = l8_gemm_handle_create(ctx, &gc, &h[2]);
-    setenv("L8_GEMM_SMALL", "1", 1);
+    gc.small = 1;
     if (st == L8_OK) st = l8_gemm_handle_create(ctx, &gc, &h[1]);
-    if (keep) setenv("L8_GEMM_SMALL", keep, 1);
-    else unsetenv("L8_GEMM_SMALL");
-    free(keep);
     if (st != L8_OK || bench_json_open(&j, o->json, "gemmsmall", l8_ctx_device_name(ctx)))
         goto out;
     printf("== gemmsmall: lean8-train's FP8 GEMMs, us per call in a CUDA graph of %d (%s)\n",

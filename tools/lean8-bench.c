@@ -21,7 +21,7 @@ static const struct { const char *name; int (*fn)(const bench_opts *); const cha
     { "alloc", bench_alloc, "caching allocator vs cuMemAlloc and cuMemAllocAsync; fragmentation" },
     { "gemm", bench_gemm, "FP8 and bf16 GEMMs through cuBLASLt, heuristic and autotuned" },
     { "gemmsmall", bench_gemm_small, "lean8-train's FP8 GEMMs: cuBLASLt vs lean8's small kernel"
-                                       " (L8_GEMM_SMALL), and cuBLASLt bf16" },
+                                       " (l8_gemm_config.small), and cuBLASLt bf16" },
     { "comm", bench_comm, "collectives: the last-dimension rearrangement vs a device copy" },
     { "ddp", bench_ddp, "data parallel: an 8-layer FP8 MLP step, none / after backward / overlapped" },
     { "trace", bench_trace, "memory tracer: recording cost per event; lean8-trace over 10 M events" },
