@@ -142,7 +142,7 @@ struct l8_gemm_handle {
     pthread_mutex_t lock;
     l8_gemm_stats stats;
     l8i_gemm_cache *pcache;       /* the persistent plan cache; NULL: none (host, or no path) */
-    int small;                    /* the small kernel's mode: 0, 1, -1 auto (gemm_small.c) */
+    int small;                    /* the small kernel's mode: 0, 1, 2 auto (gemm_small.c) */
     unsigned nsm;                 /* the device's SMs (CUDA) */
     void *host_scratch;           /* host backend: packing memory kept between calls */
     size_t host_scratch_bytes;
@@ -162,16 +162,16 @@ l8_status l8i_gemm_launch(l8_gemm_handle *h, plan *pl, const problem *p, l8_stre
 
 /* ---- gemm_small.c: lean8's kernel for small FP8 GEMMs ---- */
 
-/* *mode (h->small) from l8_gemm_config.small cfg: 0 -> 0 (off), 1 -> 1
- * (every call that fits), 2 -> -1 (auto); -1: from L8_GEMM_SMALL, "0" -> 0,
- * "1" -> 1, unset or "auto" -> -1. Errors: L8_ERR_INVALID_ARG (cfg outside
- * -1..2, or another value of the variable, named). */
+/* *mode (h->small) from l8_gemm_config.small cfg: 0 (off), 1 (every call
+ * that fits) or 2 (auto) as given; -1: from L8_GEMM_SMALL, "0" -> 0, "1" ->
+ * 1, unset or "auto" -> 2. Errors: L8_ERR_INVALID_ARG (cfg outside -1..2, or
+ * another value of the variable, named). */
 l8_status l8i_gemm_small_mode(int cfg, int *mode);
 /* 1 when l8_gemm runs p (checked by analyze, so an FP8 p already has the
  * TN form, K % 16 == 0 and 16-byte aligned operands and row strides; CUDA)
  * with the small kernel under mode (h->small) on a device of nsm SMs: FP8
  * A and B, a bf16 or f32 D, no epilogue, N % 8 == 0, M * N * K <= 2^27;
- * auto (-1) also wants a grid of at most nsm / 2 tiles of 32 x 32 and
+ * auto (2) also wants a grid of at most nsm / 2 tiles of 32 x 32 and
  * K <= 512. */
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
 /* Enqueue p on s with the small kernel (l8i_gemm_small_takes said 1; the

@@ -34,11 +34,11 @@ l8_status l8i_gemm_small_mode(int cfg, int *mode)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm_handle_create: small is %d, not -1, 0, 1"
                        " or 2", cfg);
     if (cfg >= 0) {
-        *mode = cfg == 2 ? -1 : cfg;
+        *mode = cfg;
         return L8_OK;
     }
     const char *e = getenv("L8_GEMM_SMALL");
-    if (!e || !strcmp(e, "auto")) *mode = -1;
+    if (!e || !strcmp(e, "auto")) *mode = 2;
     else if (!strcmp(e, "0")) *mode = 0;
     else if (!strcmp(e, "1")) *mode = 1;
     else
@@ -65,7 +65,7 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
      * beside the step's other stream; a second round of loads (K > 512)
      * waits for the first's mmas. */
     int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
-    if (mode < 0 && (2 * ctas > (int64_t)nsm || p->k > SMALL_AUTO_MAX_K))
+    if (mode == 2 && (2 * ctas > (int64_t)nsm || p->k > SMALL_AUTO_MAX_K))
         return 0;
     return 1;
 }

@@ -973,9 +973,9 @@ END_TEST
 START_TEST(test_host_small_mode)
 {
     static const struct { int cfg; const char *env; int mode; } ok[] = {
-        { 0, NULL, 0 }, { 1, NULL, 1 }, { 2, NULL, -1 },
-        { 0, "1", 0 }, { 1, "0", 1 }, { 2, "1", -1 }, { 1, "yes", 1 },
-        { -1, NULL, -1 }, { -1, "auto", -1 }, { -1, "0", 0 }, { -1, "1", 1 },
+        { 0, NULL, 0 }, { 1, NULL, 1 }, { 2, NULL, 2 },
+        { 0, "1", 0 }, { 1, "0", 1 }, { 2, "1", 2 }, { 1, "yes", 1 },
+        { -1, NULL, 2 }, { -1, "auto", 2 }, { -1, "0", 0 }, { -1, "1", 1 },
     };
     l8_ctx *ctx = make_ctx("host");
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -1014,7 +1014,7 @@ END_TEST
 
 /* Which calls the small kernel takes (l8i_gemm_small_takes: the policy of
  * ops/gemm.h, a pure function of an analyzed problem, checked without a
- * GPU): mode 0 none, 1 every call that fits, auto (-1) those with a grid of
+ * GPU): mode 0 none, 1 every call that fits, auto (2) those with a grid of
  * at most half the SMs and K <= 512. */
 START_TEST(test_host_small_policy)
 {
@@ -1029,21 +1029,21 @@ START_TEST(test_host_small_policy)
     problem p = base;
     ck_assert_int_eq(l8i_gemm_small_takes(0, 132, &p), 0);
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 1);
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 64, &p), 1);      /* 2 x 32 <= 64 */
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 63, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 1);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 64, &p), 1);      /* 2 x 32 <= 64 */
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 63, &p), 0);
     p.m = 256; p.n = 512; p.k = 512;                            /* 128 tiles */
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 0);
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
     p = base; p.k = 784;                                        /* K above 512 */
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 0);
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
     p = base; p.m = 512; p.n = 512; p.k = 512;                  /* 2^27: the limit */
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
     p.k = 528;
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
     p = base; p.dt_d = L8_F32; p.dt_a = L8_E5M2;
-    ck_assert_int_eq(l8i_gemm_small_takes(-1, 132, &p), 1);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 1);
     p.n = 20;                                                   /* f32 D: N % 4 only */
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
     p = base; p.dt_d = L8_F16;
