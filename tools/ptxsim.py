@@ -126,8 +126,9 @@ Memory
 Not implemented (PTXError at parse time): .func / call, .local / .const / module .global
   variables, generic addressing of shared memory (cvta.shared, mapa without
   .shared::cluster), mbarrier, f64 arithmetic,
-  rounding modes other than .rn for f32 arithmetic, approximate functions (ex2, lg2,
-  sin, rsqrt, sqrt, div.approx), bar.arrive / bar.red, textures, tensor-core and async
+  rounding modes other than .rn for f32 arithmetic, approximate functions (lg2,
+  sin, rsqrt, sqrt, div.approx; ex2.approx(.ftz).f32 is 2^x rounded once: the GPU's
+  may differ in the last bits), bar.arrive / bar.red, textures, tensor-core and async
   copy instructions. The memory model is sequential (each thread's accesses take effect
   in program order, threads interleave only at synchronizing instructions): the race
   checks stand in for everything weaker; fences are no-ops, and shared-memory atomics
@@ -343,6 +344,19 @@ def _fdiv(a, b):
 
 def _frcp(a):
     return _fdiv(0x3f800000, a)
+
+
+def _fex2(a):
+    """ex2.approx.f32 as 2^x rounded once to f32: the hardware's approximation may
+    differ in the last bits, so no test may compare a result through it with the GPU's
+    bit for bit (.ftz is applied around it by the caller)."""
+    x = _fv(a)
+    if x != x:
+        return QNAN
+    try:
+        return f32_bits(2.0 ** x)
+    except OverflowError:
+        return 0x7f800000
 
 
 def _ffma(a, b, c):
@@ -1695,6 +1709,16 @@ class _Codegen:
             self.fail(ins, 'only rcp.rn.f32 is implemented')
         return self.fop(ins, mods, '_frcp', 1)
 
+    def g_ex2(self, ins, mods):
+        self.itype(ins, mods, {'f32'})
+        if 'approx' not in mods:
+            self.fail(ins, 'only ex2.approx(.ftz).f32 is implemented')
+        self.only(ins, mods[:-1], {'approx', 'ftz'})
+        self.nargs(ins, 2)
+        a = self.src(ins, ins.ops[1], 32, 'f')
+        e = '_ftz(_fex2(_ftz(%s)))' % a if 'ftz' in mods else '_fex2(%s)' % a
+        return ['%s = %s' % (self.dst(ins, ins.ops[0], 32), e)]
+
     def g_neg(self, ins, mods):
         ty, w = self.itype(ins, mods)
         self.nargs(ins, 2)
@@ -2385,6 +2409,7 @@ def _atom_fn(op, ty, w):
 
 
 _NS_STATIC = {'_fadd': _fadd, '_fsub': _fsub, '_fmul': _fmul, '_fdiv': _fdiv, '_frcp': _frcp,
+              '_fex2': _fex2,
               '_ffma': _ffma, '_ftz': _ftz, '_fsat': _fsat, '_fminmax': _fminmax,
               '_e4m3': _e4m3, '_e5m2': _e5m2, '_F16T': None, '_f32_to_f16': _f32_to_f16,
               '_f32_to_bf16': _f32_to_bf16, '_dq4': _dq4, '_dq5': _dq5,
