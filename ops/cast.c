@@ -901,6 +901,29 @@ static l8_status act_impl(const char *op, l8_act act, const l8_tensor *in, const
     return cast_transpose_sm(&j, act, a != NULL, pa, dbias, flags, s);
 }
 
+l8_status l8i_cast_dact_prepare(const char *op, const l8_tensor *dy, const l8_tensor *a,
+                                l8_tensor *out, l8_tensor *out_t, l8i_dact_out *o)
+{
+    if (!a)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a (the activation's input) is NULL", op);
+    if (!out || !out_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: out and out_t are both required", op);
+    ct_job j;
+    L8_CHECK(ct_prepare(op, dy, out, out_t, NULL, NULL, &j));
+    L8_CHECK(l8i_need_tensor(op, "a", a, j.ctx));
+    if (l8_tensor_dtype(a) != j.idt || l8_tensor_numel(a) != j.R * j.C)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: a is %s with %lld elements; it needs dy's dtype"
+                       " (%s) and %lld elements", op, l8_dtype_name(l8_tensor_dtype(a)),
+                       (long long)l8_tensor_numel(a), l8_dtype_name(j.idt),
+                       (long long)(j.R * j.C));
+    void *pa = NULL;
+    L8_CHECK(l8_tensor_data(a, &pa));
+    *o = (l8i_dact_out){ .out = j.y, .out_t = j.yt, .ldo = j.ldo, .ldt = j.ldt,
+                         .scale = l8_fp8_meta_scale(j.m), .amax = l8_fp8_meta_amax(j.m),
+                         .scale_inv = l8_fp8_meta_scale_inv(j.m), .fmt = j.fmt, .a = pa };
+    return L8_OK;
+}
+
 l8_status l8_fp8_cast_transpose_act(l8_act act, const l8_tensor *x, l8_tensor *out,
                                     l8_tensor *out_t, unsigned flags, l8_stream *s)
 {

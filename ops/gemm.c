@@ -77,6 +77,7 @@ static const char *epi_name(int e)
     case L8_GEMM_EPI_DBIAS_A: return "dbias_a";
     case L8_GEMM_EPI_DBIAS_B: return "dbias_b";
     case L8_GEMM_EPI_BIAS_GELU_AUX: return "bias_gelu_aux";
+    case L8_GEMM_EPI_DGELU_CAST: return "dgelu_cast";
     default: return "invalid";
     }
 }
@@ -394,8 +395,9 @@ static l8_status check_fp8(const problem *p)
 static l8_status check_bias(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, operand *ob)
 {
     const l8_tensor *t = dc->bias;
-    if (p->epi == L8_GEMM_EPI_NONE) {
-        if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias given with epilogue none");
+    if (p->epi == L8_GEMM_EPI_NONE || p->epi == L8_GEMM_EPI_DGELU_CAST) {
+        if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: bias given with epilogue %s",
+                              epi_name(p->epi));
         return L8_OK;
     }
     int grad = p->epi == L8_GEMM_EPI_DBIAS_A || p->epi == L8_GEMM_EPI_DBIAS_B;
@@ -439,6 +441,8 @@ static l8_status check_aux(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, oper
     if (dc->skip_amax != 0 && (dc->skip_amax != 1 || !p->d_fp8))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: skip_amax = %d with a %s D (0, or 1 for an"
                        " FP8 D)", dc->skip_amax, l8_dtype_name(p->dt_d));
+    if (p->epi == L8_GEMM_EPI_DGELU_CAST)   /* read: check_dgelu_cast */
+        return t ? check_operand("aux", t, ctx, oa) : L8_OK;
     if (p->epi != L8_GEMM_EPI_BIAS_GELU_AUX) {
         if (t) return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux given with epilogue %s",
                               epi_name(p->epi));
@@ -467,6 +471,43 @@ static l8_status check_aux(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx, oper
     return L8_OK;
 }
 
+/* desc->cast and cast_t, and with L8_GEMM_EPI_DGELU_CAST the cast's own
+ * checks (ops/cast.c) on D, aux, cast and cast_t; then p->epi becomes NONE,
+ * the GEMM's plan, and p->dgelu says what follows it. */
+static l8_status check_dgelu_cast(const l8_gemm_desc *dc, problem *p, l8_ctx *ctx,
+                                  const operand *oa, const operand *ob, const operand *od,
+                                  const operand *oaux)
+{
+    if (p->epi != L8_GEMM_EPI_DGELU_CAST) {
+        if (dc->cast || dc->cast_t)
+            return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: cast or cast_t given with epilogue %s",
+                           epi_name(p->epi));
+        return L8_OK;
+    }
+    if (!dc->aux || !dc->cast || !dc->cast_t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: epilogue dgelu_cast needs desc->aux, cast"
+                       " and cast_t");
+    if (p->d_fp8)
+        return L8_FAIL(L8_ERR_UNSUPPORTED, "l8_gemm: epilogue dgelu_cast needs a high-precision"
+                       " D, not %s", l8_dtype_name(p->dt_d));
+    operand oc, oct;
+    L8_CHECK(check_operand("cast", dc->cast, ctx, &oc));
+    L8_CHECK(check_operand("cast_t", dc->cast_t, ctx, &oct));
+    L8_CHECK(l8i_cast_dact_prepare("l8_gemm (epilogue dgelu_cast: D is in, cast out, cast_t"
+                                   " out_t)", dc->d, dc->aux, dc->cast, dc->cast_t, &p->dc));
+    const l8_tensor *t[4] = { dc->a, dc->b, dc->d, dc->aux };
+    const operand *o[4] = { oa, ob, od, oaux };
+    for (int i = 0; i < 4; i++)
+        if (overlap(dc->cast, &oc, t[i], o[i]) || overlap(dc->cast_t, &oct, t[i], o[i]))
+            return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: cast or cast_t overlaps %s in one"
+                           " storage", (const char *[]){ "A", "B", "D", "aux" }[i]);
+    if (overlap(dc->cast, &oc, dc->cast_t, &oct))
+        return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: cast overlaps cast_t in one storage");
+    p->epi = L8_GEMM_EPI_NONE;
+    p->dgelu = 1;
+    return L8_OK;
+}
+
 /* Validate desc and fill p (pointers resolved now). Records nothing on
  * success; on failure the last error says what is wrong. */
 static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
@@ -482,7 +523,7 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
     if (!isfinite(dc->alpha) || !isfinite(dc->beta))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: alpha = %g, beta = %g must be finite",
                        (double)dc->alpha, (double)dc->beta);
-    if ((unsigned)dc->epilogue > L8_GEMM_EPI_BIAS_GELU_AUX)
+    if ((unsigned)dc->epilogue > L8_GEMM_EPI_DGELU_CAST)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: unknown epilogue %d", (int)dc->epilogue);
     if (dc->sm_count < 0)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: sm_count %d (0: all, or > 0)", dc->sm_count);
@@ -532,12 +573,13 @@ static l8_status analyze(l8_gemm_handle *h, const l8_gemm_desc *dc, problem *p)
     if (dc->aux && (overlap(dc->aux, &oaux, dc->a, &oa) || overlap(dc->aux, &oaux, dc->b, &ob) ||
                     overlap(dc->aux, &oaux, dc->d, &od) || overlap(dc->aux, &oaux, dc->bias, &obias)))
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_gemm: aux overlaps A, B, D or bias in one storage");
+    L8_CHECK(check_dgelu_cast(dc, p, h->ctx, &oa, &ob, &od, &oaux));
     void *pa = NULL, *pb = NULL;
     L8_CHECK(l8_tensor_data(dc->a, &pa));
     L8_CHECK(l8_tensor_data(dc->b, &pb));
     L8_CHECK(l8_tensor_data(dc->d, &p->d));
     if (dc->bias) L8_CHECK(l8_tensor_data(dc->bias, &p->bias));
-    if (dc->aux) L8_CHECK(l8_tensor_data(dc->aux, &p->aux));
+    if (dc->aux && !p->dgelu) L8_CHECK(l8_tensor_data(dc->aux, &p->aux));
     p->a = pa;
     p->b = pb;
     if (p->fp8) {
@@ -882,8 +924,10 @@ static l8_status plan_get(l8_gemm_handle *h, const problem *p, l8_stream *s, pla
  * L8_GEMM_DESC_INIT's values: 0 and NULL). */
 static l8_status desc_in(const l8_gemm_desc *desc, const char *fn, l8_gemm_desc *out)
 {
-    const size_t v1 = offsetof(l8_gemm_desc, sm_count), v2 = offsetof(l8_gemm_desc, aux);
-    if (desc->size != v1 && desc->size != v2 && desc->size < sizeof(l8_gemm_desc))
+    const size_t v1 = offsetof(l8_gemm_desc, sm_count), v2 = offsetof(l8_gemm_desc, aux),
+                 v3 = offsetof(l8_gemm_desc, cast);
+    if (desc->size != v1 && desc->size != v2 && desc->size != v3 &&
+        desc->size < sizeof(l8_gemm_desc))
         return L8_FAIL(L8_ERR_INVALID_ARG, "%s: desc->size is %zu, expected %zu (use"
                        " L8_GEMM_DESC_INIT)", fn, desc->size, sizeof(l8_gemm_desc));
     *out = (l8_gemm_desc)L8_GEMM_DESC_INIT;
@@ -902,19 +946,26 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     problem p;
     L8_CHECK(analyze(h, desc, &p));
     L8_CHECK(l8i_tensors_use(s, (const l8_tensor *const[]){ desc->a, desc->b, desc->d,
-                                                            desc->bias, desc->aux }, 5));
+                                                            desc->bias, desc->aux, desc->cast,
+                                                            desc->cast_t }, 7));
 
     l8_status ret = L8_OK;
     plan *pl = NULL;
     ws_slot *w = NULL;
+    int cast_after = p.dgelu;     /* the epilogue's cast, unless the small kernel did it */
     pthread_mutex_lock(&h->lock);
     const int cuda = h->cuda;     /* fixed at create: w is set exactly when it is */
     if (cuda) {
         L8_TRY(ret, l8i_ctx_bind(h->ctx), out);
         if (l8i_gemm_small_takes(h->small, h->nsm, &p)) {
-            L8_TRY(ret, l8i_gemm_small(h->ctx, &p, s), out);
+            /* the kernel the call without the epilogue takes, with its
+             * cast inside where the layout allows */
+            const int fuse = l8i_gemm_small_fuses(&p);
+            L8_TRY(ret, l8i_gemm_small(h->ctx, &p, fuse, s), out);
             h->stats.calls++;
             h->stats.small_calls++;
+            h->stats.small_fused += (uint64_t)fuse;
+            cast_after = p.dgelu && !fuse;
             goto out;
         }
         L8_TRY(ret, l8i_gemm_workspace_for(h, s, &w), out);
@@ -929,6 +980,9 @@ l8_status l8_gemm(l8_gemm_handle *h, const l8_gemm_desc *desc, l8_stream *s)
     h->stats.calls++;
 out:
     pthread_mutex_unlock(&h->lock);
+    if (ret == L8_OK && cast_after)
+        ret = l8_fp8_cast_transpose_dact(L8_ACT_GELU, desc->d, desc->aux, desc->cast,
+                                         desc->cast_t, NULL, L8_CAST_ACCUMULATE_AMAX, s);
     return ret;
 }
 

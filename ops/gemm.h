@@ -198,12 +198,33 @@ typedef enum l8_gemm_epilogue {
                                      a = dY^T. cuBLASLt BGRADB. Not for FP8. */
     L8_GEMM_EPI_DBIAS_B = 3,      /* bias[n] = sum_k op(B)[k,n]: (N,) written (=); alpha
                                      must be 1. cuBLASLt BGRADA. Not for FP8. */
-    L8_GEMM_EPI_BIAS_GELU_AUX = 4 /* u = t + bias[n] (t: the product, scaled, as above);
+    L8_GEMM_EPI_BIAS_GELU_AUX = 4,/* u = t + bias[n] (t: the product, scaled, as above);
                                      aux = u rounded to aux's dtype (the GELU's input, for
                                      the backward); D = gelu(u) (l8_gelu's tanh GELU, on
                                      the f32 u, not on aux) - an FP8 D quantized with
                                      scale_D, its amax that of gelu(u). bias and desc->aux
                                      required; beta must be 0. cuBLASLt GELU_AUX_BIAS. */
+    L8_GEMM_EPI_DGELU_CAST = 5    /* The FP8 output gradient of the layer below, through its
+                                     GELU: D as with NONE (any beta), then
+                                     l8_fp8_cast_transpose_dact(L8_ACT_GELU, D, aux, cast,
+                                     cast_t, NULL, L8_CAST_ACCUMULATE_AMAX) on s - g =
+                                     D * gelu'(aux) rounded to D's dtype, cast to cast's
+                                     format with its meta's scale into cast (M,N) and
+                                     cast_t (N,M), the amax of g max-accumulated, scale_inv
+                                     written - bit for bit those two calls with this
+                                     handle. desc->aux (the GELU's input, read), cast and
+                                     cast_t required, with that cast's rules: D
+                                     contiguous, of a high-precision dtype; aux of D's
+                                     dtype and numel, contiguous; cast and cast_t sharing
+                                     one meta (cast_t may be row-padded); errors name D
+                                     "in", cast "out", cast_t "out_t". Where the small FP8
+                                     kernel takes the GEMM (l8_gemm_config.small; D bf16,
+                                     M % 8 == 0, cast and cast_t dense, 8-byte aligned)
+                                     it does all of it in one launch
+                                     (l8_gemm_stats.small_fused); elsewhere (cuBLASLt,
+                                     the host) the two calls run. Not for an FP8 D. For a
+                                     Linear's dgrad feeding the FP8 layer below it
+                                     (l8_linear_backward_fp8_dx, lean8-train). */
 } l8_gemm_epilogue;
 
 typedef struct l8_gemm_desc {
@@ -228,20 +249,26 @@ typedef struct l8_gemm_desc {
                                      algorithms. N >= the device's SM count means 0; ignored
                                      on a host context. Appended: a desc of an older caller,
                                      whose size ends before it, runs with 0. */
-    l8_tensor *aux;               /* L8_GEMM_EPI_BIAS_GELU_AUX only (NULL otherwise): 2-D
-                                     (M,N), last dim contiguous, bias's dtype, D's row
-                                     stride (a multiple of 8 elements), 16-byte aligned;
-                                     not overlapping A, B, D or bias. Written. Appended. */
+    l8_tensor *aux;               /* L8_GEMM_EPI_BIAS_GELU_AUX (NULL with other epilogues
+                                     but DGELU_CAST): 2-D (M,N), last dim contiguous,
+                                     bias's dtype, D's row stride (a multiple of 8
+                                     elements), 16-byte aligned; not overlapping A, B, D or
+                                     bias. Written. L8_GEMM_EPI_DGELU_CAST: the GELU's
+                                     input, read (see there). Appended. */
     int skip_amax;                /* FP8 D only (0 otherwise): 1 = compute no amax, D's meta
                                      amax left alone. cuBLASLt zeroes the amax before an
                                      FP8 GEMM that writes one (a memset of its own: in a
                                      CUDA graph an extra node, which delayed a small GEMM by
                                      ~8 us on an H200); a caller that takes the amax from
                                      elsewhere skips both. Appended. */
+    l8_tensor *cast;              /* L8_GEMM_EPI_DGELU_CAST only (NULL otherwise): (M,N)
+                                     FP8 with a meta. Written. Appended. */
+    l8_tensor *cast_t;            /* the same: (N,M), cast's dtype and meta. Written. Neither
+                                     may overlap A, B, D, aux or the other. Appended. */
 } l8_gemm_desc;
 #define L8_GEMM_DESC_INIT                                                                   \
     { sizeof(l8_gemm_desc), NULL, NULL, NULL, NULL, 0, 1, 1.0f, 0.0f, L8_GEMM_EPI_NONE, 0, 0, \
-      NULL, 0 }
+      NULL, 0, NULL, NULL }
 
 /* Run one GEMM as described above, enqueued on s (NULL: the context's
  * compute stream); returns without waiting, except that the first call of a
@@ -249,7 +276,10 @@ typedef struct l8_gemm_desc {
  * made; storages (and FP8 metas) used on a stream other than their own are
  * recorded on it.
  * D (and a dbias output, aux, and an FP8 D's amax) are written when the
- * stream reaches the GEMM; the scales are read then too.
+ * stream reaches the GEMM; the scales are read then too. With
+ * L8_GEMM_EPI_DGELU_CAST, its cast may be a second launch after the GEMM's
+ * on s; nothing is enqueued when the arguments fail, but a CUDA error of
+ * that second launch is returned after the GEMM was enqueued.
  * Errors (nothing is enqueued):
  *   L8_ERR_INVALID_ARG  NULL handle/desc/tensor, wrong size field, ndim != 2,
  *                       inner stride != 1, shapes that do not chain, an empty
@@ -259,7 +289,9 @@ typedef struct l8_gemm_desc {
  *                       shape/dtype/layout, overlapping, or with another
  *                       epilogue, skip_amax other than 0 or 1 or with a
  *                       non-FP8 D, beta != 0 with the GELU epilogue,
- *                       D overlapping an input, a
+ *                       cast / cast_t given with another epilogue or, with
+ *                       DGELU_CAST, missing, off the cast's rules or
+ *                       overlapping, D overlapping an input, a
  *                       tensor or stream of another context, non-finite
  *                       alpha/beta, an unknown epilogue;
  *   L8_ERR_UNSUPPORTED  E5M2 x E5M2, FP8 mixed with a non-FP8 operand, a D
@@ -293,6 +325,8 @@ typedef struct l8_gemm_stats {
     uint64_t plan_cache_saves;    /* times the plan cache file was written */
     uint64_t small_calls;         /* of calls: run by lean8's small FP8 GEMM kernel
                                      (l8_gemm_config.small), no cuBLASLt plan */
+    uint64_t small_fused;         /* of small_calls: with L8_GEMM_EPI_DGELU_CAST's cast in
+                                     the same launch. Appended. */
 } l8_gemm_stats;
 
 /* The stats rule of docs/api.md. Errors: L8_ERR_INVALID_ARG (NULL, a size covering

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "ops/cublaslt.h"
 #include "ops/gemm.h"
+#include "ops/internal.h"         /* l8i_dact_out */
 
 /* ---- gemm.c: the data model ---- */
 
@@ -33,6 +34,9 @@ typedef struct problem {
     const float *sa, *sb, *sd;    /* scale_inv of A, B; scale of D; NULL = 1 */
     float *amax;                  /* D's amax; NULL = not computed */
     int sm;                       /* l8_gemm_desc.sm_count, 0 when >= the device's SMs */
+    int dgelu;                    /* L8_GEMM_EPI_DGELU_CAST: epi is NONE (the GEMM's plan)
+                                     and dc what the cast writes (ops/internal.h) */
+    l8i_dact_out dc;
 } problem;
 
 /* All uint64 words: no padding, so memcmp and the hash see only the key. */
@@ -174,9 +178,15 @@ l8_status l8i_gemm_small_mode(int cfg, int *mode);
  * auto (2) also wants a grid of at most nsm / 2 tiles of 32 x 32 and
  * K <= 512. */
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
+/* 1 when p (taken) has the dGELU cast epilogue (p->dgelu) in the layout the
+ * kernel's _dgelu entries write: a bf16 D, M % 8 == 0, dense cast and
+ * cast_t at 8-byte aligned addresses, aux 16-byte aligned. */
+int l8i_gemm_small_fuses(const problem *p);
 /* Enqueue p on s with the small kernel (l8i_gemm_small_takes said 1; the
- * context bound). Errors: L8_ERR_CUDA. */
-l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, l8_stream *s);
+ * context bound): with fuse (l8i_gemm_small_fuses said 1) the _dgelu entry,
+ * D and the epilogue's cast in one launch, else D alone. Errors:
+ * L8_ERR_CUDA. */
+l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, int fuse, l8_stream *s);
 
 /* ---- gemm_tune.c: autotuning and the configuration search ---- */
 

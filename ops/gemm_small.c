@@ -59,6 +59,7 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
         return 0;
     if (p->m * p->n > SMALL_MAX_MNK / p->k)
         return 0;
+
     /* auto: a grid of at most half the SMs, and K in one round of the
      * warps. Each CTA rereads its rows of A and B from L2, so the traffic
      * grows with the grid, and a grid near the SM count takes two waves
@@ -70,18 +71,32 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
     return 1;
 }
 
-l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, l8_stream *s)
+int l8i_gemm_small_fuses(const problem *p)
 {
-    /* by D (bf16, f32) and input pair (e4m3 e4m3, e4m3 e5m2, e5m2 e4m3) */
-    static const char *const k_entries[2][3] = {
+    /* the _dgelu entries: D bf16; dense FP8 outputs (a row-padded one wants
+     * its zeros, which they do not write) stored in 8-byte blocks (out_t's
+     * whole: M % 8 == 0) */
+    return p->dgelu && p->dt_d == L8_BF16 && p->m % 8 == 0 && p->dc.ldo == p->n &&
+           p->dc.ldt == p->m && (uintptr_t)p->dc.out % 8 == 0 &&
+           (uintptr_t)p->dc.out_t % 8 == 0 && (uintptr_t)p->dc.a % 16 == 0;
+}
+
+l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, int fuse, l8_stream *s)
+{
+    /* by D (bf16, f32, bf16 with the dGELU cast) and input pair (e4m3
+     * e4m3, e4m3 e5m2, e5m2 e4m3) */
+    static const char *const k_entries[3][3] = {
         { "l8_gemm_small_e4m3_e4m3_bf16", "l8_gemm_small_e4m3_e5m2_bf16",
           "l8_gemm_small_e5m2_e4m3_bf16" },
         { "l8_gemm_small_e4m3_e4m3_f32", "l8_gemm_small_e4m3_e5m2_f32",
           "l8_gemm_small_e5m2_e4m3_f32" },
+        { "l8_gemm_small_e4m3_e4m3_dgelu", "l8_gemm_small_e4m3_e5m2_dgelu",
+          "l8_gemm_small_e5m2_e4m3_dgelu" },
     };
     int pair = p->dt_a == L8_E5M2 ? 2 : p->dt_b == L8_E5M2 ? 1 : 0;
+    int kind = fuse ? 2 : p->dt_d == L8_F32;
     CUfunction f;
-    L8_CHECK(l8i_kernel(ctx, "gemm_small", k_entries[p->dt_d == L8_F32][pair], &f));
+    L8_CHECK(l8i_kernel(ctx, "gemm_small", k_entries[kind][pair], &f));
     uint64_t d = (uint64_t)(uintptr_t)p->d, a = (uint64_t)(uintptr_t)p->a;
     uint64_t b = (uint64_t)(uintptr_t)p->b;
     uint64_t sa = (uint64_t)(uintptr_t)p->sa, sb = (uint64_t)(uintptr_t)p->sb;
@@ -89,8 +104,20 @@ l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, l8_stream *s)
     uint64_t lda = (uint64_t)p->lda, ldb = (uint64_t)p->ldb;   /* FP8: bytes */
     uint64_t ldd = (uint64_t)p->ldd * (p->dt_d == L8_BF16 ? 2u : 4u);
     float alpha = p->alpha, beta = p->beta;
-    void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta };
     unsigned gx = (unsigned)((p->n + SMALL_TILE - 1) / SMALL_TILE);
     unsigned gy = (unsigned)((p->m + SMALL_TILE - 1) / SMALL_TILE);
-    return l8i_launch(s, f, gx, gy, 1, SMALL_THREADS, 1, 1, 0, args);
+    if (!fuse) {
+        void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta };
+        return l8i_launch(s, f, gx, gy, 1, SMALL_THREADS, 1, 1, 0, args);
+    }
+    const l8i_dact_out *c = &p->dc;
+    uint64_t act = (uint64_t)(uintptr_t)c->a, ldact = (uint64_t)p->n * 2u;
+    uint64_t out = (uint64_t)(uintptr_t)c->out, ldo = (uint64_t)c->ldo;
+    uint64_t outt = (uint64_t)(uintptr_t)c->out_t, ldot = (uint64_t)c->ldt;
+    uint64_t scale = (uint64_t)(uintptr_t)c->scale, amax = (uint64_t)(uintptr_t)c->amax;
+    uint64_t sinv = (uint64_t)(uintptr_t)c->scale_inv;
+    uint32_t fmt = (uint32_t)c->fmt;                 /* 3 e4m3, 4 e5m2 (l8_dtype) */
+    void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta,
+                     &act, &ldact, &out, &ldo, &outt, &ldot, &scale, &amax, &sinv, &fmt };
+    return l8i_launch(s, f, gx, gy, 1, 2 * SMALL_THREADS, 1, 1, 0, args);   /* see the PTX */
 }

@@ -76,6 +76,25 @@ l8_status l8i_fp8_cast_transpose_many_bias(int n, const l8_tensor *const *in,
                                            l8_tensor *const *bias_out, unsigned flags,
                                            l8_stream *s, int *folded);
 
+/* ---- cast.c: a dGELU cast done inside another kernel (ops/gemm.c) ----
+ *
+ * The checks of l8_fp8_cast_transpose_dact(L8_ACT_GELU, dy, a, out, out_t,
+ * NULL, L8_CAST_ACCUMULATE_AMAX) under the name op, with out and out_t both
+ * required and a of dy's dtype; nothing is enqueued. Fills what a kernel
+ * that writes those outputs itself needs: their addresses and row strides
+ * (elements: out C or more, out_t R or more where row-padded), the meta's
+ * scalars, the format, a's address. Errors: those of the cast. */
+typedef struct l8i_dact_out {
+    void *out, *out_t;
+    int64_t ldo, ldt;
+    const float *scale;
+    float *amax, *scale_inv;
+    l8_dtype fmt;
+    const void *a;
+} l8i_dact_out;
+l8_status l8i_cast_dact_prepare(const char *op, const l8_tensor *dy, const l8_tensor *a,
+                                l8_tensor *out, l8_tensor *out_t, l8i_dact_out *o);
+
 /* ---- cast.c: the delayed-scaling update with the recipe's meta table ----
  *
  * l8_fp8_scale_update, and in the same launch (CUDA backend only) the

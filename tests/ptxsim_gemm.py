@@ -31,7 +31,7 @@ import sys
 import ptxsim_ref as R
 from ptxsim_ref import ptxsim
 
-THREADS = 128
+THREADS = 128           # the _dgelu entries: 256
 PAIRS = (('e4m3', 'e4m3'), ('e4m3', 'e5m2'), ('e5m2', 'e4m3'))
 
 
@@ -54,14 +54,37 @@ def ulp(x, dt):
     return 2.0 ** (max(e, -125) - 1 - mb)
 
 
+def gelu_grad_cast(x, a, scale, fmt):
+    """The _dgelu entries' epilogue from ops/gemm.h's contract (L8_GEMM_EPI_DGELU_CAST,
+    l8_ew_gelu_bwd's arithmetic, every operation rounded to f32, exp(-z) as
+    2^(z * -log2 e) rounded once, as the simulator's ex2.approx): x and a are D's and
+    the activation input's bf16 values. Returns (g's bf16 bits, its FP8 code)."""
+    f = R.to_f32
+    k1, k2, k3 = R.bits_to_f32(0x3D372713), R.bits_to_f32(0x3FCC422A), \
+        R.bits_to_f32(0x3E095D4F)
+    a2 = f(a * a)
+    z = f(f(f(f(a2 * a) * k1) + a) * k2)
+    e = f(2.0 ** f(z * R.bits_to_f32(0xBFB8AA3B)))
+    sg = f(1.0 / f(e + 1.0))
+    dz = f(f(f(a2 * k3) + 1.0) * k2)
+    w = f(f(f(sg * f(1.0 - sg)) * a) * dz)
+    gb = R.enc16(f(x * f(sg + w)), 'bf16')
+    return gb, R.fp8_ref(f(R.bf16_to_f32(gb) * scale), R.E4M3 if fmt == 'e4m3' else R.E5M2)
+
+
 class Case:
     def __init__(self, ta, tb, dt, m, n, k, lda_pad=0, ldb_pad=0, ldd_pad=0, alpha=1.0,
-                 beta=0.0, sa=None, sb=None):
+                 beta=0.0, sa=None, sb=None, fmt='e5m2', scale=1.0, pads=(0, 0, 0),
+                 amax0=0):
         self.ta, self.tb, self.dt = ta, tb, dt
         self.m, self.n, self.k = m, n, k
         self.lda, self.ldb = k + lda_pad, k + ldb_pad
         self.ldd = n + ldd_pad
         self.alpha, self.beta, self.sa, self.sb = alpha, beta, sa, sb
+        # dgelu: the FP8 format and scale, row strides of a (elements), out and outT
+        # (bytes) past the dense ones, and the amax word's value before the launch
+        self.fmt, self.scale, self.amax0 = fmt, scale, amax0
+        self.ldact, self.ldo, self.ldot = n + pads[0], n + pads[1], m + pads[2]
 
     def __str__(self):
         s = '%s x %s -> %-4s %3d x %3d x %4d' % (self.ta, self.tb, self.dt, self.m, self.n,
@@ -72,15 +95,21 @@ class Case:
             s += ' alpha %g beta %g' % (self.alpha, self.beta)
         if self.sa is not None or self.sb is not None:
             s += ' sA %s sB %s' % (self.sa, self.sb)
+        if self.dt == 'dgelu':
+            s += ' %s scale %g' % (self.fmt, self.scale)
+            if (self.ldact, self.ldo, self.ldot) != (self.n, self.n, self.m):
+                s += ' ld a/out/outT %d/%d/%d' % (self.ldact, self.ldo, self.ldot)
         return s
 
 
 def run_case(mod, c, rnd, strict=False):
-    esz = R.ESIZE[c.dt]
+    dgelu = c.dt == 'dgelu'
+    dt = 'bf16' if dgelu else c.dt                # D's dtype
+    esz = R.ESIZE[dt]
     A = [[random_code(rnd, c.ta) for _ in range(c.k)] for _ in range(c.m)]
     B = [[random_code(rnd, c.tb) for _ in range(c.k)] for _ in range(c.n)]
-    enc = (lambda x: R.enc16(x, 'bf16')) if c.dt == 'bf16' else R.f32_to_bits
-    dec = R.DECODE[c.dt]
+    enc = (lambda x: R.enc16(x, 'bf16')) if dt == 'bf16' else R.f32_to_bits
+    dec = R.DECODE[dt]
     old = None
     if c.beta:
         old = [[enc(rnd.uniform(-4, 4)) for _ in range(c.n)] for _ in range(c.m)]
@@ -112,13 +141,26 @@ def run_case(mod, c, rnd, strict=False):
         for r in range(c.m):
             fmt = '<%d%s' % (c.n, 'H' if esz == 2 else 'I')
             mem.write(pd + r * c.ldd * esz, struct.pack(fmt, *old[r]))
+    params = [pd, pa, pb, psa, psb, c.m, c.n, c.k, c.lda, c.ldb, c.ldd * esz,
+              R.f32_to_bits(c.alpha), R.f32_to_bits(c.beta)]
+    if dgelu:                                     # a in [-4, 4), bf16
+        act = [[R.enc16(rnd.uniform(-4, 4), 'bf16') for _ in range(c.n)]
+               for _ in range(c.m)]
+        pact = mem.alloc(max(c.m * c.ldact * 2, 16))
+        for r in range(c.m):
+            mem.write(pact + r * c.ldact * 2, struct.pack('<%dH' % c.n, *act[r]))
+        pout = outs.alloc('out', (c.m - 1) * c.ldo + c.n)
+        poutt = outs.alloc('outT', (c.n - 1) * c.ldot + c.m)
+        pscale = scalar(c.scale)
+        pamax = outs.alloc('amax', 4, fill=struct.pack('<I', c.amax0))
+        psinv = outs.alloc('scale_inv', 4)
+        params += [pact, c.ldact * 2, pout, c.ldo, poutt, c.ldot, pscale, pamax, psinv,
+                   3 if c.fmt == 'e4m3' else 4]
     grid = ((c.n + 31) // 32, (c.m + 31) // 32, 1)
     entry = 'l8_gemm_small_%s_%s_%s' % (c.ta, c.tb, c.dt)
-    st, err = R.run_launch(mod, entry, grid=grid, block=(THREADS, 1, 1),
-                           params=[pd, pa, pb, psa, psb, c.m, c.n, c.k, c.lda, c.ldb,
-                                   c.ldd * esz, R.f32_to_bits(c.alpha),
-                                   R.f32_to_bits(c.beta)],
-                           mem=mem, strict_undef=strict)
+    block = (2 * THREADS if dgelu else THREADS, 1, 1)
+    st, err = R.run_launch(mod, entry, grid=grid, block=block, params=params, mem=mem,
+                           strict_undef=strict)
     if err:
         return [err], 0.0, 0, ''
     errs = []
@@ -143,13 +185,46 @@ def run_case(mod, c, rnd, strict=False):
             want = R.to_f32(exact)
             off = (r * c.ldd + n) * esz
             g = dec(struct.unpack_from('<H' if esz == 2 else '<I', got, off)[0])
-            tol = ulp(want, c.dt) + (c.k / 32 + 8) * 2.0 ** -24 * mag
+            tol = ulp(want, dt) + (c.k / 32 + 8) * 2.0 ** -24 * mag
             if not abs(g - exact) <= tol:
                 bad.append((r, n, g, exact, tol))
     if bad:
         errs.append('d: %d of %d elements off; first %s' % (len(bad), c.m * c.n, ', '.join(
             '[%d, %d] got %.6g want %.6g (tol %.2g)' % b for b in bad[:3])))
+    if dgelu:
+        errs += check_dgelu(c, outs, got, act)
     return errs, st['seconds'], st['instructions'], ''
+
+
+def check_dgelu(c, outs, got, act):
+    """The _dgelu outputs against gelu_grad_cast of the kernel's own D: out and outT
+    byte for byte (each M x N byte written once, the row padding never), the amax word
+    (max of its old value and |g|'s bits), scale_inv = 1 / scale."""
+    errs = []
+    pad = [(r * c.ldo + c.n, (r + 1) * c.ldo) for r in range(c.m - 1)]
+    errs += outs.check_coverage('out', skip=[p for p in pad if p[0] < p[1]])
+    pad = [(r * c.ldot + c.m, (r + 1) * c.ldot) for r in range(c.n - 1)]
+    errs += outs.check_coverage('outT', skip=[p for p in pad if p[0] < p[1]])
+    out, outt = outs.read('out'), outs.read('outT')
+    amax, bad = c.amax0, []
+    for r in range(c.m):
+        for n in range(c.n):
+            x = R.bf16_to_f32(struct.unpack_from('<H', got, (r * c.ldd + n) * 2)[0])
+            gb, q = gelu_grad_cast(x, R.bf16_to_f32(act[r][n]), c.scale, c.fmt)
+            amax = max(amax, (gb << 16) & 0x7fffffff)
+            o, t = out[r * c.ldo + n], outt[n * c.ldot + r]
+            if o != q or t != q:
+                bad.append((r, n, o, t, q))
+    if bad:
+        errs.append('FP8: %d of %d elements off; first %s' % (len(bad), c.m * c.n, ', '.join(
+            '[%d, %d] out %#x outT %#x want %#x' % b for b in bad[:3])))
+    g = struct.unpack('<I', outs.read('amax'))[0]
+    if g != amax:
+        errs.append('amax %#x, want %#x' % (g, amax))
+    g = struct.unpack('<f', outs.read('scale_inv'))[0]
+    if g != R.to_f32(1.0 / c.scale):
+        errs.append('scale_inv %r, want %r' % (g, R.to_f32(1.0 / c.scale)))
+    return errs
 
 
 def cases(quick, fuzz, seed):
@@ -172,18 +247,31 @@ def cases(quick, fuzz, seed):
         Case('e4m3', 'e4m3', 'bf16', 70, 72, 48, ldd_pad=24),
         Case('e4m3', 'e4m3', 'bf16', 40, 32, 592, alpha=0.5),
     ]
+    # the _dgelu entries: every pair, both formats; a tail in N and several CTAs; M a
+    # multiple of 8, not of 32; padded strides; alpha, sA, beta; a saturating scale and
+    # an amax word above every |g|
+    for ta, tb in PAIRS:
+        L.append(Case(ta, tb, 'dgelu', 32, 32, 64))
+    L += [
+        Case('e5m2', 'e4m3', 'dgelu', 64, 40, 128, fmt='e4m3', scale=2.0, sb=0.5),
+        Case('e5m2', 'e4m3', 'dgelu', 24, 48, 96, pads=(8, 8, 8), ldd_pad=8, alpha=0.5,
+             beta=1.0),
+        Case('e4m3', 'e4m3', 'dgelu', 40, 16, 32, scale=4096.0, amax0=0x7f000000),
+    ]
     if not quick:
         L.append(Case('e4m3', 'e4m3', 'bf16', 64, 64, 1024))
     rnd = random.Random(seed)
     for _ in range(fuzz):
         ta, tb = rnd.choice(PAIRS)
-        L.append(Case(ta, tb, rnd.choice(('bf16', 'f32')), rnd.randint(1, 48),
+        dt = rnd.choice(('bf16', 'f32', 'dgelu'))
+        L.append(Case(ta, tb, dt, 8 * rnd.randint(1, 6) if dt == 'dgelu' else rnd.randint(1, 48),
                       8 * rnd.randint(1, 6), 16 * rnd.randint(1, 20),
                       lda_pad=16 * rnd.randint(0, 2), ldb_pad=16 * rnd.randint(0, 2),
                       ldd_pad=8 * rnd.randint(0, 2),
                       alpha=rnd.choice((1.0, 0.5, -2.0)),
                       beta=rnd.choice((0.0, 0.0, 1.0)),
-                      sa=rnd.choice((None, 0.25)), sb=rnd.choice((None, 4.0))))
+                      sa=rnd.choice((None, 0.25)), sb=rnd.choice((None, 4.0)),
+                      fmt=rnd.choice(('e4m3', 'e5m2')), scale=rnd.choice((1.0, 64.0))))
     return L
 
 

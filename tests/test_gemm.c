@@ -653,6 +653,110 @@ START_TEST(test_gpu_gelu_aux)
 }
 END_TEST
 
+/* ---- L8_GEMM_EPI_DGELU_CAST: the GEMM and l8_fp8_cast_transpose_dact ---- */
+
+static int bytes_equal(l8_tensor *x, l8_tensor *y, const char *what, const char *dev)
+{
+    size_t n = l8_tensor_nbytes(x);
+    uint8_t *a = malloc(n), *b = malloc(n);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    L8_CK(l8_tensor_copy_to_host(x, a, n, NULL));
+    L8_CK(l8_tensor_copy_to_host(y, b, n, NULL));
+    size_t i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    ck_assert_msg(i == n, "%s: %s differs at byte %zu of %zu (%#x, want %#x)", dev, what, i, n,
+                  i < n ? a[i] : 0, i < n ? b[i] : 0);
+    int nonzero = 0;              /* something was written: not the poison, not all zeros */
+    for (size_t j = 0; j < n && !nonzero; j++)
+        nonzero = a[j] != 0 && a[j] != 0xFF;
+    free(a);
+    free(b);
+    return nonzero;
+}
+
+/* One call with the epilogue against the two calls it stands for on the
+ * same handle (small: its l8_gemm_config.small): l8_gemm without an
+ * epilogue, then l8_fp8_cast_transpose_dact - D, cast and cast_t with their
+ * padding, and the meta's amax (accumulated from 0.5) and scale_inv (from a
+ * wrong 1), byte for byte. A dY8 (e5m2, scale_inv 0.5) x W8t (e4m3) dgrad,
+ * cast_t (N, M) in rows of ldt (> M: row-padded). Returns the handle's
+ * fused calls (l8_gemm_stats.small_fused) during the epilogue's call. */
+static uint64_t dgelu_cast_run(const char *dev, int small, int64_t M, int64_t N, int64_t K,
+                               int64_t ldt, float beta)
+{
+    l8_ctx *ctx = make_ctx(dev);
+    l8_gemm_handle *h = small_handle(ctx, 0, small);
+    l8_rng r;
+    l8_rng_init(&r, 0xd6e1 + (uint64_t)(M + 3 * N + 7 * K + ldt));
+    mat A = mat_new(L8_E5M2, M, K, K, &r, 2), B = mat_new(L8_E4M3, N, K, K, &r, 2);
+    mat D0 = mat_new(L8_BF16, M, N, N, &r, 1), X = mat_new(L8_BF16, M, N, N, &r, 3);
+    mat C = mat_new(L8_E5M2, M, N, N, NULL, 0), CT = mat_new(L8_E5M2, N, M, ldt, NULL, 0);
+    dmat a = upload(ctx, &A, 1, 0.5f), b = upload(ctx, &B, 1, 1), x = upload(ctx, &X, 1, 1);
+    dmat d[2], c[2], ct[2];
+    for (int k = 0; k < 2; k++) {
+        d[k] = upload(ctx, &D0, 1, 1);
+        c[k] = upload(ctx, &C, 1, 1);
+        ct[k] = upload(ctx, &CT, 1, 1);
+        l8_fp8_meta *m = l8_tensor_fp8_meta(c[k].view);
+        L8_CK(l8_fp8_meta_set(m, 4.0f, 1.0f, 0.5f));
+        L8_CK(l8_tensor_set_fp8_meta(ct[k].view, m));
+    }
+    l8_gemm_desc g = L8_GEMM_DESC_INIT;
+    g.a = a.view; g.b = b.view; g.d = d[0].view; g.beta = beta;
+    g.epilogue = L8_GEMM_EPI_DGELU_CAST;
+    g.aux = x.view; g.cast = c[0].view; g.cast_t = ct[0].view;
+    uint64_t f0 = stats_of(h).small_fused;
+    L8_CK(l8_gemm(h, &g, NULL));
+    uint64_t fused = stats_of(h).small_fused - f0;
+    l8_gemm_desc p = L8_GEMM_DESC_INIT;
+    p.a = a.view; p.b = b.view; p.d = d[1].view; p.beta = beta;
+    L8_CK(l8_gemm(h, &p, NULL));
+    L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, d[1].view, x.view, c[1].view, ct[1].view,
+                                     NULL, L8_CAST_ACCUMULATE_AMAX, NULL));
+    ck_assert(bytes_equal(d[0].full, d[1].full, "D", dev));
+    ck_assert(bytes_equal(c[0].full, c[1].full, "cast", dev));
+    ck_assert(bytes_equal(ct[0].full, ct[1].full, "cast_t", dev));
+    float v[2][3];
+    for (int k = 0; k < 2; k++)
+        L8_CK(l8_fp8_meta_get(l8_tensor_fp8_meta(c[k].view), &v[k][0], &v[k][1], &v[k][2]));
+    ck_assert_msg(memcmp(v[0], v[1], sizeof v[0]) == 0 && v[0][1] == 0.25f && v[0][2] > 0.5f,
+                  "%s: meta scale %g scale_inv %g amax %g, want %g %g %g", dev, (double)v[0][0],
+                  (double)v[0][1], (double)v[0][2], (double)v[1][0], (double)v[1][1],
+                  (double)v[1][2]);
+    for (int k = 0; k < 2; k++) {
+        dmat_free(&d[k]); dmat_free(&c[k]); dmat_free(&ct[k]);
+    }
+    dmat_free(&a); dmat_free(&b); dmat_free(&x);
+    free(A.img); free(B.img); free(D0.img); free(X.img); free(C.img); free(CT.img);
+    l8_gemm_handle_destroy(h);
+    l8t_ctx_finish(ctx);
+    return fused;
+}
+
+START_TEST(test_host_dgelu_cast)
+{
+    dgelu_cast_run("host", 0, 37, 48, 64, 48, 0.0f);      /* cast_t row-padded */
+    dgelu_cast_run("host", 0, 32, 40, 96, 32, 1.0f);
+}
+END_TEST
+
+/* Where the small kernel takes the GEMM and the layout allows, one launch
+ * (lean8-train's default model's fc2 dgrad first); where not, the same
+ * bytes from the two calls. */
+START_TEST(test_gpu_dgelu_cast)
+{
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 128, 256, 128, 128, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 40, 48, 96, 40, 0.5f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 96, 64, 512, 96, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 37, 48, 64, 37, 0.0f), 0);   /* M % 8 */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 40, 48, 96, 48, 0.0f), 0);   /* padded */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 128, 256, 128, 128, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 256, 512, 512, 256, 0.0f), 0);
+}
+END_TEST
+
 /* ---- argument checks ---- */
 
 typedef struct errfix {
@@ -837,6 +941,79 @@ START_TEST(test_host_argument_errors)
     for (int i = 0; i < f.n; i++) l8_tensor_destroy(f.t[i]);
     l8_gemm_handle_destroy(f.h);
     l8_ctx_destroy(f.other);
+    l8_ctx_destroy(f.ctx);
+}
+END_TEST
+
+/* L8_GEMM_EPI_DGELU_CAST's refusals: nothing is enqueued, no plan made. */
+static l8_tensor *with_meta(errfix *f, l8_tensor *t, l8_fp8_meta *m)
+{
+    L8_CK(l8_tensor_set_fp8_meta(t, m));
+    (void)f;
+    return t;
+}
+
+START_TEST(test_host_dgelu_cast_errors)
+{
+    errfix f = { 0 };
+    f.ctx = make_ctx("host");
+    f.h = make_handle(f.ctx, 0);
+    l8_fp8_meta *m = NULL, *m2 = NULL;
+    L8_CK(l8_fp8_meta_create(f.ctx, &m));
+    L8_CK(l8_fp8_meta_create(f.ctx, &m2));
+    l8_tensor *a8 = tens(&f, f.ctx, L8_E5M2, 32, 64), *b8 = tens(&f, f.ctx, L8_E4M3, 48, 64);
+    l8_tensor *d = tens(&f, f.ctx, L8_BF16, 32, 48), *x = tens(&f, f.ctx, L8_BF16, 32, 48);
+    l8_tensor *c = with_meta(&f, tens(&f, f.ctx, L8_E5M2, 32, 48), m);
+    l8_tensor *ct = with_meta(&f, tens(&f, f.ctx, L8_E5M2, 48, 32), m);
+    l8_tensor *ct2 = with_meta(&f, tens(&f, f.ctx, L8_E5M2, 48, 32), m2);
+    l8_tensor *ct4 = with_meta(&f, tens(&f, f.ctx, L8_E4M3, 48, 32), m);
+    l8_tensor *cw = with_meta(&f, tens(&f, f.ctx, L8_E5M2, 32, 40), m);
+    l8_tensor *x32 = tens(&f, f.ctx, L8_F32, 32, 48), *d8 = tens(&f, f.ctx, L8_E5M2, 32, 48);
+    L8_CK(l8_tensor_set_fp8_meta(d8, m2));
+    l8_tensor *dbig = tens(&f, f.ctx, L8_BF16, 32, 64), *dv = NULL;
+    L8_CK(l8_tensor_narrow(dbig, 1, 0, 48, &dv));     /* D (32, 48) in rows of 64 */
+    keep(&f, dv);
+    l8_gemm_desc ok = L8_GEMM_DESC_INIT, g;
+    ok.a = a8; ok.b = b8; ok.d = d;
+    ok.epilogue = L8_GEMM_EPI_DGELU_CAST;
+    ok.aux = x; ok.cast = c; ok.cast_t = ct;
+    L8_CK(l8_gemm(f.h, &ok, NULL));               /* the baseline is valid */
+    g = ok; g.aux = NULL;      expect(&f, &g, L8_ERR_INVALID_ARG, "dgelu_cast without aux");
+    g = ok; g.cast = NULL;     expect(&f, &g, L8_ERR_INVALID_ARG, "dgelu_cast without cast");
+    g = ok; g.cast_t = NULL;   expect(&f, &g, L8_ERR_INVALID_ARG, "dgelu_cast without cast_t");
+    g = ok; g.epilogue = L8_GEMM_EPI_NONE; g.aux = NULL;
+    expect(&f, &g, L8_ERR_INVALID_ARG, "cast with epilogue none");
+    g = ok; g.epilogue = L8_GEMM_EPI_NONE; g.aux = NULL; g.cast = NULL;
+    expect(&f, &g, L8_ERR_INVALID_ARG, "cast_t with epilogue none");
+    g = ok; g.cast_t = ct2;    expect(&f, &g, L8_ERR_INVALID_ARG, "cast_t with another meta");
+    g = ok; g.cast_t = ct4;    expect(&f, &g, L8_ERR_INVALID_ARG, "cast_t of another format");
+    g = ok; g.cast = cw;       expect(&f, &g, L8_ERR_INVALID_ARG, "cast of another shape");
+    g = ok; g.cast_t = c;      expect(&f, &g, L8_ERR_INVALID_ARG, "cast_t not transposed");
+    g = ok; g.aux = x32;       expect(&f, &g, L8_ERR_INVALID_ARG, "aux of another dtype");
+    g = ok; g.aux = d;         expect(&f, &g, L8_ERR_INVALID_ARG, "aux is D");
+    g = ok; g.d = dv;          expect(&f, &g, L8_ERR_INVALID_ARG, "D not contiguous");
+    g = ok; g.d = d8;          expect(&f, &g, L8_ERR_UNSUPPORTED, "an FP8 D");
+    g = ok; g.bias = x;        expect(&f, &g, L8_ERR_INVALID_ARG, "bias with dgelu_cast");
+    {   /* cast inside D's storage */
+        l8_tensor *both = tens(&f, f.ctx, L8_BF16, 64, 48), *lo = NULL;
+        L8_CK(l8_tensor_narrow(both, 0, 0, 32, &lo));
+        keep(&f, lo);
+        g = ok; g.d = lo;
+        l8_tensor *cd = NULL;
+        int64_t sh[2] = { 32, 48 };
+        L8_CK(l8_tensor_from_storage(l8_tensor_storage(both), 0, L8_E5M2, 2, sh, NULL, &cd));
+        keep(&f, with_meta(&f, cd, m));
+        g.cast = cd;           expect(&f, &g, L8_ERR_INVALID_ARG, "cast overlaps D");
+    }
+    /* an older caller's desc ends before cast: the epilogue needs what it lacks */
+    g = ok; g.size = offsetof(l8_gemm_desc, cast);
+    expect(&f, &g, L8_ERR_INVALID_ARG, "dgelu_cast in a desc without cast");
+    g = ok; g.epilogue = L8_GEMM_EPI_NONE; g.aux = NULL; g.size = offsetof(l8_gemm_desc, cast);
+    L8_CK(l8_gemm(f.h, &g, NULL));                /* cast / cast_t past its end: not read */
+    for (int i = 0; i < f.n; i++) l8_tensor_destroy(f.t[i]);
+    l8_fp8_meta_release(m);
+    l8_fp8_meta_release(m2);
+    l8_gemm_handle_destroy(f.h);
     l8_ctx_destroy(f.ctx);
 }
 END_TEST
@@ -1770,6 +1947,8 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tc, test_host_beta_and_bias_semantics);
     tcase_add_test(tc, test_host_fp8_output_amax);
     tcase_add_loop_test(tc, test_host_gelu_aux, 0, 2);
+    tcase_add_test(tc, test_host_dgelu_cast);
+    tcase_add_test(tc, test_host_dgelu_cast_errors);
     tcase_add_test(tc, test_host_argument_errors);
     tcase_add_test(tc, test_host_failed_call_writes_nothing);
     tcase_add_test(tc, test_host_plan_cache);
@@ -1795,6 +1974,7 @@ Suite *l8_gemm_suite(void)
     tcase_add_test(tg, test_gpu_plan_cache_file);
     tcase_add_loop_test(tg, test_gpu_small_kernel, 0, (int)N_SMALL_MODES);
     tcase_add_test(tg, test_gpu_small_auto);
+    tcase_add_test(tg, test_gpu_dgelu_cast);
     suite_add_tcase(s, tg);
     return s;
 }
