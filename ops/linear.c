@@ -1074,6 +1074,8 @@ l8_status l8_linear_forward_gelu(l8_linear *l, l8_act act, const l8_tensor *x,
 typedef struct bwd_in {
     l8_act act;
     const l8_tensor *dy, *y, *dy8, *dy8t, *db;
+    const l8_tensor *z;           /* l8_linear_backward_fp8_dx: the layer below's GELU input */
+    l8_tensor *dx8, *dx8t;        /* and its dY8, dY8t, cast from dX in the dgrad */
 } bwd_in;
 
 /* Whether t is the same elements as u (same storage, offset, dtype, size). */
@@ -1151,7 +1153,7 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     l8_status ret = L8_OK;
     l8_tensor *dy2 = NULL, *dx2 = NULL, *dy8 = NULL, *dy8t = NULL, *dy8tc = NULL, *dbs = NULL,
               *dyg = NULL, *dxf = NULL, *xs = NULL, *xsc = NULL, *xg8 = NULL, *y2 = NULL,
-              *dya = NULL;
+              *dya = NULL, *z2 = NULL;  /* z2: the dX cast's GELU input, 2-D [T, K] */
     l8_stream *cs = NULL;
     int64_t Tdy = 0, Tdx = 0, Ty = 0;
     /* the activation's gradient inside the dY cast (FP8 without a dY
@@ -1187,6 +1189,26 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx overlaps %s", op,
                       precast ? "dy8, dy8t or db" : "dy");
         goto out;
+    }
+    if (in->dx8) {
+        if (!dx || l->tp || !fp8) {
+            ret = L8_FAIL(!dx || !fp8 ? L8_ERR_INVALID_ARG : L8_ERR_UNSUPPORTED, "%s: the dX"
+                          " cast needs dx and an FP8 layer without tensor parallelism (%s)", op,
+                          l->name);
+            goto out;
+        }
+        int64_t Tz = 0;
+        l8i_dact_out chk;
+        L8_TRY(ret, act_view(l, op, "z", in->z, l->K, &Tz, &z2), out);
+        L8_TRY(ret, l8i_cast_dact_prepare(op, dx2, z2, in->dx8, in->dx8t, &chk), out);
+        const l8_tensor *ours[4] = { in->dy8, in->dy8t, in->db, c->saved };
+        for (int k = 0; k < 4; k++)
+            if (overlap(in->dx8, ours[k]) || overlap(in->dx8t, ours[k]) ||
+                overlap(dx, ours[k]) || overlap(in->z, ours[k])) {
+                ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx, z, dx8 or dx8t overlaps %s", op,
+                              (const char *[]){ "dy8", "dy8t", "db", "the saved input" }[k]);
+                goto out;
+            }
     }
     if (c->weight_version != l->weight_version) {
         ret = L8_FAIL(L8_ERR_STATE, "%s: %s rebuilt its weights (begin_step and a forward) after"
@@ -1260,6 +1282,12 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
     l8_gemm_desc dg = L8_GEMM_DESC_INIT, wg = L8_GEMM_DESC_INIT;
     dg.d = dxf ? dxf : dx2;       /* (T, K) bf16, = */
     dg.sm_count = l->dg_sms;
+    if (z2) {                     /* and the layer below's dY8, dY8t */
+        dg.epilogue = L8_GEMM_EPI_DGELU_CAST;
+        dg.aux = z2;
+        dg.cast = in->dx8;
+        dg.cast_t = in->dx8t;
+    }
     wg.d = l->gw;                 /* (N, K) main_grad */
     wg.beta = first ? 0.0f : 1.0f;
     const l8_tensor *x_saved = xs ? xs : c->saved;
@@ -1366,13 +1394,14 @@ out:
     l8_tensor_destroy(xg8);
     l8_tensor_destroy(y2);
     l8_tensor_destroy(dya);
+    l8_tensor_destroy(z2);
     return ret;
 }
 
 l8_status l8_linear_backward(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
                              l8_tensor *dx, l8_stream *s)
 {
-    bwd_in in = { L8_ACT_NONE, dy, NULL, NULL, NULL, NULL };
+    bwd_in in = { L8_ACT_NONE, dy, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     if (!dy)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward: dy is NULL");
     return backward_impl(l, "l8_linear_backward", &in, saved, dx, s);
@@ -1382,7 +1411,7 @@ l8_status l8_linear_backward_act(l8_linear *l, l8_act act, l8_linear_ctx **saved
                                  const l8_tensor *da, const l8_tensor *y, l8_tensor *dx,
                                  l8_stream *s)
 {
-    bwd_in in = { act, da, y, NULL, NULL, NULL };
+    bwd_in in = { act, da, y, NULL, NULL, NULL, NULL, NULL, NULL };
     if (!da)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward_act: da is NULL");
     return backward_impl(l, "l8_linear_backward_act", &in, saved, dx, s);
@@ -1392,8 +1421,20 @@ l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **saved, const l8_t
                                  const l8_tensor *dy8t, const l8_tensor *db, l8_tensor *dx,
                                  l8_stream *s)
 {
-    bwd_in in = { L8_ACT_NONE, NULL, NULL, dy8, dy8t, db };
+    bwd_in in = { L8_ACT_NONE, NULL, NULL, dy8, dy8t, db, NULL, NULL, NULL };
     if (!dy8)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward_fp8: dy8 is NULL");
     return backward_impl(l, "l8_linear_backward_fp8", &in, saved, dx, s);
+}
+
+l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy8,
+                                    const l8_tensor *dy8t, const l8_tensor *db, l8_tensor *dx,
+                                    const l8_tensor *z, l8_tensor *dx8, l8_tensor *dx8t,
+                                    l8_stream *s)
+{
+    static const char *op = "l8_linear_backward_fp8_dx";
+    bwd_in in = { L8_ACT_NONE, NULL, NULL, dy8, dy8t, db, z, dx8, dx8t };
+    if (!dy8 || !z || !dx8 || !dx8t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dy8, z, dx8 and dx8t are required", op);
+    return backward_impl(l, op, &in, saved, dx, s);
 }

@@ -424,6 +424,32 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
                                               const l8_tensor *db, l8_tensor *dx,
                                               l8_stream *s);
 
+/* l8_linear_backward_fp8 that also casts dx for the FP8 layer below, in the
+ * dgrad: for ... -> Linear A -> GELU -> Linear B, both FP8, z = A's output
+ * (the GELU's input),
+ *     B: l8_linear_backward_fp8_dx(b, &cb, dy8, dy8t, db, dh, z, dz8, dz8t, s)
+ *     A: l8_linear_backward_fp8(a, &ca, dz8, dz8t, db_a, dx, s)
+ * B writes dx (here dh, bf16, as l8_linear_backward_fp8 does) and A's dY8
+ * dx8 [T, K] and dY8t dx8t [K, T] (here dz8, dz8t): bit for bit what
+ * l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx, z, dx8, dx8t, NULL,
+ * L8_CAST_ACCUMULATE_AMAX, s) would write after it - the dgrad's l8_gemm
+ * with L8_GEMM_EPI_DGELU_CAST, one launch where lean8's small FP8 GEMM
+ * kernel takes it (ops/gemm.h). dx8 and dx8t carry A's grad_output meta in
+ * its format, as l8_linear_backward_fp8 wants them. A's bias gradient, the
+ * column sums of dx * gelu'(z), comes from l8_dbias_dact(L8_ACT_GELU, dx, z,
+ * db_a, s2) (it reads dx: on any stream after this call's work on s;
+ * lean8-train runs it on a side stream). z: bf16 [T, K] (2-D or [.., K]),
+ * contiguous, read; dx contiguous; none of dx, z, dx8, dx8t may overlap dy8,
+ * dy8t, db or the saved input. Errors: those of l8_linear_backward_fp8 and
+ * of the cast (its messages name dx "in", dx8 "out", dx8t "out_t"),
+ * L8_ERR_INVALID_ARG for a NULL dy8, z, dx8, dx8t or dx and an overlap,
+ * L8_ERR_UNSUPPORTED with tensor parallelism. */
+L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **saved,
+                                                 const l8_tensor *dy8, const l8_tensor *dy8t,
+                                                 const l8_tensor *db, l8_tensor *dx,
+                                                 const l8_tensor *z, l8_tensor *dx8,
+                                                 l8_tensor *dx8t, l8_stream *s);
+
 /* An FP8 h's amax by the caller (on: 1; off: 0, the default). With it on,
  * l8_linear_forward_gelu writes h and h's scale_inv as before but runs no
  * amax cast: the caller accumulates the amax the next layer's cast would

@@ -1459,6 +1459,145 @@ START_TEST(test_gpu_precast)
 }
 END_TEST
 
+/* l8_linear_backward_fp8_dx against l8_linear_backward_fp8 followed by
+ * l8_fp8_cast_transpose_dact of its dx, on two layers with the same
+ * weights (the GEMM handle's small kernel as configured by default): dx,
+ * the layer below's dY8 and dY8t, that meta's amax and scale_inv, and both
+ * main_grads, bit for bit; then the errors, which leave the ctx valid. On
+ * a GPU, T x K = 128 x 256 with N = 128 is a dgrad the small kernel takes
+ * with the cast inside (gemm.h: l8_gemm_stats.small_fused counts it). */
+static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fused)
+{
+    l8_rng r, r2;
+    l8_rng_init(&r, 0xdc57 + (uint64_t)T);
+    r2 = r;
+    l8_ctx *ctx = mk_ctx(dev);
+    l8_gemm_handle *h = mk_gemm(ctx);
+    l8_recipe *rec[2] = { mk_recipe(ctx), mk_recipe(ctx) };
+    fx f[2];
+    fx_init(&f[0], ctx, h, rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
+    fx_init(&f[1], ctx, h, rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+    l8_fp8_meta *mz[2];
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tz = mk(ctx, L8_BF16, T, K);
+    l8_tensor *tdy = mk(ctx, L8_BF16, T, N), *ty = mk(ctx, L8_BF16, T, N), *dx[2], *dz8[2],
+              *dz8t[2];
+    l8_fp8_meta *mg = l8_recipe_meta(rec[0], l8_linear_role_index(f[0].lin,
+                                                                  L8_ROLE_GRAD_OUTPUT));
+    l8_fp8_meta *mg1 = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin,
+                                                                   L8_ROLE_GRAD_OUTPUT));
+    l8_tensor *dy8 = mk8(ctx, L8_E5M2, T, N, mg), *dy8t = mk8(ctx, L8_E5M2, N, T, mg);
+    l8_tensor *dy8b = mk8(ctx, L8_E5M2, T, N, mg1), *dy8tb = mk8(ctx, L8_E5M2, N, T, mg1);
+    l8_tensor *db = mk(ctx, L8_F32, N, -1);
+    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem(T * K), fmem(T * K) };
+    for (int p = 0; p < 2; p++) {
+        L8_CK(l8_fp8_meta_create(ctx, &mz[p]));
+        L8_CK(l8_fp8_meta_set(mz[p], 8.0f, 1.0f, 0.25f));
+        dx[p] = mk(ctx, L8_BF16, T, K);
+        dz8[p] = mk8(ctx, L8_E5M2, T, K, mz[p]);
+        dz8t[p] = mk8(ctx, L8_E5M2, K, T, mz[p]);
+        poison(dx[p]);
+    }
+    fill_bf16(&r, v, T * K);
+    put(tx, v);
+    fill_bf16(&r, v, T * K);
+    put(tz, v);
+    fill_bf16(&r, v, T * N);
+    put(tdy, v);
+    l8_linear_ctx *c[2] = { NULL, NULL };
+    for (int p = 0; p < 2; p++)
+        L8_CK(l8_linear_forward(f[p].lin, tx, ty, &c[p], NULL));
+    /* each layer's dY8 with its recipe's meta (both fresh: the same scale, the same bytes) */
+    L8_CK(l8_fp8_cast_transpose_dbias(tdy, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX, NULL));
+    L8_CK(l8_fp8_cast_transpose_dbias(tdy, dy8b, dy8tb, db, L8_CAST_ACCUMULATE_AMAX, NULL));
+    /* errors first: nothing enqueued, the ctx kept */
+    L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, NULL, tz, dz8[0],
+                                       dz8t[0], NULL), L8_ERR_INVALID_ARG);     /* no dx */
+    L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], NULL, dz8[0],
+                                       dz8t[0], NULL), L8_ERR_INVALID_ARG);     /* no z */
+    L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz, NULL,
+                                       dz8t[0], NULL), L8_ERR_INVALID_ARG);
+    L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz, dz8[0],
+                                       dz8[0], NULL), L8_ERR_INVALID_ARG);      /* not [K, T] */
+    L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz, dz8[0],
+                                       dz8t[1], NULL), L8_ERR_INVALID_ARG);     /* two metas */
+    if (K != N)                   /* dY as z: [T, N], not [T, K] */
+        L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tdy, dz8[0],
+                                           dz8t[0], NULL), L8_ERR_INVALID_ARG);
+    if (K <= N) {                 /* dz8t [K, T] over dY8t's bytes [N, T] */
+        l8_tensor *alias = NULL;
+        L8_CK(l8_tensor_from_storage(l8_tensor_storage(dy8t), 0, L8_E5M2, 2,
+                                     (const int64_t[2]){ K, T }, NULL, &alias));
+        L8_CK(l8_tensor_set_fp8_meta(alias, mz[0]));
+        L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz,
+                                           dz8[0], alias, NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(alias);
+    }
+    ck_assert_ptr_nonnull(c[0]);
+    l8_gemm_stats s0 = { .size = sizeof s0 }, s1 = { .size = sizeof s1 };
+    L8_CK(l8_gemm_get_stats(h, &s0));
+    L8_CK(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz, dz8[0],
+                                    dz8t[0], NULL));
+    L8_CK(l8_gemm_get_stats(h, &s1));
+    ck_assert_ptr_null(c[0]);
+    if (fused >= 0)
+        ck_assert_uint_eq(s1.small_fused - s0.small_fused, (uint64_t)fused);
+    L8_CK(l8_linear_backward_fp8(f[1].lin, &c[1], dy8b, dy8tb, db, dx[1], NULL));
+    L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx[1], tz, dz8[1], dz8t[1], NULL,
+                                     L8_CAST_ACCUMULATE_AMAX, NULL));
+    const l8_tensor *cmp[][2] = { { dx[0], dx[1] }, { f[0].tgw, f[1].tgw },
+                                  { f[0].tgb, f[1].tgb } };
+    static const char *const names[] = { "dx", "gW", "gb" };
+    for (int k = 0; k < 3; k++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s %s", dev, names[k]);
+        same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
+    }
+    for (int k = 0; k < 2; k++) {                /* the FP8 bytes */
+        l8_tensor *const *t = k ? dz8t : dz8;
+        size_t n = l8_tensor_nbytes(t[0]);
+        uint8_t *b0 = malloc(n), *b1 = malloc(n);
+        ck_assert(b0 && b1);
+        L8_CK(l8_tensor_copy_to_host(t[0], b0, n, NULL));
+        L8_CK(l8_tensor_copy_to_host(t[1], b1, n, NULL));
+        size_t nz = 0;
+        for (size_t i = 0; i < n; i++)
+            nz += b0[i] != 0;
+        ck_assert_msg(memcmp(b0, b1, n) == 0 && nz > n / 2, "%s: %s differs (or is mostly 0:"
+                      " %zu of %zu nonzero)", dev, k ? "dz8t" : "dz8", nz, n);
+        free(b0);
+        free(b1);
+    }
+    float m[2][3];
+    for (int p = 0; p < 2; p++)
+        L8_CK(l8_fp8_meta_get(mz[p], &m[p][0], &m[p][1], &m[p][2]));
+    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0 && m[0][1] == 0.125f && m[0][2] > 0.25f,
+                  "%s: meta %g %g %g, want %g %g %g", dev, (double)m[0][0], (double)m[0][1],
+                  (double)m[0][2], (double)m[1][0], (double)m[1][1], (double)m[1][2]);
+    l8_tensor *all[] = { tx, tz, tdy, ty, dy8, dy8t, dy8b, dy8tb, db, dx[0], dx[1], dz8[0], dz8[1],
+                         dz8t[0], dz8t[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++) {
+        fx_free(&f[p]);
+        l8_recipe_destroy(rec[p]);
+        l8_fp8_meta_release(mz[p]);
+    }
+    free(v); free(o[0]); free(o[1]);
+    l8_gemm_handle_destroy(h);
+    done_ctx(ctx);
+}
+
+START_TEST(test_backward_dx_cast) { dx_cast_run("host", 48, 32, 48, 0); }
+END_TEST
+
+START_TEST(test_gpu_backward_dx_cast)
+{
+    unsetenv("L8_GEMM_SMALL");    /* auto: the first takes the small kernel, the second not */
+    static const int64_t shp[][4] = { { 128, 256, 128, 1 }, { 256, 512, 512, 0 } };
+    dx_cast_run("cuda:0", shp[_i][0], shp[_i][1], shp[_i][2], (int)shp[_i][3]);
+}
+END_TEST
+
 /* |a - b| <= tol * max|b| over n floats */
 static void near(const float *a, const float *b, int64_t n, float tol, const char *what)
 {
@@ -2774,6 +2913,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tc, test_act, 0, 2);
     tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
     tcase_add_loop_test(tc, test_precast, 0, 2);
+    tcase_add_test(tc, test_backward_dx_cast);
     tcase_add_loop_test(tc, test_gelu_out, 0, 6);
     tcase_add_loop_test(tc, test_gelu_out_by_caller, 0, 2);
     tcase_add_test(tc, test_precast_bf16);
@@ -2795,6 +2935,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tg, test_gpu_act, 0, 4);
     tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 3);
+    tcase_add_loop_test(tg, test_gpu_backward_dx_cast, 0, 2);
     tcase_add_loop_test(tg, test_gpu_gelu_out, 0, 12);
     tcase_add_loop_test(tg, test_gpu_gelu_out_by_caller, 0, 4);
     tcase_add_test(tg, test_gpu_precast_own_meta);
