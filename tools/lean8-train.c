@@ -104,6 +104,7 @@ typedef struct opts {
     int graph_steps;              /* --graph-steps: full steps a graph launch runs */
     int step_times;               /* --step-times: the GPU's time per training step */
     int drop_last;                /* --drop-last: whole batches only */
+    int no_dgrad_cast;            /* --no-dgrad-cast: each FP8 layer casts its own dY */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -148,8 +149,14 @@ typedef struct model {
     int split_casts;                          /* FP8, one process, no offload: the dGELU
                                                  casts' bias gradients on the side stream
                                                  (backward_split) */
-    l8_storage *dg8[2];                       /* with split_casts: dY8, B x the widest
-                                                 layer (read by dgrad on m->s), and dY8t,
+    int dgrad_cast;                           /* with split_casts, not --no-dgrad-cast:
+                                                 a split layer's dgrad casts the dY of the
+                                                 split layer below (backward_split) */
+    int64_t dg_slot;                          /* bytes of one dY8 slot: B x the widest */
+    l8_storage *dg8[2];                       /* with split_casts: dY8, two slots of B x
+                                                 the widest layer (layer i's at slot i % 2:
+                                                 read by its dgrad on m->s while that dgrad
+                                                 writes layer i - 1's), and dY8t,
                                                  B16 x each split layer at dgt_off[i] bytes
                                                  (read by a wgrad on m->wgs; B16: B rounded
                                                  up to 16, see fp8_over) */
@@ -199,11 +206,13 @@ static void usage(FILE *f)
             "                   [--save PATH] [--resume PATH] [--stop-after E] [--data DIR]\n"
             "                   [--limit N] [--drop-last] [--quiet] [--tp N] [--dp N [--zero1]]\n"
             "                   [--no-graph] [--graph-steps N] [--step-times] [--help]\n"
-            "                   [--version] [--offload[=K]]\n"
+            "                   [--version] [--offload[=K]] [--no-dgrad-cast]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
             "          (as --limit at the last whole batch)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 16)\n"
+            "  --no-dgrad-cast  FP8: each hidden layer casts its own output gradient (default:\n"
+            "          the dgrad of the layer above casts it, l8_linear_backward_fp8_dx)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
@@ -273,6 +282,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--no-graph")) o->no_graph = 1;
         else if (!strcmp(a, "--step-times")) o->step_times = 1;
         else if (!strcmp(a, "--drop-last")) o->drop_last = 1;
+        else if (!strcmp(a, "--no-dgrad-cast")) o->no_dgrad_cast = 1;
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
@@ -613,6 +623,8 @@ static l8_status model_build(model *m, const opts *o)
             total += r16(m->lb) * m->ld[i + 1];
         }
     m->split_casts = widest > 0;
+    m->dgrad_cast = m->split_casts && !o->no_dgrad_cast;
+    m->dg_slot = m->lb * widest;
     m->gelu_out = m->tp == 1;
     /* an FP8 h's amax, deferred to the end of the step (gelu_amax) */
     int64_t hw = 0;
@@ -625,7 +637,7 @@ static l8_status model_build(model *m, const opts *o)
         st = l8_storage_create_tagged(m->ctx, (size_t)(m->lb * hw), m->s, "train.h_amax",
                                       &m->hscr);
     for (int k = 0; m->split_casts && st == L8_OK && k < 2; k++)
-        st = l8_storage_create_tagged(m->ctx, (size_t)(k ? total : m->lb * widest), m->s,
+        st = l8_storage_create_tagged(m->ctx, (size_t)(k ? total : 2 * m->dg_slot), m->s,
                                       k ? "train.dy_fp8_t" : "train.dy_fp8", &m->dg8[k]);
     return st;
 }
@@ -781,10 +793,25 @@ static l8_status fork_side(model *m)
     return l8_stream_wait_event(m->side, m->ev_fork);
 }
 
+/* Layer i's dY8 [rows, n] and dY8t [n, rows] (row-padded to B16) in the
+ * split's buffers, with its grad_output meta: slot i % 2 of dg8[0] (a dgrad
+ * reads its own layer's slot while writing the layer below's), dg8[1] at
+ * dgt_off[i]. The caller destroys both views. */
+static l8_status split_dy8(model *m, int i, int64_t rows, l8_tensor **dy8, l8_tensor **dy8t)
+{
+    const int64_t n = m->ld[i + 1];
+    l8_fp8_meta *gm = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[i],
+                                                                     L8_ROLE_GRAD_OUTPUT));
+    const l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_GRAD_OUTPUT);
+    L8_CHECK(fp8_over(m->dg8[0], (i % 2) * m->dg_slot, fmt, rows, n, n, gm, dy8));
+    return fp8_over(m->dg8[1], m->dgt_off[i], fmt, n, rows, r16(rows), gm, dy8t);
+}
+
 /* The backward of FP8 layer i below the head with its casts split (m->split_casts):
  * dY = bf16(dgelu(grad[i + 1], pre[i])) cast on s without the bias gradient
  * (the small-tile kernel's dGELU cast without dbias, the quarter or eighth
- * form), while the side stream writes the same dY in bf16 (l8_gelu_backward)
+ * form) - or, with cast_done, already cast by the dgrad of layer i + 1 -
+ * while the side stream writes the same dY in bf16 (l8_gelu_backward)
  * and sums its columns into the bias's main_grad (l8_dbias_dact: ceil(n /
  * 32) light CTAs, nothing cast); then
  * l8_linear_backward_fp8 with that main_grad as db (the step's first
@@ -792,29 +819,39 @@ static l8_status fork_side(model *m)
  * l8_linear_backward_act: dY cast with the layer's meta, the amax
  * accumulated, and the column sums in the one order every cast kernel keeps
  * (ops/cast.h; tests/train.sh: --offload runs, which do not split, give the
- * same losses). s waits for the side stream before the optimizer step reads
- * the gradients (ev_side). */
+ * same losses). With m->dgrad_cast and layer i - 1 split too, the dgrad
+ * casts that layer's dY (l8_linear_backward_fp8_dx: in one launch where the
+ * small FP8 GEMM kernel takes the dgrad) and *cast_below is set. s waits
+ * for the side stream before the optimizer step reads the gradients
+ * (ev_side). */
 static l8_status backward_split(model *m, batch_views *v, int i, int64_t rows,
-                                l8_linear_ctx **saved, l8_tensor *dx)
+                                l8_linear_ctx **saved, l8_tensor *dx, int cast_done,
+                                int *cast_below)
 {
-    const int64_t n = m->ld[i + 1];
-    l8_fp8_meta *gm = l8_recipe_meta(m->recipe, l8_linear_role_index(m->lin[i],
-                                                                     L8_ROLE_GRAD_OUTPUT));
-    const l8_dtype fmt = l8_recipe_dtype(m->recipe, L8_ROLE_GRAD_OUTPUT);
     l8_tensor *db = l8_params_main_grad(m->params, m->bid[i]);
-    l8_tensor *dy8 = NULL, *dy8t = NULL;
+    l8_tensor *dy8 = NULL, *dy8t = NULL, *dz8 = NULL, *dz8t = NULL;
     l8_status st = L8_OK;
-    L8_TRY(st, fp8_over(m->dg8[0], 0, fmt, rows, n, n, gm, &dy8), out);
-    L8_TRY(st, fp8_over(m->dg8[1], m->dgt_off[i], fmt, n, rows, r16(rows), gm, &dy8t), out);
+    *cast_below = 0;
+    L8_TRY(st, split_dy8(m, i, rows, &dy8, &dy8t), out);
     L8_TRY(st, fork_side(m), out);
     L8_TRY(st, l8_dbias_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], db, m->side), out);
     L8_TRY(st, l8_event_record(m->ev_side, m->side), out);
-    L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], dy8, dy8t, NULL,
-                                          L8_CAST_ACCUMULATE_AMAX, m->s), out);
-    L8_TRY(st, l8_linear_backward_fp8(m->lin[i], saved, dy8, dy8t, db, dx, m->s), out);
+    if (!cast_done)
+        L8_TRY(st, l8_fp8_cast_transpose_dact(L8_ACT_GELU, v->grad[i + 1], v->pre[i], dy8, dy8t,
+                                              NULL, L8_CAST_ACCUMULATE_AMAX, m->s), out);
+    if (m->dgrad_cast && dx && i > 0 && fp8_layer(m, i - 1)) {
+        L8_TRY(st, split_dy8(m, i - 1, rows, &dz8, &dz8t), out);
+        L8_TRY(st, l8_linear_backward_fp8_dx(m->lin[i], saved, dy8, dy8t, db, dx, v->pre[i - 1],
+                                             dz8, dz8t, m->s), out);
+        *cast_below = 1;
+    } else {
+        L8_TRY(st, l8_linear_backward_fp8(m->lin[i], saved, dy8, dy8t, db, dx, m->s), out);
+    }
 out:
     l8_tensor_destroy(dy8);
     l8_tensor_destroy(dy8t);
+    l8_tensor_destroy(dz8);
+    l8_tensor_destroy(dz8t);
     return st;
 }
 
@@ -968,13 +1005,15 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
         if (pre8 && !m->off) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);   /* fc1's wgrad */
+        int cast_done = 0;        /* layer i's dY8 cast by the dgrad above */
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
             if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i))
-                L8_TRY(st, backward_split(m, &v, i, rows, &saved[i], dx), out);
+                L8_TRY(st, backward_split(m, &v, i, rows, &saved[i], dx, cast_done,
+                                          &cast_done), out);
             else
                 L8_TRY(st, l8_linear_backward_act(m->lin[i],
                                                   i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
