@@ -59,7 +59,6 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
         return 0;
     if (p->m * p->n > SMALL_MAX_MNK / p->k)
         return 0;
-
     /* auto: a grid of at most half the SMs, and K in one round of the
      * warps. Each CTA rereads its rows of A and B from L2, so the traffic
      * grows with the grid, and a grid near the SM count takes two waves

@@ -1291,17 +1291,46 @@ static l8_tensor *mk8_padded(l8_ctx *ctx, l8_dtype fmt, int64_t rows, int64_t co
  * micro-batch, into a tensor of its own on the second). y, dx, both
  * main_grads and the recipes' state bit for bit; then the errors, which
  * leave the ctx valid. */
+/* Two FP8 layers K -> N with a bias and the same weights, each with its
+ * own recipe, on a context of dev: for the tests that run one path of a
+ * layer against another. r goes on from the first layer's draws. */
+typedef struct twin {
+    l8_ctx *ctx;
+    l8_gemm_handle *h;
+    l8_recipe *rec[2];
+    fx f[2];
+} twin;
+
+static void twin_init(twin *t, const char *dev, int64_t K, int64_t N, l8_rng *r)
+{
+    l8_rng r2 = *r;
+    t->ctx = mk_ctx(dev);
+    t->h = mk_gemm(t->ctx);
+    for (int p = 0; p < 2; p++)
+        t->rec[p] = mk_recipe(t->ctx);
+    fx_init(&t->f[0], t->ctx, t->h, t->rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, r);
+    fx_init(&t->f[1], t->ctx, t->h, t->rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+}
+
+static void twin_free(twin *t)
+{
+    for (int p = 0; p < 2; p++) {
+        fx_free(&t->f[p]);
+        l8_recipe_destroy(t->rec[p]);
+    }
+    l8_gemm_handle_destroy(t->h);
+    done_ctx(t->ctx);
+}
+
 static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
 {
-    l8_rng r, r2;
+    l8_rng r;
     l8_rng_init(&r, 0x8ca5 + (uint64_t)T);
-    r2 = r;
-    l8_ctx *ctx = mk_ctx(dev);
-    l8_gemm_handle *h = mk_gemm(ctx);
-    l8_recipe *rec[2] = { mk_recipe(ctx), mk_recipe(ctx) };
-    fx f[2];
-    fx_init(&f[0], ctx, h, rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
-    fx_init(&f[1], ctx, h, rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+    twin tw;
+    twin_init(&tw, dev, K, N, &r);
+    l8_ctx *ctx = tw.ctx;
+    l8_recipe **rec = tw.rec;
+    fx *f = tw.f;
     l8_fp8_meta *mx = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin, L8_ROLE_INPUT));
     l8_fp8_meta *mg = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin, L8_ROLE_GRAD_OUTPUT));
     ck_assert(mx && mg);
@@ -1440,13 +1469,8 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     l8_tensor *all[] = { tx, tdy, x8, x8t, dy8, dy8t, db, ty[0], ty[1], tdx[0], tdx[1] };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++) {
-        fx_free(&f[p]);
-        l8_recipe_destroy(rec[p]);
-    }
     free(x); free(dy); free(o[0]); free(o[1]);
-    l8_gemm_handle_destroy(h);
-    done_ctx(ctx);
+    twin_free(&tw);
 }
 
 START_TEST(test_precast) { precast_run("host", _i ? 37 : 64, 48, 32); }
@@ -1468,15 +1492,14 @@ END_TEST
  * with the cast inside (gemm.h: l8_gemm_stats.small_fused counts it). */
 static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fused)
 {
-    l8_rng r, r2;
+    l8_rng r;
     l8_rng_init(&r, 0xdc57 + (uint64_t)T);
-    r2 = r;
-    l8_ctx *ctx = mk_ctx(dev);
-    l8_gemm_handle *h = mk_gemm(ctx);
-    l8_recipe *rec[2] = { mk_recipe(ctx), mk_recipe(ctx) };
-    fx f[2];
-    fx_init(&f[0], ctx, h, rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, &r);
-    fx_init(&f[1], ctx, h, rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+    twin tw;
+    twin_init(&tw, dev, K, N, &r);
+    l8_ctx *ctx = tw.ctx;
+    l8_gemm_handle *h = tw.h;
+    l8_recipe **rec = tw.rec;
+    fx *f = tw.f;
     l8_fp8_meta *mz[2];
     l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tz = mk(ctx, L8_BF16, T, K);
     l8_tensor *tdy = mk(ctx, L8_BF16, T, N), *ty = mk(ctx, L8_BF16, T, N), *dx[2], *dz8[2],
@@ -1577,14 +1600,10 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
                          dz8t[0], dz8t[1] };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++) {
-        fx_free(&f[p]);
-        l8_recipe_destroy(rec[p]);
+    for (int p = 0; p < 2; p++)
         l8_fp8_meta_release(mz[p]);
-    }
     free(v); free(o[0]); free(o[1]);
-    l8_gemm_handle_destroy(h);
-    done_ctx(ctx);
+    twin_free(&tw);
 }
 
 START_TEST(test_backward_dx_cast) { dx_cast_run("host", 48, 32, 48, 0); }
