@@ -307,6 +307,7 @@ module lean8
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
     public :: l8_linear_forward_act, l8_linear_backward_act
     public :: l8_linear_forward_fp8, l8_linear_backward_fp8, l8_linear_role_index
+    public :: l8_linear_backward_fp8_dx
     public :: l8_linear_forward_gelu
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_optim_create_sgd, l8_optim_read_result
@@ -1017,6 +1018,13 @@ module lean8
             type(c_ptr), value :: l, dy8, dy8t, db, dx, s
             type(c_ptr) :: saved
             integer(c_int) :: c_linear_backward_fp8
+        end function
+        function c_linear_backward_fp8_dx(l, saved, dy8, dy8t, db, dx, z, dx8, dx8t, s) &
+                bind(c, name='l8_linear_backward_fp8_dx')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, dy8, dy8t, db, dx, z, dx8, dx8t, s
+            type(c_ptr) :: saved
+            integer(c_int) :: c_linear_backward_fp8_dx
         end function
         function c_gather_rows(src, idx, dst, bad, s) bind(c, name='l8_gather_rows')
             import :: c_ptr, c_int
@@ -2684,6 +2692,22 @@ contains
         type(l8_tensor), intent(in), optional :: db, dx
         st = c_linear_backward_fp8(lin%p, saved%p, dy8%p, dy8t%p, ptr_of(db), ptr_of(dx), &
                                    c_null_ptr)
+    end function
+
+    ! l8_linear_backward_fp8 whose dgrad also casts dx for the FP8 layer below
+    ! through its GELU: dx8 ([K, T] in Fortran dims) and dx8t ([T, K]) with
+    ! that layer's grad_output meta, bit for bit l8_fp8_cast_transpose_dact(
+    ! L8_ACT_GELU, dx, z, dx8, dx8t, flags=L8_CAST_ACCUMULATE_AMAX) after
+    ! l8_linear_backward_fp8; z is the layer below's output (bf16, dx's
+    ! shape). One launch where lean8's small FP8 GEMM kernel takes the dgrad.
+    integer(c_int) function l8_linear_backward_fp8_dx(lin, saved, dy8, dy8t, dx, z, dx8, dx8t, &
+                                                      db) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_linear_ctx), intent(inout) :: saved
+        type(l8_tensor), intent(in) :: dy8, dy8t, dx, z, dx8, dx8t
+        type(l8_tensor), intent(in), optional :: db
+        st = c_linear_backward_fp8_dx(lin%p, saved%p, dy8%p, dy8t%p, ptr_of(db), dx%p, z%p, &
+                                      dx8%p, dx8t%p, c_null_ptr)
     end function
 
     ! The recipe row of an FP8 layer's role (L8_ROLE_INPUT, L8_ROLE_WEIGHT,

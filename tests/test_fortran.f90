@@ -12,8 +12,10 @@
 !   6. a communicator of one rank joins from an id and reduces in place;
 !   7. FP8 operands cast by the caller (l8_fp8_cast_transpose(_dbias) with the
 !      layer's recipe metas, l8_linear_forward_fp8 / _backward_fp8) give a
-!      twin layer's y, dx and main_grads bit for bit over two steps; the
-!      roles, dtypes and metas the recipe hands out; the amax flag;
+!      twin layer's y, dx and main_grads bit for bit over two steps (the
+!      second through _backward_fp8_dx, whose dx8 / dx8t and meta equal the
+!      dGELU cast of dx); the roles, dtypes and metas the recipe hands out;
+!      the amax flag;
 !   8. row gathers and puts at a cursor against a plain loop, out-of-range
 !      positions and indices counted in `bad`; the loss of a padded batch at
 !      a cursor: its real columns bit for bit l8_softmax_xent's, the padding
@@ -496,7 +498,8 @@ contains
     ! -- 7. Two FP8 layers a and b with the same weights on one recipe, two
     !    steps of one micro-batch: a casts its X and dY itself, b is handed
     !    them cast by l8_fp8_cast_transpose(_dbias) with its own metas
-    !    (l8_recipe_meta of l8_linear_role_index). A wrong role constant,
+    !    (l8_recipe_meta of l8_linear_role_index); on step 2 b's dgrad also
+    !    casts dx for a layer below (l8_linear_backward_fp8_dx). A wrong role constant,
     !    meta or dtype is refused by forward_fp8/backward_fp8; a wrong cast
     !    (flags, shapes) changes the bytes; either fails a check below.
     subroutine fp8_precast()
@@ -509,8 +512,9 @@ contains
         integer(c_int) :: ids(4)
         real(c_float) :: xv(K, T), dyv(N, T), ga(N, T), gb(N, T), dxva(K, T), dxvb(K, T)
         real(c_float) :: gwa(K, N), gwb(K, N), gba(N, 1), gbb(N, 1), dbv(K), sa, sb, si, amax
-        integer(c_int8_t) :: q(K, T), qt(T, K)
-        type(l8_tensor) :: q8t, dbx
+        integer(c_int8_t) :: q(K, T), qt(T, K), q2(K, T), qt2(T, K)
+        type(l8_tensor) :: q8t, dbx, zb, dz8(2), dz8t(2)
+        type(l8_fp8_meta) :: mz(2)
         integer :: step
         character(len=2) :: sn
 
@@ -566,6 +570,19 @@ contains
         call ok(l8_tensor_empty(ctx, l8_recipe_dtype(rc, L8_ROLE_GRAD_OUTPUT), [T, N], dy8t), &
                 'fp8: dy8t')
         call ok(l8_tensor_empty(ctx, L8_F32, [N], db), 'fp8: db')
+        ! a layer below b: its output z (the GELU's input) and its dY8 / dY8t, on
+        ! two metas of one's own (one for backward_fp8_dx, one for the plain cast)
+        call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], zb), 'fp8: z')
+        call put_f32(zb, reshape([(real(mod(7 * i, 13) - 6, c_float) / 4, i = 1, K * T)], [K, T]), &
+                     'fp8 z')
+        do i = 1, 2
+            call ok(l8_fp8_meta_create(ctx, mz(i)), 'fp8: a meta for dz8')
+            call ok(l8_fp8_meta_set(mz(i), 2.0_c_float, 1.0_c_float, 0.0_c_float), 'fp8: its scale')
+            call ok(l8_tensor_empty(ctx, L8_E5M2, [K, T], dz8(i)), 'fp8: dz8')
+            call ok(l8_tensor_empty(ctx, L8_E5M2, [T, K], dz8t(i)), 'fp8: dz8t')
+            call ok(l8_tensor_set_fp8_meta(dz8(i), mz(i)), 'fp8: meta of dz8')
+            call ok(l8_tensor_set_fp8_meta(dz8t(i), mz(i)), 'fp8: meta of dz8t')
+        end do
         call ok(l8_tensor_set_fp8_meta(x8, mx), 'fp8: meta of x8')
         call ok(l8_tensor_set_fp8_meta(x8t, mx), 'fp8: meta of x8t')
         call ok(l8_tensor_set_fp8_meta(dy8, mg), 'fp8: meta of dy8')
@@ -633,7 +650,28 @@ contains
                            'fp8: backward_fp8 of the input''s dtype and meta is refused')
                 call check(c_associated(cb%p), 'fp8: a refused backward leaves saved valid')
             end if
-            call ok(l8_linear_backward_fp8(lb, cb, dy8, dy8t, dbt, dxb), 'fp8: l8_linear_backward_fp8')
+            if (step == 1) then
+                call ok(l8_linear_backward_fp8(lb, cb, dy8, dy8t, dbt, dxb), &
+                        'fp8: l8_linear_backward_fp8')
+            else                  ! the dgrad casting dx for a layer below, through the GELU
+                call ok(l8_linear_backward_fp8_dx(lb, cb, dy8, dy8t, dxb, zb, dz8(1), dz8t(1), &
+                                                  dbt), 'fp8: l8_linear_backward_fp8_dx')
+                call ok(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dxa, zb, dz8(2), dz8t(2), &
+                                                   flags=L8_CAST_ACCUMULATE_AMAX), &
+                        'fp8: the same cast of dxa')
+                call ok(l8_tensor_to_array(dz8(1), q), 'fp8: dz8 bytes')
+                call ok(l8_tensor_to_array(dz8(2), q2), 'fp8: the cast''s bytes')
+                call check(all(q == q2) .and. any(q /= 0), &
+                           'fp8: backward_fp8_dx''s dx8 = the cast''s')
+                call ok(l8_tensor_to_array(dz8t(1), qt), 'fp8: dz8t bytes')
+                call ok(l8_tensor_to_array(dz8t(2), qt2), 'fp8: the cast''s transposed bytes')
+                call check(all(qt == qt2) .and. all(qt == transpose(q)), &
+                           'fp8: backward_fp8_dx''s dx8t = the cast''s, dx8 transposed')
+                call ok(l8_fp8_meta_get(mz(1), sa, si, amax), 'fp8: dx8''s meta')
+                call ok(l8_fp8_meta_get(mz(2), sb, dbv(1), dbv(2)), 'fp8: the cast''s meta')
+                call check(sa == sb .and. si == dbv(1) .and. amax == dbv(2) .and. amax > 0, &
+                           'fp8: backward_fp8_dx''s meta = the cast''s')
+            end if
             call check(.not. c_associated(cb%p), 'fp8: backward_fp8 consumed saved')
             call get_f32(dxa, dxva, 'fp8 dxa')
             call get_f32(dxb, dxvb, 'fp8 dxb')
@@ -712,6 +750,12 @@ contains
         call l8_fp8_meta_release(mine)
         call check(.not. c_associated(mine%p), 'fp8: release nulls the handle')
 
+        do i = 1, 2
+            call l8_tensor_destroy(dz8(i))
+            call l8_tensor_destroy(dz8t(i))
+            call l8_fp8_meta_release(mz(i))
+        end do
+        call l8_tensor_destroy(zb)
         call l8_linear_destroy(la)
         call l8_linear_destroy(lb)
         call l8_recipe_destroy(rc)
