@@ -75,6 +75,12 @@ l8_ctx *l8t_ctx(const char *device, const struct l8_segment_provider *prov, size
 void l8t_ctx_finish(l8_ctx *ctx);
 /* malloc that fails the test instead of returning NULL. */
 void *l8t_xmalloc(size_t n);
+/* Assert that tensors x and y (the same byte size) hold the same bytes,
+ * naming `what` and the first byte that differs; returns how many of x's
+ * bytes are neither 0x00 nor 0xFF (the tests' poison), for a check that
+ * something was written. */
+struct l8_tensor;
+size_t l8t_same_bytes(const struct l8_tensor *x, const struct l8_tensor *y, const char *what);
 
 /* A fresh temporary directory ($TMPDIR or /tmp, "<prefix>.XXXXXX") and the
  * files a test names in it (at most 16). */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "tests/tests.h"
 #include "runtime/ctx.h"
+#include "runtime/tensor.h"
 
 l8_ctx *l8t_ctx(const char *device, const l8_segment_provider *prov, size_t memory_limit)
 {
@@ -42,6 +43,26 @@ void *l8t_xmalloc(size_t n)
     void *p = malloc(n ? n : 1);
     ck_assert_msg(p != NULL, "out of host memory (%zu bytes)", n);
     return p;
+}
+
+size_t l8t_same_bytes(const l8_tensor *x, const l8_tensor *y, const char *what)
+{
+    size_t n = l8_tensor_nbytes(x);
+    ck_assert_msg(l8_tensor_nbytes(y) == n, "%s: %zu bytes against %zu", what, n,
+                  l8_tensor_nbytes(y));
+    uint8_t *a = l8t_xmalloc(n), *b = l8t_xmalloc(n);
+    L8_CK(l8_tensor_copy_to_host(x, a, n, NULL));
+    L8_CK(l8_tensor_copy_to_host(y, b, n, NULL));
+    size_t i = 0, written = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    ck_assert_msg(i == n, "%s differs at byte %zu of %zu (%#x, want %#x)", what, i, n,
+                  i < n ? a[i] : 0, i < n ? b[i] : 0);
+    for (size_t j = 0; j < n; j++)
+        written += a[j] != 0 && a[j] != 0xFF;
+    free(a);
+    free(b);
+    return written;
 }
 
 void l8t_tmp_init(l8t_tmpdir *d, const char *prefix)
