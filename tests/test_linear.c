@@ -1511,7 +1511,8 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     l8_tensor *dy8 = mk8(ctx, L8_E5M2, T, N, mg), *dy8t = mk8(ctx, L8_E5M2, N, T, mg);
     l8_tensor *dy8b = mk8(ctx, L8_E5M2, T, N, mg1), *dy8tb = mk8(ctx, L8_E5M2, N, T, mg1);
     l8_tensor *db = mk(ctx, L8_F32, N, -1);
-    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem(T * K), fmem(T * K) };
+    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem((T > N ? T : N) * K),
+                                                    fmem((T > N ? T : N) * K) };
     for (int p = 0; p < 2; p++) {
         L8_CK(l8_fp8_meta_create(ctx, &mz[p]));
         L8_CK(l8_fp8_meta_set(mz[p], 8.0f, 1.0f, 0.25f));
