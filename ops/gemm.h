@@ -89,6 +89,14 @@
  * s_B and beta in f32 and rounds once to D; it ignores fast_accum and
  * sm_count and makes no plan (l8_gemm_stats.small_calls counts its calls).
  * `lean8-bench gemmsmall` times it against cuBLASLt at lean8-train's shapes.
+ * The same handle setting takes bf16 GEMMs with a short K: bf16 A, B and
+ * D, any transposes, K <= 32, N % 4 == 0, D's row stride a multiple of 4
+ * elements and D 8-byte aligned, beta any, no epilogue (auto: grids of up
+ * to twice the SMs' count of 32 x 32 tiles) - a Linear's dgrad below a
+ * narrow output, as lean8-train's head (K = 10 classes). It sums each
+ * output in one f32 chain over k in order (a fused multiply-add a step,
+ * from 0: the host reference's FMA arithmetic), then alpha and beta in f32,
+ * one rounding to bf16.
  *
  * Host backend: the same API runs the C reference (ops/gemm_host.c): FP8
  * operands are decoded exactly to f32, products are accumulated in f32 in k
@@ -144,7 +152,8 @@ typedef struct l8_gemm_config {
                                      sums stay f32 (or no split) */
     const char *plan_cache;       /* persistent plan cache file (see below); NULL: the
                                      environment's L8_GEMM_CACHE, if set; "": none. Copied. */
-    int small;                    /* which FP8 calls lean8's small kernel takes (above):
+    int small;                    /* which calls lean8's small kernel takes (FP8, short-K
+                                     bf16; above):
                                      -1: from L8_GEMM_SMALL ("0", "1" or "auto"; unset:
                                      auto), 0 none, 1 every call that fits, 2 auto */
 } l8_gemm_config;
@@ -218,13 +227,15 @@ typedef enum l8_gemm_epilogue {
                                      dtype and numel, contiguous; cast and cast_t sharing
                                      one meta (cast_t may be row-padded); errors name D
                                      "in", cast "out", cast_t "out_t". Where the small FP8
-                                     kernel takes the GEMM (l8_gemm_config.small; D bf16,
-                                     M % 8 == 0, cast and cast_t dense, 8-byte aligned)
-                                     it does all of it in one launch
+                                     kernel takes the GEMM (l8_gemm_config.small: FP8
+                                     or short-K bf16 inputs; D bf16, M % 8 == 0, cast
+                                     and cast_t dense, 8-byte aligned) it does all of it
+                                     in one launch
                                      (l8_gemm_stats.small_fused); elsewhere (cuBLASLt,
                                      the host) the two calls run. Not for an FP8 D. For a
                                      Linear's dgrad feeding the FP8 layer below it
-                                     (l8_linear_backward_fp8_dx, lean8-train). */
+                                     (l8_linear_backward_fp8_dx, l8_linear_backward_dx,
+                                     lean8-train). */
 } l8_gemm_epilogue;
 
 typedef struct l8_gemm_desc {
@@ -323,8 +334,9 @@ typedef struct l8_gemm_stats {
     uint64_t plan_cache_hits;     /* plans built from a plan cache entry (not tuned) */
     uint64_t plan_cache_rejected; /* cache entries cublasLtMatmulAlgoCheck refused */
     uint64_t plan_cache_saves;    /* times the plan cache file was written */
-    uint64_t small_calls;         /* of calls: run by lean8's small FP8 GEMM kernel
-                                     (l8_gemm_config.small), no cuBLASLt plan */
+    uint64_t small_calls;         /* of calls: run by lean8's small GEMM kernel (FP8,
+                                     or bf16 with K <= 32; l8_gemm_config.small), no
+                                     cuBLASLt plan */
     uint64_t small_fused;         /* of small_calls: with L8_GEMM_EPI_DGELU_CAST's cast in
                                      the same launch. Appended. */
 } l8_gemm_stats;

@@ -1,6 +1,7 @@
 /* gemm_small.c - lean8's own kernel for FP8 GEMMs too small for cuBLASLt's
- * FP8 kernels to pay off (ptx/gemm_small.ptx.in): which l8_gemm calls it
- * takes (l8_gemm_config.small and L8_GEMM_SMALL, ops/gemm.h), and its launch.
+ * FP8 kernels to pay off, and for bf16 GEMMs with a short K
+ * (ptx/gemm_small.ptx.in): which l8_gemm calls it takes
+ * (l8_gemm_config.small and L8_GEMM_SMALL, ops/gemm.h), and its launch.
  *
  * A small model's GEMMs (lean8-train's default model: 128 x 256 x 128) take
  * 2-3 us in cuBLASLt, FP8 or bf16 alike, most of it fixed cost. The kernel
@@ -11,6 +12,13 @@
  * cuBLASLt's time on grids of 128 CTAs and more, where every CTA rereads
  * its rows of A and B from L2, and 1.3x with K = 784, two rounds of loads
  * (docs/perf.md, 2026-12-06 thirtieth session): hence the auto policy.
+ *
+ * Its bf16 entries take bf16 GEMMs with K <= 32 - a Linear's dgrad below a
+ * narrow output, as lean8-train's head (K = 10 classes) - where a tensor
+ * core kernel has almost nothing to multiply: a CTA stages its 32 rows of
+ * op(A) and 32 columns of op(B) in shared memory and each thread sums 4
+ * outputs in f32 chains. With L8_GEMM_EPI_DGELU_CAST they cast the layer
+ * below's dY in the same launch, as the FP8 _dgelu entries do.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +35,8 @@
 #define SMALL_MAX_MNK ((int64_t)1 << 27)
 /* auto's largest K: 4 warps x 2 chunks of 64 bytes, one round of loads */
 #define SMALL_AUTO_MAX_K 512
+/* the bf16 entries' largest K (their shared memory: 32 k-rows of A and B) */
+#define SMALL_BF16_MAX_K 32
 
 l8_status l8i_gemm_small_mode(int cfg, int *mode)
 {
@@ -47,15 +57,36 @@ l8_status l8i_gemm_small_mode(int cfg, int *mode)
     return L8_OK;
 }
 
+/* The bf16 entries: bf16 A, B and D, any transposes, K <= SMALL_BF16_MAX_K
+ * (A's 32 rows and B's 32 columns of a tile staged in shared memory), N %
+ * 4 == 0 and D's rows 8-byte aligned (one 8-byte store of 4 elements). */
+static int takes_bf16(int mode, unsigned nsm, const problem *p)
+{
+    if (p->dt_a != L8_BF16 || p->dt_b != L8_BF16 || p->dt_d != L8_BF16)
+        return 0;
+    if (p->k > SMALL_BF16_MAX_K || p->n % 4 || p->ldd % 4 || (uintptr_t)p->d % 8)
+        return 0;
+    /* auto: up to two waves. A CTA reads 32 x K elements of each operand
+     * and writes 32 x 32 of D: the traffic is D's, as in any kernel. */
+    int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
+    if (mode == 2 && ctas > 2 * (int64_t)nsm)
+        return 0;
+    return 1;
+}
+
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
 {
+    if (!mode || p->epi != L8_GEMM_EPI_NONE || p->m < 1 || p->n < 1 || p->k < 1)
+        return 0;
+    if ((p->m + SMALL_TILE - 1) / SMALL_TILE > 65535)   /* the grid's y */
+        return 0;
+    if (!p->fp8)
+        return takes_bf16(mode, nsm, p);
     /* p passed analyze's FP8 rules: trans (0, 1), K % 16 == 0, 16-byte row
      * strides and operands (gemm.c, check_fp8); what the kernel needs
      * beyond them: a bf16 or f32 D, no epilogue, N % 8 == 0 (an f32 D
      * there only needs N % 4), no empty dimension */
-    if (!mode || !p->fp8 || p->d_fp8 || (p->dt_d != L8_BF16 && p->dt_d != L8_F32))
-        return 0;
-    if (p->epi != L8_GEMM_EPI_NONE || p->m < 1 || p->n < 1 || p->k < 1 || p->n % 8)
+    if (p->d_fp8 || (p->dt_d != L8_BF16 && p->dt_d != L8_F32) || p->n % 8)
         return 0;
     if (p->m * p->n > SMALL_MAX_MNK / p->k)
         return 0;
@@ -95,7 +126,11 @@ l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, int fuse, l8_stream *s)
     int pair = p->dt_a == L8_E5M2 ? 2 : p->dt_b == L8_E5M2 ? 1 : 0;
     int kind = fuse ? 2 : p->dt_d == L8_F32;
     CUfunction f;
-    L8_CHECK(l8i_kernel(ctx, "gemm_small", k_entries[kind][pair], &f));
+    if (p->fp8)
+        L8_CHECK(l8i_kernel(ctx, "gemm_small", k_entries[kind][pair], &f));
+    else
+        L8_CHECK(l8i_kernel(ctx, "gemm_small", fuse ? "l8_gemm_small_bf16_bf16_dgelu"
+                                                    : "l8_gemm_small_bf16_bf16_bf16", &f));
     uint64_t d = (uint64_t)(uintptr_t)p->d, a = (uint64_t)(uintptr_t)p->a;
     uint64_t b = (uint64_t)(uintptr_t)p->b;
     uint64_t sa = (uint64_t)(uintptr_t)p->sa, sb = (uint64_t)(uintptr_t)p->sb;
@@ -105,9 +140,14 @@ l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, int fuse, l8_stream *s)
     float alpha = p->alpha, beta = p->beta;
     unsigned gx = (unsigned)((p->n + SMALL_TILE - 1) / SMALL_TILE);
     unsigned gy = (unsigned)((p->m + SMALL_TILE - 1) / SMALL_TILE);
+    /* the bf16 entries: byte steps along op(A)'s rows and k, op(B)'s k and columns */
+    uint64_t sar = p->ta ? 2u : 2u * lda, sak = p->ta ? 2u * lda : 2u;
+    uint64_t sbk = p->tb ? 2u : 2u * ldb, sbn = p->tb ? 2u * ldb : 2u;
     if (!fuse) {
         void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta };
-        return l8i_launch(s, f, gx, gy, 1, SMALL_THREADS, 1, 1, 0, args);
+        void *args16[] = { &d, &a, &b, &m, &n, &k, &sar, &sak, &sbk, &sbn, &ldd, &alpha, &beta };
+        return p->fp8 ? l8i_launch(s, f, gx, gy, 1, SMALL_THREADS, 1, 1, 0, args)
+                      : l8i_launch(s, f, gx, gy, 1, 2 * SMALL_THREADS, 1, 1, 0, args16);
     }
     const l8i_dact_out *c = &p->dc;
     uint64_t act = (uint64_t)(uintptr_t)c->a, ldact = (uint64_t)p->n * 2u;
@@ -118,5 +158,8 @@ l8_status l8i_gemm_small(l8_ctx *ctx, const problem *p, int fuse, l8_stream *s)
     uint32_t fmt = (uint32_t)c->fmt;                 /* 3 e4m3, 4 e5m2 (l8_dtype) */
     void *args[] = { &d, &a, &b, &sa, &sb, &m, &n, &k, &lda, &ldb, &ldd, &alpha, &beta,
                      &act, &ldact, &out, &ldo, &outt, &ldot, &scale, &amax, &sinv, &fmt };
-    return l8i_launch(s, f, gx, gy, 1, 2 * SMALL_THREADS, 1, 1, 0, args);   /* see the PTX */
+    void *args16[] = { &d, &a, &b, &m, &n, &k, &sar, &sak, &sbk, &sbn, &ldd, &alpha, &beta,
+                       &act, &ldact, &out, &ldo, &outt, &ldot, &scale, &amax, &sinv, &fmt };
+    return l8i_launch(s, f, gx, gy, 1, 2 * SMALL_THREADS, 1, 1, 0,   /* see the PTX */
+                      p->fp8 ? args : args16);
 }

@@ -20,8 +20,15 @@ undefined: reading them faults).
     python3 tests/ptxsim_gemm.py [--ptx FILE] [--quick] [--only SUBSTR] [--seed N]
                                  [--fuzz N] [--strict-undef]
 
+The bf16 entries (l8_gemm_small_bf16_bf16_bf16 / _dgelu: bf16 A, B and D, K <= 32, any
+transposes, 256 threads) are held to their banner's arithmetic exactly: one f32 chain a
+output, acc = fma(a_k, b_k, acc) for k = 0 .. K-1 from +0, then alpha (mul.rn) and beta
+(fma) and one rounding to bf16; D must match that bit for bit.
+
 Exit status 0 only if every case passes.
 """
+
+from fractions import Fraction
 
 import math
 import random
@@ -54,6 +61,35 @@ def ulp(x, dt):
     return 2.0 ** (max(e, -125) - 1 - mb)
 
 
+def f32_exact(q):
+    """The rational q rounded once to the nearest f32 (ties to even; nonzero q only)."""
+    y = R.to_f32(float(q))
+    best = None
+    for c in (y, R.bits_to_f32(R.f32_to_bits(y) + 1), R.bits_to_f32(R.f32_to_bits(y) - 1)):
+        if c != c or math.isinf(c):
+            continue
+        d = abs(Fraction(c) - q)
+        if best is None or d < best[0] or (d == best[0] and R.f32_to_bits(c) % 2 == 0):
+            best = (d, c)
+    return best[1]
+
+
+def fma_f32(a, b, c):
+    """fma.rn.f32: a * b + c rounded once (a, b, c f32 values, finite)."""
+    q = Fraction(a) * Fraction(b) + Fraction(c)
+    if q == 0:                    # RN: -0 only when both terms are -0
+        neg = math.copysign(1, a * b) < 0 and math.copysign(1, c) < 0
+        return -0.0 if neg else 0.0
+    return f32_exact(q)
+
+
+def random_bf16(rnd):
+    """A bf16 code of moderate size (|x| in [2^-4, 8) or 0)."""
+    if rnd.random() < 0.05:
+        return 0
+    return (rnd.getrandbits(1) << 15) | ((127 + rnd.randint(-4, 2)) << 7) | rnd.getrandbits(7)
+
+
 def gelu_grad_cast(x, a, scale, fmt):
     """The _dgelu entries' epilogue from ops/gemm.h's contract (L8_GEMM_EPI_DGELU_CAST,
     l8_ew_gelu_bwd's arithmetic, every operation rounded to f32, exp(-z) as
@@ -75,10 +111,16 @@ def gelu_grad_cast(x, a, scale, fmt):
 class Case:
     def __init__(self, ta, tb, dt, m, n, k, lda_pad=0, ldb_pad=0, ldd_pad=0, alpha=1.0,
                  beta=0.0, sa=None, sb=None, fmt='e5m2', scale=1.0, pads=(0, 0, 0),
-                 amax0=0):
+                 amax0=0, trans=(0, 0)):
         self.ta, self.tb, self.dt = ta, tb, dt
         self.m, self.n, self.k = m, n, k
         self.lda, self.ldb = k + lda_pad, k + ldb_pad
+        # the bf16 entries: op(A) = A (M, K) or A^T (A stored (K, M)); op(B) = B (K, N)
+        # or B^T (B stored (N, K)); the row strides are the stored rows' (elements)
+        self.trans = trans
+        if ta == 'bf16':
+            self.lda = (m if trans[0] else k) + lda_pad
+            self.ldb = (k if trans[1] else n) + ldb_pad
         self.ldd = n + ldd_pad
         self.alpha, self.beta, self.sa, self.sb = alpha, beta, sa, sb
         # dgelu: the FP8 format and scale, row strides of a (elements), out and outT
@@ -89,7 +131,11 @@ class Case:
     def __str__(self):
         s = '%s x %s -> %-4s %3d x %3d x %4d' % (self.ta, self.tb, self.dt, self.m, self.n,
                                                self.k)
-        if (self.lda, self.ldb, self.ldd) != (self.k, self.k, self.n):
+        if self.ta == 'bf16':
+            s += ' %s%s' % ('NT'[self.trans[0]], 'NT'[self.trans[1]])
+        dense = (self.k, self.k) if self.ta != 'bf16' else \
+            (self.m if self.trans[0] else self.k, self.k if self.trans[1] else self.n)
+        if (self.lda, self.ldb, self.ldd) != dense + (self.n,):
             s += ' ld %d/%d/%d' % (self.lda, self.ldb, self.ldd)
         if self.alpha != 1.0 or self.beta:
             s += ' alpha %g beta %g' % (self.alpha, self.beta)
@@ -103,6 +149,8 @@ class Case:
 
 
 def run_case(mod, c, rnd, strict=False):
+    if c.ta == 'bf16':
+        return run_case_bf16(mod, c, rnd, strict)
     dgelu = c.dt == 'dgelu'
     dt = 'bf16' if dgelu else c.dt                # D's dtype
     esz = R.ESIZE[dt]
@@ -143,31 +191,11 @@ def run_case(mod, c, rnd, strict=False):
             mem.write(pd + r * c.ldd * esz, struct.pack(fmt, *old[r]))
     params = [pd, pa, pb, psa, psb, c.m, c.n, c.k, c.lda, c.ldb, c.ldd * esz,
               R.f32_to_bits(c.alpha), R.f32_to_bits(c.beta)]
-    if dgelu:                                     # a in [-4, 4), bf16
-        act = [[R.enc16(rnd.uniform(-4, 4), 'bf16') for _ in range(c.n)]
-               for _ in range(c.m)]
-        pact = mem.alloc(max(c.m * c.ldact * 2, 16))
-        for r in range(c.m):
-            mem.write(pact + r * c.ldact * 2, struct.pack('<%dH' % c.n, *act[r]))
-        pout = outs.alloc('out', (c.m - 1) * c.ldo + c.n)
-        poutt = outs.alloc('outT', (c.n - 1) * c.ldot + c.m)
-        pscale = scalar(c.scale)
-        pamax = outs.alloc('amax', 4, fill=struct.pack('<I', c.amax0))
-        psinv = outs.alloc('scale_inv', 4)
-        params += [pact, c.ldact * 2, pout, c.ldo, poutt, c.ldot, pscale, pamax, psinv,
-                   3 if c.fmt == 'e4m3' else 4]
-    grid = ((c.n + 31) // 32, (c.m + 31) // 32, 1)
-    entry = 'l8_gemm_small_%s_%s_%s' % (c.ta, c.tb, c.dt)
+    act = dgelu_params(c, rnd, mem, outs, scalar, params) if dgelu else None
     block = (2 * THREADS if dgelu else THREADS, 1, 1)
-    st, err = R.run_launch(mod, entry, grid=grid, block=block, params=params, mem=mem,
-                           strict_undef=strict)
-    if err:
-        return [err], 0.0, 0, ''
-    errs = []
-    if old is None:                               # exactly the M x N elements written
-        pad = [((r * c.ldd + c.n) * esz, ((r + 1) * c.ldd) * esz) for r in range(c.m - 1)]
-        errs += outs.check_coverage('d', skip=[p for p in pad if p[0] < p[1]])
-    got = outs.read('d')
+    errs, got, st = launch(mod, c, mem, outs, params, block, old is not None, strict)
+    if st is None:
+        return errs, 0.0, 0, ''
     scale = R.to_f32(R.to_f32(c.alpha * (1.0 if c.sa is None else c.sa)) *
                      (1.0 if c.sb is None else c.sb))
     bad = []
@@ -192,6 +220,106 @@ def run_case(mod, c, rnd, strict=False):
         errs.append('d: %d of %d elements off; first %s' % (len(bad), c.m * c.n, ', '.join(
             '[%d, %d] got %.6g want %.6g (tol %.2g)' % b for b in bad[:3])))
     if dgelu:
+        errs += check_dgelu(c, outs, got, act)
+    return errs, st['seconds'], st['instructions'], ''
+
+
+def dgelu_params(c, rnd, mem, outs, scalar, params):
+    """The _dgelu entries' inputs and outputs (a in [-4, 4), bf16), their parameters
+    appended to params; returns a's codes."""
+    act = [[R.enc16(rnd.uniform(-4, 4), 'bf16') for _ in range(c.n)] for _ in range(c.m)]
+    pact = mem.alloc(max(c.m * c.ldact * 2, 16))
+    for r in range(c.m):
+        mem.write(pact + r * c.ldact * 2, struct.pack('<%dH' % c.n, *act[r]))
+    pout = outs.alloc('out', (c.m - 1) * c.ldo + c.n)
+    poutt = outs.alloc('outT', (c.n - 1) * c.ldot + c.m)
+    pscale = scalar(c.scale)
+    pamax = outs.alloc('amax', 4, fill=struct.pack('<I', c.amax0))
+    psinv = outs.alloc('scale_inv', 4)
+    params += [pact, c.ldact * 2, pout, c.ldo, poutt, c.ldot, pscale, pamax, psinv,
+               3 if c.fmt == 'e4m3' else 4]
+    return act
+
+
+def launch(mod, c, mem, outs, params, block, beta, strict):
+    """Run c's entry on its grid; (errors, D's bytes, stats), stats None when the launch
+    failed. Without beta, D's bytes outside the M x N elements must stay unwritten."""
+    esz = 4 if c.dt == 'f32' else 2
+    grid = ((c.n + 31) // 32, (c.m + 31) // 32, 1)
+    entry = 'l8_gemm_small_%s_%s_%s' % (c.ta, c.tb, c.dt)
+    st, err = R.run_launch(mod, entry, grid=grid, block=block, params=params, mem=mem,
+                           strict_undef=strict)
+    if err:
+        return [err], None, None
+    errs = []
+    if not beta:                                  # exactly the M x N elements written
+        pad = [((r * c.ldd + c.n) * esz, ((r + 1) * c.ldd) * esz) for r in range(c.m - 1)]
+        errs += outs.check_coverage('d', skip=[p for p in pad if p[0] < p[1]])
+    return errs, outs.read('d'), st
+
+
+def run_case_bf16(mod, c, rnd, strict=False):
+    """A bf16 entry's case: D against the banner's chain bit for bit, then the _dgelu
+    outputs as for the FP8 entries."""
+    ta, tb = c.trans
+    A = [[random_bf16(rnd) for _ in range(c.k)] for _ in range(c.m)]    # op(A) (M, K)
+    B = [[random_bf16(rnd) for _ in range(c.n)] for _ in range(c.k)]    # op(B) (K, N)
+    old = None
+    if c.beta:
+        old = [[R.enc16(rnd.uniform(-4, 4), 'bf16') for _ in range(c.n)] for _ in range(c.m)]
+    mem = ptxsim.Memory()
+
+    def stored(mat, rows, cols, trans, ld):
+        """mat (rows x cols) as stored: transposed when trans, ld elements a row."""
+        srows = cols if trans else rows
+        p = mem.alloc(max(srows * ld * 2, 16))
+        buf = bytearray(srows * ld * 2)
+        for i in range(rows):
+            for j in range(cols):
+                at = (j * ld + i) if trans else (i * ld + j)
+                struct.pack_into('<H', buf, 2 * at, mat[i][j])
+        mem.write(p, bytes(buf))
+        return p
+    pa = stored(A, c.m, c.k, ta, c.lda)
+    pb = stored(B, c.k, c.n, tb, c.ldb)
+
+    def scalar(v):
+        p = mem.alloc(16)
+        mem.write(p, struct.pack('<f', v))
+        return p
+    outs = R.Outputs(mem)
+    pd = outs.alloc('d', ((c.m - 1) * c.ldd + c.n) * 2)
+    if old is not None:
+        for r in range(c.m):
+            mem.write(pd + r * c.ldd * 2, struct.pack('<%dH' % c.n, *old[r]))
+    sar, sak = (2, 2 * c.lda) if ta else (2 * c.lda, 2)
+    sbk, sbn = (2, 2 * c.ldb) if tb else (2 * c.ldb, 2)
+    params = [pd, pa, pb, c.m, c.n, c.k, sar, sak, sbk, sbn, c.ldd * 2,
+              R.f32_to_bits(c.alpha), R.f32_to_bits(c.beta)]
+    act = dgelu_params(c, rnd, mem, outs, scalar, params) if c.dt == 'dgelu' else None
+    errs, got, st = launch(mod, c, mem, outs, params, (256, 1, 1), old is not None, strict)
+    if st is None:
+        return errs, 0.0, 0, ''
+    av = [[R.bf16_to_f32(x) for x in row] for row in A]
+    bv = [[R.bf16_to_f32(x) for x in row] for row in B]
+    alpha, beta = R.to_f32(c.alpha), R.to_f32(c.beta)
+    bad = []
+    for r in range(c.m):
+        for n in range(c.n):
+            acc = 0.0
+            for k in range(c.k):
+                acc = fma_f32(av[r][k], bv[k][n], acc)
+            t = R.to_f32(acc * alpha)
+            if old is not None:
+                t = fma_f32(beta, R.bf16_to_f32(old[r][n]), t)
+            want = R.enc16(t, 'bf16')
+            g = struct.unpack_from('<H', got, (r * c.ldd + n) * 2)[0]
+            if g != want:
+                bad.append((r, n, g, want))
+    if bad:
+        errs.append('d: %d of %d elements off; first %s' % (len(bad), c.m * c.n, ', '.join(
+            '[%d, %d] got %#06x want %#06x' % b for b in bad[:3])))
+    if act is not None:
         errs += check_dgelu(c, outs, got, act)
     return errs, st['seconds'], st['instructions'], ''
 
@@ -258,10 +386,37 @@ def cases(quick, fuzz, seed):
              beta=1.0),
         Case('e4m3', 'e4m3', 'dgelu', 40, 16, 32, scale=4096.0, amax0=0x7f000000),
     ]
+    # the bf16 entries: every transpose pair; tails in M and N (N % 4 == 0) and several
+    # CTAs; K of 1, of 10 (lean8-train's head), 31 and 32 (warps without a k, all four
+    # staging rounds); padded strides; alpha, beta; the _dgelu entry with both formats,
+    # pads, beta, a saturating scale and a high amax word
+    L += [
+        Case('bf16', 'bf16', 'bf16', 32, 32, 10),
+        Case('bf16', 'bf16', 'bf16', 37, 44, 7, trans=(0, 1), alpha=-0.5),
+        Case('bf16', 'bf16', 'bf16', 33, 40, 32, trans=(1, 0), lda_pad=3, ldb_pad=5,
+             ldd_pad=4),
+        Case('bf16', 'bf16', 'bf16', 20, 68, 31, trans=(1, 1), beta=1.0, ldd_pad=8),
+        Case('bf16', 'bf16', 'bf16', 5, 4, 1, beta=-0.5, alpha=2.0),
+        Case('bf16', 'bf16', 'dgelu', 32, 32, 10),
+        Case('bf16', 'bf16', 'dgelu', 40, 48, 10, fmt='e4m3', pads=(8, 8, 8), ldd_pad=4,
+             beta=1.0, ldb_pad=2),
+        Case('bf16', 'bf16', 'dgelu', 24, 16, 32, scale=4096.0, amax0=0x7f000000,
+             trans=(1, 1)),
+    ]
     if not quick:
         L.append(Case('e4m3', 'e4m3', 'bf16', 64, 64, 1024))
     rnd = random.Random(seed)
     for _ in range(fuzz):
+        if rnd.random() < 0.25:               # a bf16 entry
+            dt = rnd.choice(('bf16', 'dgelu'))
+            L.append(Case('bf16', 'bf16', dt, 8 * rnd.randint(1, 6) if dt == 'dgelu'
+                          else rnd.randint(1, 48), 4 * rnd.randint(1, 12), rnd.randint(1, 32),
+                          lda_pad=rnd.randint(0, 3), ldb_pad=rnd.randint(0, 3),
+                          ldd_pad=4 * rnd.randint(0, 2), alpha=rnd.choice((1.0, 0.5, -2.0)),
+                          beta=rnd.choice((0.0, 0.0, 1.0)), trans=(rnd.randint(0, 1),
+                                                                   rnd.randint(0, 1)),
+                          fmt=rnd.choice(('e4m3', 'e5m2')), scale=rnd.choice((1.0, 64.0))))
+            continue
         ta, tb = rnd.choice(PAIRS)
         dt = rnd.choice(('bf16', 'f32', 'dgelu'))
         L.append(Case(ta, tb, dt, 8 * rnd.randint(1, 6) if dt == 'dgelu' else rnd.randint(1, 48),

@@ -660,16 +660,18 @@ END_TEST
  * epilogue, then l8_fp8_cast_transpose_dact - D, cast and cast_t with their
  * padding, and the meta's amax (accumulated from 0.5) and scale_inv (from a
  * wrong 1), byte for byte. A dY8 (e5m2, scale_inv 0.5) x W8t (e4m3) dgrad,
- * cast_t (N, M) in rows of ldt (> M: row-padded). Returns the handle's
- * fused calls (l8_gemm_stats.small_fused) during the epilogue's call. */
-static uint64_t dgelu_cast_run(const char *dev, int small, int64_t M, int64_t N, int64_t K,
-                               int64_t ldt, float beta)
+ * or with bf16 a bf16 layer's (dY (M, K) x W (K, N), trans_b = 0), cast_t
+ * (N, M) in rows of ldt (> M: row-padded). Returns the handle's fused calls
+ * (l8_gemm_stats.small_fused) during the epilogue's call. */
+static uint64_t dgelu_cast_run(const char *dev, int small, int bf16, int64_t M, int64_t N,
+                               int64_t K, int64_t ldt, float beta)
 {
     l8_ctx *ctx = make_ctx(dev);
     l8_gemm_handle *h = small_handle(ctx, 0, small);
     l8_rng r;
-    l8_rng_init(&r, 0xd6e1 + (uint64_t)(M + 3 * N + 7 * K + ldt));
-    mat A = mat_new(L8_E5M2, M, K, K, &r, 2), B = mat_new(L8_E4M3, N, K, K, &r, 2);
+    l8_rng_init(&r, 0xd6e1 + (uint64_t)(M + 3 * N + 7 * K + ldt + bf16));
+    mat A = bf16 ? mat_new(L8_BF16, M, K, K, &r, 1) : mat_new(L8_E5M2, M, K, K, &r, 2);
+    mat B = bf16 ? mat_new(L8_BF16, K, N, N, &r, 1) : mat_new(L8_E4M3, N, K, K, &r, 2);
     mat D0 = mat_new(L8_BF16, M, N, N, &r, 1), X = mat_new(L8_BF16, M, N, N, &r, 3);
     mat C = mat_new(L8_E5M2, M, N, N, NULL, 0), CT = mat_new(L8_E5M2, N, M, ldt, NULL, 0);
     dmat a = upload(ctx, &A, 1, 0.5f), b = upload(ctx, &B, 1, 1), x = upload(ctx, &X, 1, 1);
@@ -683,14 +685,14 @@ static uint64_t dgelu_cast_run(const char *dev, int small, int64_t M, int64_t N,
         L8_CK(l8_tensor_set_fp8_meta(ct[k].view, m));
     }
     l8_gemm_desc g = L8_GEMM_DESC_INIT;
-    g.a = a.view; g.b = b.view; g.d = d[0].view; g.beta = beta;
+    g.a = a.view; g.b = b.view; g.d = d[0].view; g.beta = beta; g.trans_b = !bf16;
     g.epilogue = L8_GEMM_EPI_DGELU_CAST;
     g.aux = x.view; g.cast = c[0].view; g.cast_t = ct[0].view;
     uint64_t f0 = stats_of(h).small_fused;
     L8_CK(l8_gemm(h, &g, NULL));
     uint64_t fused = stats_of(h).small_fused - f0;
     l8_gemm_desc p = L8_GEMM_DESC_INIT;
-    p.a = a.view; p.b = b.view; p.d = d[1].view; p.beta = beta;
+    p.a = a.view; p.b = b.view; p.d = d[1].view; p.beta = beta; p.trans_b = !bf16;
     L8_CK(l8_gemm(h, &p, NULL));
     L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, d[1].view, x.view, c[1].view, ct[1].view,
                                      NULL, L8_CAST_ACCUMULATE_AMAX, NULL));
@@ -721,8 +723,9 @@ static uint64_t dgelu_cast_run(const char *dev, int small, int64_t M, int64_t N,
 
 START_TEST(test_host_dgelu_cast)
 {
-    dgelu_cast_run("host", 0, 37, 48, 64, 48, 0.0f);      /* cast_t row-padded */
-    dgelu_cast_run("host", 0, 32, 40, 96, 32, 1.0f);
+    dgelu_cast_run("host", 0, 0, 37, 48, 64, 48, 0.0f);   /* cast_t row-padded */
+    dgelu_cast_run("host", 0, 0, 32, 40, 96, 32, 1.0f);
+    dgelu_cast_run("host", 0, 1, 40, 48, 10, 40, 0.0f);   /* bf16, K = 10 */
 }
 END_TEST
 
@@ -731,13 +734,21 @@ END_TEST
  * bytes from the two calls. */
 START_TEST(test_gpu_dgelu_cast)
 {
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 128, 256, 128, 128, 0.0f), 1);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 40, 48, 96, 40, 0.5f), 1);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 96, 64, 512, 96, 0.0f), 1);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 37, 48, 64, 37, 0.0f), 0);   /* M % 8 */
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 40, 48, 96, 48, 0.0f), 0);   /* padded */
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 128, 256, 128, 128, 0.0f), 0);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 256, 512, 512, 256, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 128, 256, 128, 128, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 40, 48, 96, 40, 0.5f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 96, 64, 512, 96, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 37, 48, 64, 37, 0.0f), 0);   /* M % 8 */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 40, 48, 96, 48, 0.0f), 0);   /* padded */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 0, 128, 256, 128, 128, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 0, 256, 512, 512, 256, 0.0f), 0);
+    /* bf16: lean8-train's heads (K = 10, auto: 2), K = 32, beta; cuBLASLt's
+     * GEMM then the cast: K = 33, small off, M % 8 */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 128, 128, 10, 128, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 256, 512, 10, 256, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 40, 48, 32, 40, 0.5f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 64, 32, 33, 64, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 1, 128, 128, 10, 128, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 36, 48, 10, 36, 0.0f), 0);   /* M % 8 */
 }
 END_TEST
 

@@ -5,7 +5,9 @@
  *          ptx/gemm_small.ptx.in, ops/gemm.h)
  *   bf16   cuBLASLt's bf16 GEMM of the same shape and D dtype (what the
  *          step's bf16 mode runs)
- * Row-major D[M,N] = A[M,K] . B[N,K]^T (l8_gemm's FP8 TN form), random data.
+ * Row-major D[M,N] = A[M,K] . B[N,K]^T (l8_gemm's FP8 TN form), random data;
+ * the heads' dgrads are bf16 with K = 10, D = dY[M,K] . W[K,N] (trans_b 0):
+ * lt and bf16 both cuBLASLt's bf16 GEMM there, small the kernel's bf16 entry.
  * Each variant is one CUDA graph of ITERS back-to-back calls (as in a
  * training step's graph: no host launch cost between them); the rounds
  * launch the three graphs in turn, timed by events, and the median round
@@ -28,22 +30,25 @@ typedef struct gshape {
     const char *what;
     int64_t m, n, k;
     l8_dtype a, b, d;
+    int nn;                       /* B stored (K, N): trans_b 0 */
 } gshape;
 
 /* 784-512-512-10 at batch 256, then the default 784-256-128-10 at batch 128:
  * the FP8 step's fprops (without their epilogues), dgrads (dY E5M2) and
  * wgrads (into f32 main_grad) */
 static const gshape k_shapes[] = {
-    { "512 L1 fprop", 256, 512, 784, L8_E4M3, L8_E4M3, L8_BF16 },
-    { "512 L2 fprop", 256, 512, 512, L8_E4M3, L8_E4M3, L8_BF16 },
-    { "512 L2 dgrad", 256, 512, 512, L8_E5M2, L8_E4M3, L8_BF16 },
-    { "512 L2 wgrad", 512, 512, 256, L8_E5M2, L8_E4M3, L8_F32 },
-    { "512 L1 wgrad", 512, 784, 256, L8_E5M2, L8_E4M3, L8_F32 },
-    { "def L1 fprop", 128, 256, 784, L8_E4M3, L8_E4M3, L8_BF16 },
-    { "def L2 fprop", 128, 128, 256, L8_E4M3, L8_E4M3, L8_BF16 },
-    { "def L2 dgrad", 128, 256, 128, L8_E5M2, L8_E4M3, L8_BF16 },
-    { "def L2 wgrad", 128, 256, 128, L8_E5M2, L8_E4M3, L8_F32 },
-    { "def L1 wgrad", 256, 784, 128, L8_E5M2, L8_E4M3, L8_F32 },
+    { "512 L1 fprop", 256, 512, 784, L8_E4M3, L8_E4M3, L8_BF16, 0 },
+    { "512 L2 fprop", 256, 512, 512, L8_E4M3, L8_E4M3, L8_BF16, 0 },
+    { "512 L2 dgrad", 256, 512, 512, L8_E5M2, L8_E4M3, L8_BF16, 0 },
+    { "512 L2 wgrad", 512, 512, 256, L8_E5M2, L8_E4M3, L8_F32, 0 },
+    { "512 L1 wgrad", 512, 784, 256, L8_E5M2, L8_E4M3, L8_F32, 0 },
+    { "def L1 fprop", 128, 256, 784, L8_E4M3, L8_E4M3, L8_BF16, 0 },
+    { "def L2 fprop", 128, 128, 256, L8_E4M3, L8_E4M3, L8_BF16, 0 },
+    { "def L2 dgrad", 128, 256, 128, L8_E5M2, L8_E4M3, L8_BF16, 0 },
+    { "def L2 wgrad", 128, 256, 128, L8_E5M2, L8_E4M3, L8_F32, 0 },
+    { "def L1 wgrad", 256, 784, 128, L8_E5M2, L8_E4M3, L8_F32, 0 },
+    { "512 head dgr", 256, 512, 10, L8_BF16, L8_BF16, L8_BF16, 1 },
+    { "def head dgr", 128, 128, 10, L8_BF16, L8_BF16, L8_BF16, 1 },
 };
 #define NSHAPES (sizeof k_shapes / sizeof k_shapes[0])
 
@@ -96,9 +101,10 @@ static l8_status one_shape(l8_ctx *ctx, l8_gemm_handle *h[3], const gshape *sh, 
     l8_status st = L8_OK;
     l8_stream *s = l8_ctx_stream(ctx, L8_STREAM_COMPUTE);
     l8_tensor *a8 = operand(ctx, sh->a, sh->m, sh->k, 1, &st);
-    l8_tensor *b8 = operand(ctx, sh->b, sh->n, sh->k, 2, &st);
+    const int64_t br = sh->nn ? sh->k : sh->n, bc = sh->nn ? sh->n : sh->k;
+    l8_tensor *b8 = operand(ctx, sh->b, br, bc, 2, &st);
     l8_tensor *a16 = operand(ctx, L8_BF16, sh->m, sh->k, 3, &st);
-    l8_tensor *b16 = operand(ctx, L8_BF16, sh->n, sh->k, 4, &st);
+    l8_tensor *b16 = operand(ctx, L8_BF16, br, bc, 4, &st);
     l8_tensor *d[3] = { bench_mk(ctx, sh->d, sh->m, sh->n, &st),
                         bench_mk(ctx, sh->d, sh->m, sh->n, &st),
                         bench_mk(ctx, sh->d, sh->m, sh->n, &st) };
@@ -112,7 +118,7 @@ static l8_status one_shape(l8_ctx *ctx, l8_gemm_handle *h[3], const gshape *sh, 
         gd.a = v == 2 ? a16 : a8;
         gd.b = v == 2 ? b16 : b8;
         gd.d = d[v];
-        gd.trans_b = 1;
+        gd.trans_b = !sh->nn;
         c[v].h = h[v];
         c[v].g = gd;
         st = l8_graph_create(ctx, s, &g[v]);
@@ -174,7 +180,8 @@ int bench_gemm_small(const bench_opts *o)
     if (st == L8_OK) st = l8_gemm_handle_create(ctx, &gc, &h[1]);
     if (st != L8_OK || bench_json_open(&j, o->json, "gemmsmall", l8_ctx_device_name(ctx)))
         goto out;
-    printf("== gemmsmall: lean8-train's FP8 GEMMs, us per call in a CUDA graph of %d (%s)\n",
+    printf("== gemmsmall: lean8-train's FP8 step's GEMMs, us per call in a CUDA graph of %d"
+           " (%s)\n",
            ITERS, l8_ctx_device_name(ctx));
     printf("  %-13s %-16s %-9s %9s %9s %9s %9s %9s\n", "GEMM", "M x N x K", "types",
            "lt FP8", "small", "lt bf16", "lt/small", "bf16/sm");
