@@ -1191,22 +1191,22 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         goto out;
     }
     if (in->dx8) {
-        if (!dx || l->tp || !fp8) {
-            ret = L8_FAIL(!dx || !fp8 ? L8_ERR_INVALID_ARG : L8_ERR_UNSUPPORTED, "%s: the dX"
-                          " cast needs dx and an FP8 layer without tensor parallelism (%s)", op,
-                          l->name);
+        if (!dx || l->tp) {
+            ret = L8_FAIL(!dx ? L8_ERR_INVALID_ARG : L8_ERR_UNSUPPORTED, "%s: the dX cast needs"
+                          " dx and a layer without tensor parallelism (%s)", op, l->name);
             goto out;
         }
         int64_t Tz = 0;
         l8i_dact_out chk;
         L8_TRY(ret, act_view(l, op, "z", in->z, l->K, &Tz, &z2), out);
         L8_TRY(ret, l8i_cast_dact_prepare(op, dx2, z2, in->dx8, in->dx8t, &chk), out);
-        const l8_tensor *ours[4] = { in->dy8, in->dy8t, in->db, c->saved };
-        for (int k = 0; k < 4; k++)
+        const l8_tensor *ours[5] = { in->dy8, in->dy8t, in->db, c->saved, dy };
+        for (int k = 0; k < 5; k++)
             if (overlap(in->dx8, ours[k]) || overlap(in->dx8t, ours[k]) ||
                 overlap(dx, ours[k]) || overlap(in->z, ours[k])) {
                 ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: dx, z, dx8 or dx8t overlaps %s", op,
-                              (const char *[]){ "dy8", "dy8t", "db", "the saved input" }[k]);
+                              (const char *[]){ "dy8", "dy8t", "db", "the saved input",
+                                                "dy" }[k]);
                 goto out;
             }
     }
@@ -1425,6 +1425,17 @@ l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **saved, const l8_t
     if (!dy8)
         return L8_FAIL(L8_ERR_INVALID_ARG, "l8_linear_backward_fp8: dy8 is NULL");
     return backward_impl(l, "l8_linear_backward_fp8", &in, saved, dx, s);
+}
+
+l8_status l8_linear_backward_dx(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy,
+                                l8_tensor *dx, const l8_tensor *z, l8_tensor *dx8,
+                                l8_tensor *dx8t, l8_stream *s)
+{
+    static const char *op = "l8_linear_backward_dx";
+    bwd_in in = { L8_ACT_NONE, dy, NULL, NULL, NULL, NULL, z, dx8, dx8t };
+    if (!dy || !z || !dx8 || !dx8t)
+        return L8_FAIL(L8_ERR_INVALID_ARG, "%s: dy, z, dx8 and dx8t are required", op);
+    return backward_impl(l, op, &in, saved, dx, s);
 }
 
 l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **saved, const l8_tensor *dy8,

@@ -450,6 +450,28 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
                                                  const l8_tensor *z, l8_tensor *dx8,
                                                  l8_tensor *dx8t, l8_stream *s);
 
+/* l8_linear_backward that also casts dx for the FP8 layer below, as
+ * l8_linear_backward_fp8_dx does, for a layer that takes dY in bf16: a bf16
+ * layer (lean8-train's head above its FP8 layers) or an FP8 layer casting
+ * its own dY,
+ *     B: l8_linear_backward_dx(b, &cb, dy, dh, z, dz8, dz8t, s)
+ *     A: l8_linear_backward_fp8(a, &ca, dz8, dz8t, db_a, dx, s)
+ * dx, dx8 and dx8t bit for bit l8_linear_backward(b, &cb, dy, dx, s)
+ * followed by l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx, z, dx8, dx8t,
+ * NULL, L8_CAST_ACCUMULATE_AMAX, s); main_grads as l8_linear_backward's.
+ * The dgrad's l8_gemm runs with L8_GEMM_EPI_DGELU_CAST: one launch where
+ * lean8's small GEMM kernel takes it (for a bf16 layer: K = the layer's
+ * output width at most 32, its input width a multiple of 4; ops/gemm.h).
+ * z, dx8, dx8t and A's bias gradient as in l8_linear_backward_fp8_dx; none
+ * of dx, z, dx8, dx8t may overlap dy or the saved input. Errors: those of
+ * l8_linear_backward and of the cast (dx "in", dx8 "out", dx8t "out_t"),
+ * L8_ERR_INVALID_ARG for a NULL dy, z, dx8, dx8t or dx and an overlap,
+ * L8_ERR_UNSUPPORTED with tensor parallelism. */
+L8_NODISCARD l8_status l8_linear_backward_dx(l8_linear *l, l8_linear_ctx **saved,
+                                             const l8_tensor *dy, l8_tensor *dx,
+                                             const l8_tensor *z, l8_tensor *dx8,
+                                             l8_tensor *dx8t, l8_stream *s);
+
 /* An FP8 h's amax by the caller (on: 1; off: 0, the default). With it on,
  * l8_linear_forward_gelu writes h and h's scale_inv as before but runs no
  * amax cast: the caller accumulates the amax the next layer's cast would

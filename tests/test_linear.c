@@ -1301,15 +1301,16 @@ typedef struct twin {
     fx f[2];
 } twin;
 
-static void twin_init(twin *t, const char *dev, int64_t K, int64_t N, l8_rng *r)
+static void twin_init(twin *t, const char *dev, l8_linear_mode mode, int64_t K, int64_t N,
+                      l8_rng *r)
 {
     l8_rng r2 = *r;
     t->ctx = mk_ctx(dev);
     t->h = mk_gemm(t->ctx);
     for (int p = 0; p < 2; p++)
         t->rec[p] = mk_recipe(t->ctx);
-    fx_init(&t->f[0], t->ctx, t->h, t->rec[0], L8_LINEAR_FP8, K, N, 1, L8_F32, r);
-    fx_init(&t->f[1], t->ctx, t->h, t->rec[1], L8_LINEAR_FP8, K, N, 1, L8_F32, &r2);
+    fx_init(&t->f[0], t->ctx, t->h, t->rec[0], mode, K, N, 1, L8_F32, r);
+    fx_init(&t->f[1], t->ctx, t->h, t->rec[1], mode, K, N, 1, L8_F32, &r2);
 }
 
 static void twin_free(twin *t)
@@ -1327,7 +1328,7 @@ static void precast_run(const char *dev, int64_t T, int64_t K, int64_t N)
     l8_rng r;
     l8_rng_init(&r, 0x8ca5 + (uint64_t)T);
     twin tw;
-    twin_init(&tw, dev, K, N, &r);
+    twin_init(&tw, dev, L8_LINEAR_FP8, K, N, &r);
     l8_ctx *ctx = tw.ctx;
     l8_recipe **rec = tw.rec;
     fx *f = tw.f;
@@ -1495,7 +1496,7 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     l8_rng r;
     l8_rng_init(&r, 0xdc57 + (uint64_t)T);
     twin tw;
-    twin_init(&tw, dev, K, N, &r);
+    twin_init(&tw, dev, L8_LINEAR_FP8, K, N, &r);
     l8_ctx *ctx = tw.ctx;
     l8_gemm_handle *h = tw.h;
     l8_recipe **rec = tw.rec;
@@ -1607,6 +1608,124 @@ START_TEST(test_gpu_backward_dx_cast)
     unsetenv("L8_GEMM_SMALL");    /* auto: the first takes the small kernel, the second not */
     static const int64_t shp[][4] = { { 128, 256, 128, 1 }, { 256, 512, 512, 0 } };
     dx_cast_run("cuda:0", shp[_i][0], shp[_i][1], shp[_i][2], (int)shp[_i][3]);
+}
+END_TEST
+
+/* l8_linear_backward_dx (dY in bf16) against l8_linear_backward followed by
+ * l8_fp8_cast_transpose_dact of its dx, on two layers with the same weights
+ * in mode (a bf16 layer, lean8-train's head; an FP8 layer casting its own
+ * dY): dx, the layer below's dY8 and dY8t, that meta's amax and scale_inv,
+ * and both main_grads, bit for bit; first the errors, which leave the ctx
+ * valid. fused >= 0: the GEMM handle's fused small-kernel calls in it
+ * (l8_gemm_stats.small_fused; a bf16 layer with N <= 32 on a GPU: 1). */
+static void bf16_dx_cast_run(const char *dev, l8_linear_mode mode, int64_t T, int64_t K,
+                             int64_t N, int fused)
+{
+    l8_rng r;
+    l8_rng_init(&r, 0xdc58 + (uint64_t)(T + mode));
+    twin tw;
+    twin_init(&tw, dev, mode, K, N, &r);
+    l8_ctx *ctx = tw.ctx;
+    fx *f = tw.f;
+    l8_fp8_meta *mz[2];
+    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tz = mk(ctx, L8_BF16, T, K);
+    l8_tensor *tdy = mk(ctx, L8_BF16, T, N), *ty = mk(ctx, L8_BF16, T, N), *dx[2], *dz8[2],
+              *dz8t[2];
+    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem((T > N ? T : N) * K),
+                                                    fmem((T > N ? T : N) * K) };
+    for (int p = 0; p < 2; p++) {
+        L8_CK(l8_fp8_meta_create(ctx, &mz[p]));
+        L8_CK(l8_fp8_meta_set(mz[p], 8.0f, 1.0f, 0.25f));
+        dx[p] = mk(ctx, L8_BF16, T, K);
+        dz8[p] = mk8(ctx, L8_E5M2, T, K, mz[p]);
+        dz8t[p] = mk8(ctx, L8_E5M2, K, T, mz[p]);
+        poison(dx[p]);
+    }
+    fill_bf16(&r, v, T * K);
+    put(tx, v);
+    fill_bf16(&r, v, T * K);
+    put(tz, v);
+    fill_bf16(&r, v, T * N);
+    put(tdy, v);
+    l8_linear_ctx *c[2] = { NULL, NULL };
+    for (int p = 0; p < 2; p++)
+        L8_CK(l8_linear_forward(f[p].lin, tx, ty, &c[p], NULL));
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], NULL, dx[0], tz, dz8[0], dz8t[0], NULL),
+             L8_ERR_INVALID_ARG);                                  /* no dy */
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, NULL, tz, dz8[0], dz8t[0], NULL),
+             L8_ERR_INVALID_ARG);                                  /* no dx */
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], NULL, dz8[0], dz8t[0], NULL),
+             L8_ERR_INVALID_ARG);                                  /* no z */
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], tz, dz8[0], NULL, NULL),
+             L8_ERR_INVALID_ARG);                                  /* no dx8t */
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], tz, dz8[0], dz8t[1], NULL),
+             L8_ERR_INVALID_ARG);                                  /* two metas */
+    if (T * N * 2 <= T * K) {     /* dY over dz8's bytes */
+        l8_tensor *alias = NULL;
+        L8_CK(l8_tensor_from_storage(l8_tensor_storage(dz8[0]), 0, L8_BF16, 2,
+                                     (const int64_t[2]){ T, N }, NULL, &alias));
+        L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], alias, dx[0], tz, dz8[0], dz8t[0],
+                                       NULL), L8_ERR_INVALID_ARG);
+        l8_tensor_destroy(alias);
+    }
+    ck_assert_ptr_nonnull(c[0]);
+    l8_gemm_stats s0 = { .size = sizeof s0 }, s1 = { .size = sizeof s1 };
+    L8_CK(l8_gemm_get_stats(tw.h, &s0));
+    L8_CK(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], tz, dz8[0], dz8t[0], NULL));
+    L8_CK(l8_gemm_get_stats(tw.h, &s1));
+    ck_assert_ptr_null(c[0]);
+    if (fused >= 0)
+        ck_assert_uint_eq(s1.small_fused - s0.small_fused, (uint64_t)fused);
+    L8_CK(l8_linear_backward(f[1].lin, &c[1], tdy, dx[1], NULL));
+    L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx[1], tz, dz8[1], dz8t[1], NULL,
+                                     L8_CAST_ACCUMULATE_AMAX, NULL));
+    const l8_tensor *cmp[][2] = { { dx[0], dx[1] }, { f[0].tgw, f[1].tgw },
+                                  { f[0].tgb, f[1].tgb } };
+    static const char *const names[] = { "dx", "gW", "gb" };
+    for (int k = 0; k < 3; k++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s %s", dev, names[k]);
+        same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
+    }
+    for (int k = 0; k < 2; k++) {                /* the FP8 bytes, mostly nonzero */
+        l8_tensor *const *t = k ? dz8t : dz8;
+        char what[32];
+        snprintf(what, sizeof what, "%s %s", dev, k ? "dz8t" : "dz8");
+        size_t nz = l8t_same_bytes(t[0], t[1], what), n = l8_tensor_nbytes(t[0]);
+        ck_assert_msg(nz > n / 2, "%s: %zu of %zu bytes written nonzero", what, nz, n);
+    }
+    float m[2][3];
+    for (int p = 0; p < 2; p++)
+        L8_CK(l8_fp8_meta_get(mz[p], &m[p][0], &m[p][1], &m[p][2]));
+    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0 && m[0][1] == 0.125f && m[0][2] > 0.25f,
+                  "%s: meta %g %g %g, want %g %g %g", dev, (double)m[0][0], (double)m[0][1],
+                  (double)m[0][2], (double)m[1][0], (double)m[1][1], (double)m[1][2]);
+    l8_tensor *all[] = { tx, tz, tdy, ty, dx[0], dx[1], dz8[0], dz8[1], dz8t[0], dz8t[1] };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        l8_tensor_destroy(all[i]);
+    for (int p = 0; p < 2; p++)
+        l8_fp8_meta_release(mz[p]);
+    free(v); free(o[0]); free(o[1]);
+    twin_free(&tw);
+}
+
+START_TEST(test_backward_bf16_dx_cast)
+{
+    bf16_dx_cast_run("host", _i ? L8_LINEAR_FP8 : L8_LINEAR_BF16, 48, 32, _i ? 16 : 10, 0);
+}
+END_TEST
+
+START_TEST(test_gpu_backward_bf16_dx_cast)
+{
+    unsetenv("L8_GEMM_SMALL");    /* auto */
+    /* lean8-train's heads (bf16, N = 10: the small kernel's bf16 entry with the
+     * cast inside), a bf16 layer cuBLASLt takes (N = 64), an FP8 layer */
+    static const int64_t shp[][5] = { { L8_LINEAR_BF16, 128, 128, 10, 1 },
+                                      { L8_LINEAR_BF16, 256, 512, 10, 1 },
+                                      { L8_LINEAR_BF16, 128, 256, 64, 0 },
+                                      { L8_LINEAR_FP8, 128, 256, 128, 1 } };
+    bf16_dx_cast_run("cuda:0", (l8_linear_mode)shp[_i][0], shp[_i][1], shp[_i][2], shp[_i][3],
+                     (int)shp[_i][4]);
 }
 END_TEST
 
@@ -2926,6 +3045,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tc, test_wgrad_stream, 0, 4);
     tcase_add_loop_test(tc, test_precast, 0, 2);
     tcase_add_test(tc, test_backward_dx_cast);
+    tcase_add_loop_test(tc, test_backward_bf16_dx_cast, 0, 2);
     tcase_add_loop_test(tc, test_gelu_out, 0, 6);
     tcase_add_loop_test(tc, test_gelu_out_by_caller, 0, 2);
     tcase_add_test(tc, test_precast_bf16);
@@ -2948,6 +3068,7 @@ Suite *l8_linear_suite(void)
     tcase_add_loop_test(tg, test_gpu_wgrad_stream, 0, 8);
     tcase_add_loop_test(tg, test_gpu_precast, 0, 3);
     tcase_add_loop_test(tg, test_gpu_backward_dx_cast, 0, 2);
+    tcase_add_loop_test(tg, test_gpu_backward_bf16_dx_cast, 0, 4);
     tcase_add_loop_test(tg, test_gpu_gelu_out, 0, 12);
     tcase_add_loop_test(tg, test_gpu_gelu_out_by_caller, 0, 4);
     tcase_add_test(tg, test_gpu_precast_own_meta);
