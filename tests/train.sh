@@ -28,8 +28,9 @@
 #      side stream, on few SMs above one 128-row tile row: --batch 256), with
 #      it each layer casts its own: so these also check the split bitwise.
 #      The dgrad's cast of the dY of the FP8 layer below (the default) equals
-#      each layer's own cast (--no-dgrad-cast) bitwise, two and three hidden
-#      layers.
+#      each layer's own cast (--no-dgrad-cast) and the head's dgrad casting
+#      too (--head-dgrad-cast) bitwise, two and three hidden layers, an FP8
+#      head.
 #   8. (host, where valgrind is installed) a short FP8 run and a short bf16 run
 #      under valgrind: no invalid access, nothing definitely lost at exit.
 #   9. (GPU) the GEMM plans lean8-train asks cuBLASLt for (L8_GEMM_DEBUG=1 logs
@@ -204,18 +205,21 @@ done
 if [ "$(core "$tmp/off.txt")" = "$(core "$tmp/b.txt")" ] && [ -n "$(core "$tmp/b.txt")" ]; then
     ok "fp8 --batch 256: the split casts give bitwise the losses of --offload's own casts"
 else bad "fp8 --batch 256: split and --offload differ"; diff <(core "$tmp/b.txt") <(core "$tmp/off.txt"); fi
-# FP8 hidden layers under another (the default): the upper layer's dgrad casts
-# the lower one's dY (l8_linear_backward_fp8_dx: on a GPU in the small GEMM
-# kernel's launch at these shapes); --no-dgrad-cast: each layer casts its own.
-# Bitwise the same, with two hidden layers and with three (two such dgrads,
-# the dY8 buffer's two slots in turn)
-for h in 64,32 64,48,32; do
+# FP8 hidden layers (the default): the dgrad of the FP8 layer above each
+# casts its dY (l8_linear_backward_fp8_dx: on a GPU in the small GEMM kernel's
+# launch at these shapes), with --head-dgrad-cast the head's too
+# (l8_linear_backward_dx); --no-dgrad-cast: each layer casts its own.
+# Bitwise the same, with two hidden layers and with three (the dY8 buffer's
+# two slots in turn), and with the head in FP8
+for h in "64,32" "64,48,32" "64,32 --fp8-head"; do
     "$bin" "${args[@]}" --fp8 --hidden $h --epochs 2 > "$tmp/dc.txt" 2>&1 || bad "fp8 --hidden $h exited non-zero"
-    "$bin" "${args[@]}" --fp8 --hidden $h --epochs 2 --no-dgrad-cast > "$tmp/nd.txt" 2>&1 ||
-        bad "fp8 --hidden $h --no-dgrad-cast exited non-zero"
-    if [ "$(core "$tmp/dc.txt")" = "$(core "$tmp/nd.txt")" ] && [ -n "$(core "$tmp/dc.txt")" ]; then
-        ok "fp8 --hidden $h: the dgrad's cast of the dY below equals each layer's own bitwise"
-    else bad "fp8 --hidden $h: the dgrad's cast and --no-dgrad-cast differ"; diff <(core "$tmp/dc.txt") <(core "$tmp/nd.txt"); fi
+    for f in --no-dgrad-cast --head-dgrad-cast; do
+        "$bin" "${args[@]}" --fp8 --hidden $h --epochs 2 $f > "$tmp/nd.txt" 2>&1 ||
+            bad "fp8 --hidden $h $f exited non-zero"
+        if [ "$(core "$tmp/dc.txt")" = "$(core "$tmp/nd.txt")" ] && [ -n "$(core "$tmp/dc.txt")" ]; then
+            ok "fp8 --hidden $h: the default's dY casts equal $f's bitwise"
+        else bad "fp8 --hidden $h: the default and $f differ"; diff <(core "$tmp/dc.txt") <(core "$tmp/nd.txt"); fi
+    done
 done
 # batches that are not a multiple of 16 (100, with a last batch of 48 of the
 # 2048 images; 7, with a last batch of 4): the FP8 layers' transposes

@@ -105,6 +105,7 @@ typedef struct opts {
     int step_times;               /* --step-times: the GPU's time per training step */
     int drop_last;                /* --drop-last: whole batches only */
     int no_dgrad_cast;            /* --no-dgrad-cast: each FP8 layer casts its own dY */
+    int head_dgrad_cast;          /* --head-dgrad-cast: the head's dgrad casts it too */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -152,6 +153,8 @@ typedef struct model {
     int dgrad_cast;                           /* with split_casts, not --no-dgrad-cast:
                                                  a split layer's dgrad casts the dY of the
                                                  split layer below (backward_split) */
+    int head_cast;                            /* with dgrad_cast, --head-dgrad-cast: the
+                                                 head's dgrad too (backward_head) */
     int64_t dg_slot;                          /* bytes of one dY8 slot: B x the widest */
     l8_storage *dg8[2];                       /* with split_casts: dY8, two slots of B x
                                                  the widest layer (layer i's at slot i % 2:
@@ -207,12 +210,15 @@ static void usage(FILE *f)
             "                   [--limit N] [--drop-last] [--quiet] [--tp N] [--dp N [--zero1]]\n"
             "                   [--no-graph] [--graph-steps N] [--step-times] [--help]\n"
             "                   [--version] [--offload[=K]] [--no-dgrad-cast]\n"
+            "                   [--head-dgrad-cast]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
             "          (as --limit at the last whole batch)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 16)\n"
             "  --no-dgrad-cast  FP8: each hidden layer casts its own output gradient (default:\n"
-            "          the dgrad of the layer above casts it, l8_linear_backward_fp8_dx)\n"
+            "          the dgrad of the FP8 layer above casts it, l8_linear_backward_fp8_dx)\n"
+            "  --head-dgrad-cast  FP8: the head's dgrad casts the top hidden layer's too\n"
+            "          (l8_linear_backward_dx; off: slower on an H100, docs/perf.md)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
@@ -283,6 +289,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--step-times")) o->step_times = 1;
         else if (!strcmp(a, "--drop-last")) o->drop_last = 1;
         else if (!strcmp(a, "--no-dgrad-cast")) o->no_dgrad_cast = 1;
+        else if (!strcmp(a, "--head-dgrad-cast")) o->head_dgrad_cast = 1;
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
@@ -624,6 +631,7 @@ static l8_status model_build(model *m, const opts *o)
         }
     m->split_casts = widest > 0;
     m->dgrad_cast = m->split_casts && !o->no_dgrad_cast;
+    m->head_cast = m->dgrad_cast && o->head_dgrad_cast;
     m->dg_slot = m->lb * widest;
     m->gelu_out = m->tp == 1;
     /* an FP8 h's amax, deferred to the end of the step (gelu_amax) */
@@ -855,6 +863,27 @@ out:
     return st;
 }
 
+/* The head's backward (layer i = nl - 1, above FP8 layer i - 1, with
+ * m->head_cast): l8_linear_backward whose dgrad also casts layer i - 1's dY
+ * through its GELU into the split's dY8 and dY8t (l8_linear_backward_dx:
+ * one launch where lean8's small GEMM kernel takes the dgrad, as at the
+ * default model's K = 10); layer i - 1 then runs backward_split with
+ * cast_done. The same bits as the head's l8_linear_backward_act and the
+ * cast in backward_split (tests/train.sh, --no-dgrad-cast). */
+static l8_status backward_head(model *m, batch_views *v, int i, int64_t rows,
+                               l8_linear_ctx **saved, l8_tensor *dx)
+{
+    l8_tensor *dz8 = NULL, *dz8t = NULL;
+    l8_status st = L8_OK;
+    L8_TRY(st, split_dy8(m, i - 1, rows, &dz8, &dz8t), out);
+    L8_TRY(st, l8_linear_backward_dx(m->lin[i], saved, v->grad[i + 1], dx, v->pre[i - 1], dz8,
+                                     dz8t, m->s), out);
+out:
+    l8_tensor_destroy(dz8);
+    l8_tensor_destroy(dz8t);
+    return st;
+}
+
 /* Forward (and with train, backward and the optimizer step) of the batch at
  * rows [at, at + rows) of the current pass over split (0 train, 1 test):
  * images x[split][order[at + r]]; the loss and hit of each image land in
@@ -1011,10 +1040,13 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
-            if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i))
+            if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i)) {
                 L8_TRY(st, backward_split(m, &v, i, rows, &saved[i], dx, cast_done,
                                           &cast_done), out);
-            else
+            } else if (m->head_cast && i + 1 == m->nl && i > 0 && fp8_layer(m, i - 1)) {
+                L8_TRY(st, backward_head(m, &v, i, rows, &saved[i], dx), out);
+                cast_done = 1;
+            } else
                 L8_TRY(st, l8_linear_backward_act(m->lin[i],
                                                   i + 1 < m->nl ? L8_ACT_GELU : L8_ACT_NONE,
                                                   &saved[i], v.grad[i + 1], v.pre[i], dx, m->s),
