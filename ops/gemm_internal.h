@@ -176,9 +176,9 @@ l8_status l8i_gemm_small_mode(int cfg, int *mode);
  * with the small kernel under mode (h->small) on a device of nsm SMs: FP8
  * A and B, a bf16 or f32 D, no epilogue, N % 8 == 0, M * N * K <= 2^27;
  * auto (2) also wants a grid of at most nsm / 2 tiles of 32 x 32 and
- * K <= 512. Or bf16 A, B and D, any transposes, K <= 32, N % 4 == 0, D's
- * row stride % 4 == 0 and D 8-byte aligned, no epilogue; auto: a grid of
- * at most 2 nsm tiles. Both: at most 65535 tile rows. */
+ * K <= 512. Or, under mode 1 only, bf16 A, B and D, any transposes, K <=
+ * 32, N % 4 == 0, D's row stride % 4 == 0 and D 8-byte aligned, no
+ * epilogue. Both: at most 65535 tile rows. */
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p);
 /* 1 when p (taken) has the dGELU cast epilogue (p->dgelu) in the layout the
  * kernel's _dgelu entries write: a bf16 D, M % 8 == 0, dense cast and

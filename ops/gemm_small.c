@@ -13,12 +13,13 @@
  * its rows of A and B from L2, and 1.3x with K = 784, two rounds of loads
  * (docs/perf.md, 2026-12-06 thirtieth session): hence the auto policy.
  *
- * Its bf16 entries take bf16 GEMMs with K <= 32 - a Linear's dgrad below a
- * narrow output, as lean8-train's head (K = 10 classes) - where a tensor
- * core kernel has almost nothing to multiply: a CTA stages its 32 rows of
- * op(A) and 32 columns of op(B) in shared memory and each thread sums 4
- * outputs in f32 chains. With L8_GEMM_EPI_DGELU_CAST they cast the layer
- * below's dY in the same launch, as the FP8 _dgelu entries do.
+ * Its bf16 entries take bf16 GEMMs with K <= 32 (mode 1 only, see
+ * takes_bf16) - a Linear's dgrad below a narrow output, as lean8-train's
+ * head (K = 10 classes) - where a tensor core kernel has almost nothing to
+ * multiply: a CTA stages its 32 rows of op(A) and 32 columns of op(B) in
+ * shared memory and each thread sums 4 outputs in f32 chains. With
+ * L8_GEMM_EPI_DGELU_CAST they cast the layer below's dY in the same launch,
+ * as the FP8 _dgelu entries do.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -66,12 +67,12 @@ static int takes_bf16(int mode, unsigned nsm, const problem *p)
         return 0;
     if (p->k > SMALL_BF16_MAX_K || p->n % 4 || p->ldd % 4 || (uintptr_t)p->d % 8)
         return 0;
-    /* auto: up to two waves. A CTA reads 32 x K elements of each operand
-     * and writes 32 x 32 of D: the traffic is D's, as in any kernel. */
-    int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
-    if (mode == 2 && ctas > 2 * (int64_t)nsm)
-        return 0;
-    return 1;
+    /* auto leaves them to cuBLASLt: alone the kernel takes half its time
+     * at lean8-train's heads (128 x 128 x 10, 256 x 512 x 10), and bf16
+     * mode's step ran 0.5 us faster with it, but FP8 mode's ran 1.5 and
+     * 3.2 us slower (H100, docs/perf.md, thirty-fourth session) */
+    (void)nsm;
+    return mode == 1;
 }
 
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)

@@ -218,7 +218,8 @@ static void usage(FILE *f)
             "  --no-dgrad-cast  FP8: each hidden layer casts its own output gradient (default:\n"
             "          the dgrad of the FP8 layer above casts it, l8_linear_backward_fp8_dx)\n"
             "  --head-dgrad-cast  FP8: the head's dgrad casts the top hidden layer's too\n"
-            "          (l8_linear_backward_dx; off: slower on an H100, docs/perf.md)\n"
+            "          (l8_linear_backward_dx; in one launch with L8_GEMM_SMALL=1; off:\n"
+            "          slower on an H100, docs/perf.md)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
@@ -866,9 +867,9 @@ out:
 /* The head's backward (layer i = nl - 1, above FP8 layer i - 1, with
  * m->head_cast): l8_linear_backward whose dgrad also casts layer i - 1's dY
  * through its GELU into the split's dY8 and dY8t (l8_linear_backward_dx:
- * one launch where lean8's small GEMM kernel takes the dgrad, as at the
- * default model's K = 10); layer i - 1 then runs backward_split with
- * cast_done. The same bits as the head's l8_linear_backward_act and the
+ * one launch where lean8's small GEMM kernel takes the dgrad - the default
+ * model's K = 10 with L8_GEMM_SMALL=1); layer i - 1 then runs
+ * backward_split with cast_done. The same bits as the head's l8_linear_backward_act and the
  * cast in backward_split (tests/train.sh, --no-dgrad-cast). */
 static l8_status backward_head(model *m, batch_views *v, int i, int64_t rows,
                                l8_linear_ctx **saved, l8_tensor *dx)
