@@ -1484,6 +1484,84 @@ START_TEST(test_gpu_precast)
 }
 END_TEST
 
+/* What the dX-cast tests share: X, z (the layer below's GELU input), dY and
+ * Y [T, N] bf16, random; for each of the two layers p its dx [T, K] (poisoned)
+ * and the layer below's dz8 [T, K] / dz8t [K, T] e5m2 on a meta mz[p] of
+ * its own (scale 8, amax 0.25); host buffers for the comparisons. */
+typedef struct dxcast {
+    l8_tensor *tx, *tz, *tdy, *ty, *dx[2], *dz8[2], *dz8t[2];
+    l8_fp8_meta *mz[2];
+    float *v, *o[2];
+} dxcast;
+
+static void dxcast_init(dxcast *d, l8_ctx *ctx, int64_t T, int64_t K, int64_t N, l8_rng *r)
+{
+    d->tx = mk(ctx, L8_BF16, T, K);
+    d->tz = mk(ctx, L8_BF16, T, K);
+    d->tdy = mk(ctx, L8_BF16, T, N);
+    d->ty = mk(ctx, L8_BF16, T, N);
+    d->v = fmem(T * (K > N ? K : N));
+    for (int p = 0; p < 2; p++) {
+        d->o[p] = fmem((T > N ? T : N) * K);     /* dx [T, K] and gW [N, K] */
+        L8_CK(l8_fp8_meta_create(ctx, &d->mz[p]));
+        L8_CK(l8_fp8_meta_set(d->mz[p], 8.0f, 1.0f, 0.25f));
+        d->dx[p] = mk(ctx, L8_BF16, T, K);
+        d->dz8[p] = mk8(ctx, L8_E5M2, T, K, d->mz[p]);
+        d->dz8t[p] = mk8(ctx, L8_E5M2, K, T, d->mz[p]);
+        poison(d->dx[p]);
+    }
+    fill_bf16(r, d->v, T * K);
+    put(d->tx, d->v);
+    fill_bf16(r, d->v, T * K);
+    put(d->tz, d->v);
+    fill_bf16(r, d->v, T * N);
+    put(d->tdy, d->v);
+}
+
+/* Layer 0's dx, gW, gb, dz8, dz8t and meta against layer 1's, bit for bit
+ * (the FP8 bytes mostly nonzero, the meta's scale_inv 1 / 8 written and its
+ * amax grown past 0.25). */
+static void dxcast_check(const dxcast *d, const char *dev, const fx *f)
+{
+    const l8_tensor *cmp[][2] = { { d->dx[0], d->dx[1] }, { f[0].tgw, f[1].tgw },
+                                  { f[0].tgb, f[1].tgb } };
+    static const char *const names[] = { "dx", "gW", "gb" };
+    for (int k = 0; k < 3; k++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s %s", dev, names[k]);
+        same_bits(cmp[k][0], cmp[k][1], d->o[0], d->o[1], what);
+    }
+    for (int k = 0; k < 2; k++) {
+        l8_tensor *const *t = k ? d->dz8t : d->dz8;
+        char what[32];
+        snprintf(what, sizeof what, "%s %s", dev, k ? "dz8t" : "dz8");
+        size_t nz = l8t_same_bytes(t[0], t[1], what), n = l8_tensor_nbytes(t[0]);
+        ck_assert_msg(nz > n / 2, "%s: %zu of %zu bytes written nonzero", what, nz, n);
+    }
+    float m[2][3];
+    for (int p = 0; p < 2; p++)
+        L8_CK(l8_fp8_meta_get(d->mz[p], &m[p][0], &m[p][1], &m[p][2]));
+    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0 && m[0][1] == 0.125f && m[0][2] > 0.25f,
+                  "%s: meta %g %g %g, want %g %g %g", dev, (double)m[0][0], (double)m[0][1],
+                  (double)m[0][2], (double)m[1][0], (double)m[1][1], (double)m[1][2]);
+}
+
+static void dxcast_free(dxcast *d)
+{
+    l8_tensor_destroy(d->tx);
+    l8_tensor_destroy(d->tz);
+    l8_tensor_destroy(d->tdy);
+    l8_tensor_destroy(d->ty);
+    for (int p = 0; p < 2; p++) {
+        l8_tensor_destroy(d->dx[p]);
+        l8_tensor_destroy(d->dz8[p]);
+        l8_tensor_destroy(d->dz8t[p]);
+        l8_fp8_meta_release(d->mz[p]);
+        free(d->o[p]);
+    }
+    free(d->v);
+}
+
 /* l8_linear_backward_fp8_dx against l8_linear_backward_fp8 followed by
  * l8_fp8_cast_transpose_dact of its dx, on two layers with the same
  * weights (the GEMM handle's small kernel as configured by default): dx,
@@ -1501,10 +1579,9 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     l8_gemm_handle *h = tw.h;
     l8_recipe **rec = tw.rec;
     fx *f = tw.f;
-    l8_fp8_meta *mz[2];
-    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tz = mk(ctx, L8_BF16, T, K);
-    l8_tensor *tdy = mk(ctx, L8_BF16, T, N), *ty = mk(ctx, L8_BF16, T, N), *dx[2], *dz8[2],
-              *dz8t[2];
+    dxcast d;
+    dxcast_init(&d, ctx, T, K, N, &r);
+    l8_tensor *tz = d.tz, **dx = d.dx, **dz8 = d.dz8, **dz8t = d.dz8t;
     l8_fp8_meta *mg = l8_recipe_meta(rec[0], l8_linear_role_index(f[0].lin,
                                                                   L8_ROLE_GRAD_OUTPUT));
     l8_fp8_meta *mg1 = l8_recipe_meta(rec[1], l8_linear_role_index(f[1].lin,
@@ -1512,28 +1589,12 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     l8_tensor *dy8 = mk8(ctx, L8_E5M2, T, N, mg), *dy8t = mk8(ctx, L8_E5M2, N, T, mg);
     l8_tensor *dy8b = mk8(ctx, L8_E5M2, T, N, mg1), *dy8tb = mk8(ctx, L8_E5M2, N, T, mg1);
     l8_tensor *db = mk(ctx, L8_F32, N, -1);
-    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem((T > N ? T : N) * K),
-                                                    fmem((T > N ? T : N) * K) };
-    for (int p = 0; p < 2; p++) {
-        L8_CK(l8_fp8_meta_create(ctx, &mz[p]));
-        L8_CK(l8_fp8_meta_set(mz[p], 8.0f, 1.0f, 0.25f));
-        dx[p] = mk(ctx, L8_BF16, T, K);
-        dz8[p] = mk8(ctx, L8_E5M2, T, K, mz[p]);
-        dz8t[p] = mk8(ctx, L8_E5M2, K, T, mz[p]);
-        poison(dx[p]);
-    }
-    fill_bf16(&r, v, T * K);
-    put(tx, v);
-    fill_bf16(&r, v, T * K);
-    put(tz, v);
-    fill_bf16(&r, v, T * N);
-    put(tdy, v);
     l8_linear_ctx *c[2] = { NULL, NULL };
     for (int p = 0; p < 2; p++)
-        L8_CK(l8_linear_forward(f[p].lin, tx, ty, &c[p], NULL));
+        L8_CK(l8_linear_forward(f[p].lin, d.tx, d.ty, &c[p], NULL));
     /* each layer's dY8 with its recipe's meta (both fresh: the same scale, the same bytes) */
-    L8_CK(l8_fp8_cast_transpose_dbias(tdy, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX, NULL));
-    L8_CK(l8_fp8_cast_transpose_dbias(tdy, dy8b, dy8tb, db, L8_CAST_ACCUMULATE_AMAX, NULL));
+    L8_CK(l8_fp8_cast_transpose_dbias(d.tdy, dy8, dy8t, db, L8_CAST_ACCUMULATE_AMAX, NULL));
+    L8_CK(l8_fp8_cast_transpose_dbias(d.tdy, dy8b, dy8tb, db, L8_CAST_ACCUMULATE_AMAX, NULL));
     /* errors first: nothing enqueued, the ctx kept */
     L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, NULL, tz, dz8[0],
                                        dz8t[0], NULL), L8_ERR_INVALID_ARG);     /* no dx */
@@ -1546,13 +1607,13 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz, dz8[0],
                                        dz8t[1], NULL), L8_ERR_INVALID_ARG);     /* two metas */
     if (K != N)                   /* dY as z: [T, N], not [T, K] */
-        L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tdy, dz8[0],
+        L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], d.tdy, dz8[0],
                                            dz8t[0], NULL), L8_ERR_INVALID_ARG);
     if (K <= N) {                 /* dz8t [K, T] over dY8t's bytes [N, T] */
         l8_tensor *alias = NULL;
         L8_CK(l8_tensor_from_storage(l8_tensor_storage(dy8t), 0, L8_E5M2, 2,
                                      (const int64_t[2]){ K, T }, NULL, &alias));
-        L8_CK(l8_tensor_set_fp8_meta(alias, mz[0]));
+        L8_CK(l8_tensor_set_fp8_meta(alias, d.mz[0]));
         L8_CK_ST(l8_linear_backward_fp8_dx(f[0].lin, &c[0], dy8, dy8t, db, dx[0], tz,
                                            dz8[0], alias, NULL), L8_ERR_INVALID_ARG);
         l8_tensor_destroy(alias);
@@ -1569,34 +1630,11 @@ static void dx_cast_run(const char *dev, int64_t T, int64_t K, int64_t N, int fu
     L8_CK(l8_linear_backward_fp8(f[1].lin, &c[1], dy8b, dy8tb, db, dx[1], NULL));
     L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx[1], tz, dz8[1], dz8t[1], NULL,
                                      L8_CAST_ACCUMULATE_AMAX, NULL));
-    const l8_tensor *cmp[][2] = { { dx[0], dx[1] }, { f[0].tgw, f[1].tgw },
-                                  { f[0].tgb, f[1].tgb } };
-    static const char *const names[] = { "dx", "gW", "gb" };
-    for (int k = 0; k < 3; k++) {
-        char what[48];
-        snprintf(what, sizeof what, "%s %s", dev, names[k]);
-        same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
-    }
-    for (int k = 0; k < 2; k++) {                /* the FP8 bytes, mostly nonzero */
-        l8_tensor *const *t = k ? dz8t : dz8;
-        char what[32];
-        snprintf(what, sizeof what, "%s %s", dev, k ? "dz8t" : "dz8");
-        size_t nz = l8t_same_bytes(t[0], t[1], what), n = l8_tensor_nbytes(t[0]);
-        ck_assert_msg(nz > n / 2, "%s: %zu of %zu bytes written nonzero", what, nz, n);
-    }
-    float m[2][3];
-    for (int p = 0; p < 2; p++)
-        L8_CK(l8_fp8_meta_get(mz[p], &m[p][0], &m[p][1], &m[p][2]));
-    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0 && m[0][1] == 0.125f && m[0][2] > 0.25f,
-                  "%s: meta %g %g %g, want %g %g %g", dev, (double)m[0][0], (double)m[0][1],
-                  (double)m[0][2], (double)m[1][0], (double)m[1][1], (double)m[1][2]);
-    l8_tensor *all[] = { tx, tz, tdy, ty, dy8, dy8t, dy8b, dy8tb, db, dx[0], dx[1], dz8[0], dz8[1],
-                         dz8t[0], dz8t[1] };
+    dxcast_check(&d, dev, f);
+    l8_tensor *all[] = { dy8, dy8t, dy8b, dy8tb, db };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++)
-        l8_fp8_meta_release(mz[p]);
-    free(v); free(o[0]); free(o[1]);
+    dxcast_free(&d);
     twin_free(&tw);
 }
 
@@ -1625,31 +1663,13 @@ static void bf16_dx_cast_run(const char *dev, l8_linear_mode mode, int64_t T, in
     l8_rng_init(&r, 0xdc58 + (uint64_t)(T + mode));
     twin tw;
     twin_init(&tw, dev, mode, K, N, &r);
-    l8_ctx *ctx = tw.ctx;
     fx *f = tw.f;
-    l8_fp8_meta *mz[2];
-    l8_tensor *tx = mk(ctx, L8_BF16, T, K), *tz = mk(ctx, L8_BF16, T, K);
-    l8_tensor *tdy = mk(ctx, L8_BF16, T, N), *ty = mk(ctx, L8_BF16, T, N), *dx[2], *dz8[2],
-              *dz8t[2];
-    float *v = fmem(T * (K > N ? K : N)), *o[2] = { fmem((T > N ? T : N) * K),
-                                                    fmem((T > N ? T : N) * K) };
-    for (int p = 0; p < 2; p++) {
-        L8_CK(l8_fp8_meta_create(ctx, &mz[p]));
-        L8_CK(l8_fp8_meta_set(mz[p], 8.0f, 1.0f, 0.25f));
-        dx[p] = mk(ctx, L8_BF16, T, K);
-        dz8[p] = mk8(ctx, L8_E5M2, T, K, mz[p]);
-        dz8t[p] = mk8(ctx, L8_E5M2, K, T, mz[p]);
-        poison(dx[p]);
-    }
-    fill_bf16(&r, v, T * K);
-    put(tx, v);
-    fill_bf16(&r, v, T * K);
-    put(tz, v);
-    fill_bf16(&r, v, T * N);
-    put(tdy, v);
+    dxcast d;
+    dxcast_init(&d, tw.ctx, T, K, N, &r);
+    l8_tensor *tz = d.tz, *tdy = d.tdy, **dx = d.dx, **dz8 = d.dz8, **dz8t = d.dz8t;
     l8_linear_ctx *c[2] = { NULL, NULL };
     for (int p = 0; p < 2; p++)
-        L8_CK(l8_linear_forward(f[p].lin, tx, ty, &c[p], NULL));
+        L8_CK(l8_linear_forward(f[p].lin, d.tx, d.ty, &c[p], NULL));
     L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], NULL, dx[0], tz, dz8[0], dz8t[0], NULL),
              L8_ERR_INVALID_ARG);                                  /* no dy */
     L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, NULL, tz, dz8[0], dz8t[0], NULL),
@@ -1679,33 +1699,8 @@ static void bf16_dx_cast_run(const char *dev, l8_linear_mode mode, int64_t T, in
     L8_CK(l8_linear_backward(f[1].lin, &c[1], tdy, dx[1], NULL));
     L8_CK(l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx[1], tz, dz8[1], dz8t[1], NULL,
                                      L8_CAST_ACCUMULATE_AMAX, NULL));
-    const l8_tensor *cmp[][2] = { { dx[0], dx[1] }, { f[0].tgw, f[1].tgw },
-                                  { f[0].tgb, f[1].tgb } };
-    static const char *const names[] = { "dx", "gW", "gb" };
-    for (int k = 0; k < 3; k++) {
-        char what[48];
-        snprintf(what, sizeof what, "%s %s", dev, names[k]);
-        same_bits(cmp[k][0], cmp[k][1], o[0], o[1], what);
-    }
-    for (int k = 0; k < 2; k++) {                /* the FP8 bytes, mostly nonzero */
-        l8_tensor *const *t = k ? dz8t : dz8;
-        char what[32];
-        snprintf(what, sizeof what, "%s %s", dev, k ? "dz8t" : "dz8");
-        size_t nz = l8t_same_bytes(t[0], t[1], what), n = l8_tensor_nbytes(t[0]);
-        ck_assert_msg(nz > n / 2, "%s: %zu of %zu bytes written nonzero", what, nz, n);
-    }
-    float m[2][3];
-    for (int p = 0; p < 2; p++)
-        L8_CK(l8_fp8_meta_get(mz[p], &m[p][0], &m[p][1], &m[p][2]));
-    ck_assert_msg(memcmp(m[0], m[1], sizeof m[0]) == 0 && m[0][1] == 0.125f && m[0][2] > 0.25f,
-                  "%s: meta %g %g %g, want %g %g %g", dev, (double)m[0][0], (double)m[0][1],
-                  (double)m[0][2], (double)m[1][0], (double)m[1][1], (double)m[1][2]);
-    l8_tensor *all[] = { tx, tz, tdy, ty, dx[0], dx[1], dz8[0], dz8[1], dz8t[0], dz8t[1] };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        l8_tensor_destroy(all[i]);
-    for (int p = 0; p < 2; p++)
-        l8_fp8_meta_release(mz[p]);
-    free(v); free(o[0]); free(o[1]);
+    dxcast_check(&d, dev, f);
+    dxcast_free(&d);
     twin_free(&tw);
 }
 
