@@ -1198,6 +1198,16 @@ static l8_status backward_impl(l8_linear *l, const char *op, const bwd_in *in,
         }
         int64_t Tz = 0;
         l8i_dact_out chk;
+        /* the dgrad writes dx, dx8 and dx8t while its cast reads z */
+        const l8_tensor *both[4] = { dx, in->z, in->dx8, in->dx8t };
+        static const char *const names[4] = { "dx", "z", "dx8", "dx8t" };
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++)
+                if (overlap(both[a], both[b])) {
+                    ret = L8_FAIL(L8_ERR_INVALID_ARG, "%s: %s overlaps %s", op, names[a],
+                                  names[b]);
+                    goto out;
+                }
         L8_TRY(ret, act_view(l, op, "z", in->z, l->K, &Tz, &z2), out);
         L8_TRY(ret, l8i_cast_dact_prepare(op, dx2, z2, in->dx8, in->dx8t, &chk), out);
         const l8_tensor *ours[5] = { in->dy8, in->dy8t, in->db, c->saved, dy };

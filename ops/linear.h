@@ -440,7 +440,7 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
  * db_a, s2) (it reads dx: on any stream after this call's work on s;
  * lean8-train runs it on a side stream). z: bf16 [T, K] (2-D or [.., K]),
  * contiguous, read; dx contiguous; none of dx, z, dx8, dx8t may overlap dy8,
- * dy8t, db or the saved input. Errors: those of l8_linear_backward_fp8 and
+ * dy8t, db, the saved input or each other. Errors: those of l8_linear_backward_fp8 and
  * of the cast (its messages name dx "in", dx8 "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy8, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */
@@ -463,7 +463,7 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
  * lean8's small GEMM kernel takes it (for a bf16 layer: K = the layer's
  * output width at most 32, its input width a multiple of 4; ops/gemm.h).
  * z, dx8, dx8t and A's bias gradient as in l8_linear_backward_fp8_dx; none
- * of dx, z, dx8, dx8t may overlap dy or the saved input. Errors: those of
+ * of dx, z, dx8, dx8t may overlap dy, the saved input or each other. Errors: those of
  * l8_linear_backward and of the cast (dx "in", dx8 "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */

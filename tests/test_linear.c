@@ -1680,6 +1680,9 @@ static void bf16_dx_cast_run(const char *dev, l8_linear_mode mode, int64_t T, in
              L8_ERR_INVALID_ARG);                                  /* no dx8t */
     L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], tz, dz8[0], dz8t[1], NULL),
              L8_ERR_INVALID_ARG);                                  /* two metas */
+    L8_CK_ST(l8_linear_backward_dx(f[0].lin, &c[0], tdy, dx[0], dx[0], dz8[0], dz8t[0], NULL),
+             L8_ERR_INVALID_ARG);                                  /* z is dx */
+    ck_assert_ptr_nonnull(strstr(l8_last_error()->message, "dx overlaps z"));
     if (T * N * 2 <= T * K) {     /* dY over dz8's bytes */
         l8_tensor *alias = NULL;
         L8_CK(l8_tensor_from_storage(l8_tensor_storage(dz8[0]), 0, L8_BF16, 2,
