@@ -307,7 +307,7 @@ module lean8
     public :: l8_linear_forward, l8_linear_backward, l8_linear_ctx_destroy
     public :: l8_linear_forward_act, l8_linear_backward_act
     public :: l8_linear_forward_fp8, l8_linear_backward_fp8, l8_linear_role_index
-    public :: l8_linear_backward_fp8_dx
+    public :: l8_linear_backward_fp8_dx, l8_linear_backward_dx
     public :: l8_linear_forward_gelu
     public :: l8_optim_create_adamw, l8_optim_destroy, l8_optim_step, l8_optim_set_lr
     public :: l8_optim_create_sgd, l8_optim_read_result
@@ -1025,6 +1025,13 @@ module lean8
             type(c_ptr), value :: l, dy8, dy8t, db, dx, z, dx8, dx8t, s
             type(c_ptr) :: saved
             integer(c_int) :: c_linear_backward_fp8_dx
+        end function
+        function c_linear_backward_dx(l, saved, dy, dx, z, dx8, dx8t, s) &
+                bind(c, name='l8_linear_backward_dx')
+            import :: c_ptr, c_int
+            type(c_ptr), value :: l, dy, dx, z, dx8, dx8t, s
+            type(c_ptr) :: saved
+            integer(c_int) :: c_linear_backward_dx
         end function
         function c_gather_rows(src, idx, dst, bad, s) bind(c, name='l8_gather_rows')
             import :: c_ptr, c_int
@@ -2708,6 +2715,18 @@ contains
         type(l8_tensor), intent(in), optional :: db
         st = c_linear_backward_fp8_dx(lin%p, saved%p, dy8%p, dy8t%p, ptr_of(db), dx%p, z%p, &
                                       dx8%p, dx8t%p, c_null_ptr)
+    end function
+
+    ! l8_linear_backward (dy in bf16: a bf16 layer, or an FP8 layer casting
+    ! its own dY) whose dgrad also casts dx for the FP8 layer below, as
+    ! l8_linear_backward_fp8_dx does: dx8, dx8t and their meta bit for bit
+    ! l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx, z, dx8, dx8t,
+    ! flags=L8_CAST_ACCUMULATE_AMAX) after l8_linear_backward (ops/linear.h).
+    integer(c_int) function l8_linear_backward_dx(lin, saved, dy, dx, z, dx8, dx8t) result(st)
+        type(l8_linear), intent(in) :: lin
+        type(l8_linear_ctx), intent(inout) :: saved
+        type(l8_tensor), intent(in) :: dy, dx, z, dx8, dx8t
+        st = c_linear_backward_dx(lin%p, saved%p, dy%p, dx%p, z%p, dx8%p, dx8t%p, c_null_ptr)
     end function
 
     ! The recipe row of an FP8 layer's role (L8_ROLE_INPUT, L8_ROLE_WEIGHT,

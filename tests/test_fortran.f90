@@ -13,8 +13,9 @@
 !   7. FP8 operands cast by the caller (l8_fp8_cast_transpose(_dbias) with the
 !      layer's recipe metas, l8_linear_forward_fp8 / _backward_fp8) give a
 !      twin layer's y, dx and main_grads bit for bit over two steps (the
-!      second through _backward_fp8_dx, whose dx8 / dx8t and meta equal the
-!      dGELU cast of dx); the roles, dtypes and metas the recipe hands out;
+!      second through _backward_fp8_dx, and the twin through _backward_dx,
+!      whose dx8 / dx8t and meta equal the dGELU cast of dx); the roles,
+!      dtypes and metas the recipe hands out;
 !      the amax flag;
 !   8. row gathers and puts at a cursor against a plain loop, out-of-range
 !      positions and indices counted in `bad`; the loss of a padded batch at
@@ -499,7 +500,8 @@ contains
     !    steps of one micro-batch: a casts its X and dY itself, b is handed
     !    them cast by l8_fp8_cast_transpose(_dbias) with its own metas
     !    (l8_recipe_meta of l8_linear_role_index); on step 2 b's dgrad also
-    !    casts dx for a layer below (l8_linear_backward_fp8_dx). A wrong role constant,
+    !    casts dx for a layer below (l8_linear_backward_fp8_dx), and a's through
+    !    l8_linear_backward_dx. A wrong role constant,
     !    meta or dtype is refused by forward_fp8/backward_fp8; a wrong cast
     !    (flags, shapes) changes the bytes; either fails a check below.
     subroutine fp8_precast()
@@ -513,8 +515,8 @@ contains
         real(c_float) :: xv(K, T), dyv(N, T), ga(N, T), gb(N, T), dxva(K, T), dxvb(K, T)
         real(c_float) :: gwa(K, N), gwb(K, N), gba(N, 1), gbb(N, 1), dbv(K), sa, sb, si, amax
         integer(c_int8_t) :: q(K, T), qt(T, K), q2(K, T), qt2(T, K)
-        type(l8_tensor) :: q8t, dbx, zb, dz8(2), dz8t(2)
-        type(l8_fp8_meta) :: mz(2)
+        type(l8_tensor) :: q8t, dbx, zb, dz8(3), dz8t(3)
+        type(l8_fp8_meta) :: mz(3)
         integer :: step
         character(len=2) :: sn
 
@@ -571,11 +573,11 @@ contains
                 'fp8: dy8t')
         call ok(l8_tensor_empty(ctx, L8_F32, [N], db), 'fp8: db')
         ! a layer below b: its output z (the GELU's input) and its dY8 / dY8t, on
-        ! two metas of one's own (one for backward_fp8_dx, one for the plain cast)
+        ! three metas of one's own (backward_fp8_dx, the plain cast, backward_dx)
         call ok(l8_tensor_empty(ctx, L8_BF16, [K, T], zb), 'fp8: z')
         call put_f32(zb, reshape([(real(mod(7 * i, 13) - 6, c_float) / 4, i = 1, K * T)], [K, T]), &
                      'fp8 z')
-        do i = 1, 2
+        do i = 1, 3
             call ok(l8_fp8_meta_create(ctx, mz(i)), 'fp8: a meta for dz8')
             call ok(l8_fp8_meta_set(mz(i), 2.0_c_float, 1.0_c_float, 0.0_c_float), 'fp8: its scale')
             call ok(l8_tensor_empty(ctx, L8_E5M2, [K, T], dz8(i)), 'fp8: dz8')
@@ -635,7 +637,12 @@ contains
             call check(same_bits(ga, gb), 'fp8 step ' // trim(sn) // ': y of forward_fp8 = y of forward')
             call check(any(ga /= 0), 'fp8: y has content')
 
-            call ok(l8_linear_backward(la, ca, dyb, dxa), 'fp8: backward a')
+            if (step == 1) then
+                call ok(l8_linear_backward(la, ca, dyb, dxa), 'fp8: backward a')
+            else                  ! a's dgrad casting dx for a layer below too (dY in bf16)
+                call ok(l8_linear_backward_dx(la, ca, dyb, dxa, zb, dz8(3), dz8t(3)), &
+                        'fp8: l8_linear_backward_dx')
+            end if
             ! db straight into b's bias main_grad on step 1, a tensor of its own on step 2
             dbt = db
             if (step == 1) dbt = l8_params_main_grad(g8, ids(4))
@@ -671,6 +678,13 @@ contains
                 call ok(l8_fp8_meta_get(mz(2), sb, dbv(1), dbv(2)), 'fp8: the cast''s meta')
                 call check(sa == sb .and. si == dbv(1) .and. amax == dbv(2) .and. amax > 0, &
                            'fp8: backward_fp8_dx''s meta = the cast''s')
+                call ok(l8_tensor_to_array(dz8(3), q), 'fp8: backward_dx''s dz8 bytes')
+                call ok(l8_tensor_to_array(dz8t(3), qt), 'fp8: backward_dx''s dz8t bytes')
+                call check(all(q == q2) .and. all(qt == qt2), &
+                           'fp8: backward_dx''s dx8 and dx8t = the cast''s')
+                call ok(l8_fp8_meta_get(mz(3), sa, si, amax), 'fp8: backward_dx''s meta')
+                call check(sa == sb .and. si == dbv(1) .and. amax == dbv(2), &
+                           'fp8: backward_dx''s meta = the cast''s')
             end if
             call check(.not. c_associated(cb%p), 'fp8: backward_fp8 consumed saved')
             call get_f32(dxa, dxva, 'fp8 dxa')
@@ -750,7 +764,7 @@ contains
         call l8_fp8_meta_release(mine)
         call check(.not. c_associated(mine%p), 'fp8: release nulls the handle')
 
-        do i = 1, 2
+        do i = 1, 3
             call l8_tensor_destroy(dz8(i))
             call l8_tensor_destroy(dz8t(i))
             call l8_fp8_meta_release(mz(i))
