@@ -1,4 +1,4 @@
-/* elementwise.c - launchers for ptx/elementwise.ptx and their host
+/* elementwise.c - launchers for ptx/elementwise.ptx.in and their host
  * references (conversion, accumulate, GELU forward and backward).
  *
  * The host references repeat the kernels' operations in the same order with

@@ -49,7 +49,7 @@ typedef struct l8i_hgemm {
 l8_status l8i_host_gemm(const l8i_hgemm *g);
 
 /* scale_inv = 1 / scale in the meta m of an FP8 tensor a GEMM quantized
- * (which writes none): one tiny launch on s (ptx/elementwise.ptx,
+ * (which writes none): one tiny launch on s (ptx/elementwise.ptx.in,
  * l8_meta_scale_inv); on the host at once. */
 l8_status l8i_meta_scale_inv(l8_ctx *ctx, l8_fp8_meta *m, l8_stream *s);
 

@@ -18,7 +18,7 @@
  * of which the first N entries (rows) are live. Registering past C moves
  * everything to a storage of 2C (a stream-ordered copy on the compute
  * stream). The table lets one kernel gather every meta's amax and scatter
- * every scale (ptx/elementwise.ptx, l8_meta_gather / l8_meta_scatter); on
+ * every scale (ptx/elementwise.ptx.in, l8_meta_gather / l8_meta_scatter); on
  * the host backend the same is a loop over the metas.
  *
  * Invariants: scale[i] equals meta_i.scale after every update and
