@@ -228,7 +228,7 @@ typedef enum l8_gemm_epilogue {
                                      contiguous, of a high-precision dtype; aux of D's
                                      dtype and numel, contiguous; cast and cast_t sharing
                                      one meta (cast_t may be row-padded); errors name D
-                                     "in", cast "out", cast_t "out_t". Where the small FP8
+                                     "in", cast "out", cast_t "out_t". Where the small
                                      kernel takes the GEMM (l8_gemm_config.small: FP8
                                      inputs, or short-K bf16 ones with small 1; D bf16,
                                      M % 8 == 0, cast and cast_t dense, 8-byte aligned)

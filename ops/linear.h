@@ -440,8 +440,9 @@ L8_NODISCARD l8_status l8_linear_backward_fp8(l8_linear *l, l8_linear_ctx **save
  * db_a, s2) (it reads dx: on any stream after this call's work on s;
  * lean8-train runs it on a side stream). z: bf16 [T, K] (2-D or [.., K]),
  * contiguous, read; dx contiguous; none of dx, z, dx8, dx8t may overlap dy8,
- * dy8t, db, the saved input or each other. Errors: those of l8_linear_backward_fp8 and
- * of the cast (its messages name dx "in", dx8 "out", dx8t "out_t"),
+ * dy8t, db, the saved input or each other. Errors: those of
+ * l8_linear_backward_fp8 and of the cast (its messages name dx "in", dx8
+ * "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy8, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */
 L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **saved,
@@ -460,11 +461,12 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
  * followed by l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx, z, dx8, dx8t,
  * NULL, L8_CAST_ACCUMULATE_AMAX, s); main_grads as l8_linear_backward's.
  * The dgrad's l8_gemm runs with L8_GEMM_EPI_DGELU_CAST: one launch where
- * lean8's small GEMM kernel takes it (for a bf16 layer: K = the layer's
- * output width at most 32, its input width a multiple of 4; ops/gemm.h).
- * z, dx8, dx8t and A's bias gradient as in l8_linear_backward_fp8_dx; none
- * of dx, z, dx8, dx8t may overlap dy, the saved input or each other. Errors: those of
- * l8_linear_backward and of the cast (dx "in", dx8 "out", dx8t "out_t"),
+ * lean8's small GEMM kernel takes it (for a bf16 layer only with
+ * l8_gemm_config.small 1: the layer's output width at most 32, its input
+ * width a multiple of 4; ops/gemm.h). z, dx8, dx8t and A's bias gradient as
+ * in l8_linear_backward_fp8_dx; none of dx, z, dx8, dx8t may overlap dy,
+ * the saved input or each other. Errors: those of l8_linear_backward and
+ * of the cast (dx "in", dx8 "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */
 L8_NODISCARD l8_status l8_linear_backward_dx(l8_linear *l, l8_linear_ctx **saved,
