@@ -61,7 +61,7 @@ l8_status l8i_gemm_small_mode(int cfg, int *mode)
 /* The bf16 entries: bf16 A, B and D, any transposes, K <= SMALL_BF16_MAX_K
  * (A's 32 rows and B's 32 columns of a tile staged in shared memory), N %
  * 4 == 0 and D's rows 8-byte aligned (one 8-byte store of 4 elements). */
-static int takes_bf16(int mode, unsigned nsm, const problem *p)
+static int takes_bf16(int mode, const problem *p)
 {
     if (p->dt_a != L8_BF16 || p->dt_b != L8_BF16 || p->dt_d != L8_BF16)
         return 0;
@@ -71,7 +71,6 @@ static int takes_bf16(int mode, unsigned nsm, const problem *p)
      * at lean8-train's heads (128 x 128 x 10, 256 x 512 x 10), and bf16
      * mode's step ran 0.5 us faster with it, but FP8 mode's ran 1.5 and
      * 3.2 us slower (H100, docs/perf.md, thirty-fourth session) */
-    (void)nsm;
     return mode == 1;
 }
 
@@ -82,7 +81,7 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
     if ((p->m + SMALL_TILE - 1) / SMALL_TILE > 65535)   /* the grid's y */
         return 0;
     if (!p->fp8)
-        return takes_bf16(mode, nsm, p);
+        return takes_bf16(mode, p);
     /* p passed analyze's FP8 rules: trans (0, 1), K % 16 == 0, 16-byte row
      * strides and operands (gemm.c, check_fp8); what the kernel needs
      * beyond them: a bf16 or f32 D, no epilogue, N % 8 == 0 (an f32 D
