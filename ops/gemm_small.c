@@ -70,7 +70,9 @@ static int takes_bf16(int mode, const problem *p)
     /* auto leaves them to cuBLASLt: alone the kernel takes half its time
      * at lean8-train's heads (128 x 128 x 10, 256 x 512 x 10), and bf16
      * mode's step ran 0.5 us faster with it, but FP8 mode's ran 1.5 and
-     * 3.2 us slower (H100, docs/perf.md, thirty-fourth session) */
+     * 3.2 us slower (H100, docs/perf.md, thirty-fourth session): there the
+     * head's dgrad is the first kernel after a join, and launched with PDL
+     * it ran ~5.5 us; without PDL it saved nothing (thirty-fifth session) */
     return mode == 1;
 }
 
