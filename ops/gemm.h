@@ -89,16 +89,18 @@
  * s_B and beta in f32 and rounds once to D; it ignores fast_accum and
  * sm_count and makes no plan (l8_gemm_stats.small_calls counts its calls).
  * `lean8-bench gemmsmall` times it against cuBLASLt at lean8-train's shapes.
- * With small 1 ("1") it also takes bf16 GEMMs with a short K: bf16 A, B
- * and D, any transposes, K <= 32, N % 4 == 0, D's row stride a multiple of
- * 4 elements and D 8-byte aligned, beta any, no epilogue - a Linear's dgrad
- * below a narrow output, as lean8-train's head (K = 10 classes). It sums
- * each output in one f32 chain over k in order (a fused multiply-add a
- * step, from 0: the host reference's FMA arithmetic), then alpha and beta
- * in f32, one rounding to bf16. Auto leaves these to cuBLASLt: the kernel
- * alone took half cuBLASLt's time at lean8-train's heads, but lean8-train's
- * FP8 step was slower with it (docs/perf.md, 2026-12-06 thirty-fourth
- * session).
+ * It also takes bf16 GEMMs with a short K: bf16 A, B and D, any
+ * transposes, K <= 32, N % 4 == 0, D's row stride a multiple of 4 elements
+ * and D 8-byte aligned, beta any, no epilogue - a Linear's dgrad below a
+ * narrow output, as lean8-train's head (K = 10 classes); auto those with
+ * M * N * K <= 2^27, 1 all. It sums each output in one f32 chain over k in
+ * order (a fused multiply-add a step, from 0: the host reference's FMA
+ * arithmetic), then alpha and beta in f32, one rounding to bf16. At
+ * lean8-train's heads it takes half cuBLASLt's time, and with
+ * L8_GEMM_EPI_DGELU_CAST the cast runs in the same launch (docs/perf.md,
+ * 2026-12-06 thirty-sixth session). Which kernel runs depends on the
+ * shapes, dtypes and layouts alone, not on the epilogue: a dgrad gives the
+ * same D with and without the fused cast.
  *
  * Host backend: the same API runs the C reference (ops/gemm_host.c): FP8
  * operands are decoded exactly to f32, products are accumulated in f32 in k
@@ -154,8 +156,8 @@ typedef struct l8_gemm_config {
                                      sums stay f32 (or no split) */
     const char *plan_cache;       /* persistent plan cache file (see below); NULL: the
                                      environment's L8_GEMM_CACHE, if set; "": none. Copied. */
-    int small;                    /* which calls lean8's small kernel takes (FP8; with 1
-                                     short-K bf16 too; above):
+    int small;                    /* which calls lean8's small kernel takes (FP8 and
+                                     short-K bf16; above):
                                      -1: from L8_GEMM_SMALL ("0", "1" or "auto"; unset:
                                      auto), 0 none, 1 every call that fits, 2 auto */
 } l8_gemm_config;
@@ -230,7 +232,7 @@ typedef enum l8_gemm_epilogue {
                                      one meta (cast_t may be row-padded); errors name D
                                      "in", cast "out", cast_t "out_t". Where the small
                                      kernel takes the GEMM (l8_gemm_config.small: FP8
-                                     inputs, or short-K bf16 ones with small 1; D bf16,
+                                     inputs, or short-K bf16 ones; D bf16,
                                      M % 8 == 0, cast and cast_t dense, 8-byte aligned)
                                      it does all of it in one launch
                                      (l8_gemm_stats.small_fused); elsewhere (cuBLASLt,

@@ -67,13 +67,16 @@ static int takes_bf16(int mode, const problem *p)
         return 0;
     if (p->k > SMALL_BF16_MAX_K || p->n % 4 || p->ldd % 4 || (uintptr_t)p->d % 8)
         return 0;
-    /* auto leaves them to cuBLASLt: alone the kernel takes half its time
-     * at lean8-train's heads (128 x 128 x 10, 256 x 512 x 10), and bf16
-     * mode's step ran 0.5 us faster with it, but FP8 mode's ran 1.5 and
-     * 3.2 us slower (H100, docs/perf.md, thirty-fourth session): there the
-     * head's dgrad is the first kernel after a join, and launched with PDL
-     * it ran ~5.5 us; without PDL it saved nothing (thirty-fifth session) */
-    return mode == 1;
+    /* auto takes them below the size limit of the FP8 calls (D and the
+     * operands stay in L2): at lean8-train's heads (128 x 128 x 10, 256 x
+     * 512 x 10) the kernel alone takes half cuBLASLt's time, and with the
+     * dGELU cast fused in it made the FP8 step 0.8 and 1.1 us faster on an
+     * H200, once the backward's join no longer came just before it; the
+     * bf16 step ran 0.5 us slower on 784-512-512-10 and 0.3 faster on the
+     * default model (docs/perf.md, thirty-sixth session). A shape rule, not
+     * one that looks at the epilogue: with and without the fused cast the
+     * GEMM runs the same kernel and gives the same bits. */
+    return mode == 1 || (mode == 2 && p->m * p->n <= SMALL_MAX_MNK / p->k);
 }
 
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)

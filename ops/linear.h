@@ -461,9 +461,9 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
  * followed by l8_fp8_cast_transpose_dact(L8_ACT_GELU, dx, z, dx8, dx8t,
  * NULL, L8_CAST_ACCUMULATE_AMAX, s); main_grads as l8_linear_backward's.
  * The dgrad's l8_gemm runs with L8_GEMM_EPI_DGELU_CAST: one launch where
- * lean8's small GEMM kernel takes it (for a bf16 layer only with
- * l8_gemm_config.small 1: the layer's output width at most 32, its input
- * width a multiple of 4; ops/gemm.h). z, dx8, dx8t and A's bias gradient as
+ * lean8's small GEMM kernel takes it (for a bf16 layer: the layer's output
+ * width at most 32, its input width a multiple of 4, and by default T x
+ * input x output width at most 2^27; ops/gemm.h). z, dx8, dx8t and A's bias gradient as
  * in l8_linear_backward_fp8_dx; none of dx, z, dx8, dx8t may overlap dy,
  * the saved input or each other. Errors: those of l8_linear_backward and
  * of the cast (dx "in", dx8 "out", dx8t "out_t"),

@@ -741,11 +741,13 @@ START_TEST(test_gpu_dgelu_cast)
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 0, 40, 48, 96, 48, 0.0f), 0);   /* padded */
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 0, 128, 256, 128, 128, 0.0f), 0);
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 0, 256, 512, 512, 256, 0.0f), 0);
-    /* bf16 (small 1): lean8-train's heads (K = 10), K = 32, beta; cuBLASLt's
-     * GEMM then the cast: auto, K = 33, small off, M % 8 */
+    /* bf16: lean8-train's heads (K = 10) in auto and with small 1, K = 32,
+     * beta; cuBLASLt's GEMM then the cast: auto above 2^27, K = 33, small
+     * off, M % 8 */
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 128, 128, 10, 128, 0.0f), 1);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 256, 512, 10, 256, 0.0f), 1);
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 128, 128, 10, 128, 0.0f), 1);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 256, 512, 10, 256, 0.0f), 1);
-    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 128, 128, 10, 128, 0.0f), 0);
+    ck_assert_uint_eq(dgelu_cast_run("cuda:0", 2, 1, 2056, 2048, 32, 2056, 0.0f), 0);
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 40, 48, 32, 40, 0.5f), 1);
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 1, 1, 64, 32, 33, 64, 0.0f), 0);
     ck_assert_uint_eq(dgelu_cast_run("cuda:0", 0, 1, 128, 128, 10, 128, 0.0f), 0);
@@ -1187,8 +1189,9 @@ END_TEST
 
 /* Which calls the small kernel takes (l8i_gemm_small_takes: the policy of
  * ops/gemm.h, a pure function of an analyzed problem, checked without a
- * GPU): mode 0 none, 1 every call that fits, auto (2) those with a grid of
- * at most half the SMs and K <= 512. */
+ * GPU): mode 0 none, 1 every call that fits, auto (2) the FP8 ones with a
+ * grid of at most half the SMs and K <= 512, the short-K bf16 ones up to
+ * 2^27. */
 START_TEST(test_host_small_policy)
 {
     problem base;
@@ -1225,8 +1228,28 @@ START_TEST(test_host_small_policy)
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
     p = base; p.epi = L8_GEMM_EPI_BIAS;
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
-    p = base; p.fp8 = 0; p.dt_a = p.dt_b = L8_BF16;
+    p = base; p.fp8 = 0; p.dt_a = p.dt_b = L8_BF16;             /* bf16: K above 32 */
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p.m = 256; p.n = 512; p.k = 10; p.ldd = 512;                /* lean8-train's head dgrad */
+    ck_assert_int_eq(l8i_gemm_small_takes(0, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 1);     /* auto: 128 tiles, any SMs */
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 8, &p), 1);
+    p.k = 32; p.m = 2048; p.n = 2048; p.ldd = 2048;             /* 2^27: the limit */
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 1);
+    p.m = 2056;
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 0);
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 1);
+    p.m = 256; p.n = 512; p.ldd = 512; p.k = 33;
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p.k = 10; p.n = 510; p.ldd = 510;                           /* N % 4 */
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p.n = 512; p.ldd = 514;                                     /* D's rows */
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p.ldd = 512; p.dt_d = L8_F32;                               /* D bf16 only */
+    ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
+    p.dt_d = L8_BF16; p.epi = L8_GEMM_EPI_BIAS;
+    ck_assert_int_eq(l8i_gemm_small_takes(2, 132, &p), 0);
     p = base; p.m = 0;
     ck_assert_int_eq(l8i_gemm_small_takes(1, 132, &p), 0);
 }

@@ -27,16 +27,17 @@
 #      offload an FP8 run splits its dGELU casts (the bias gradient on the
 #      side stream, on few SMs above one 128-row tile row: --batch 256), with
 #      it each layer casts its own: so these also check the split bitwise.
-#      The dgrad's cast of the dY of the FP8 layer below (the default) equals
-#      each layer's own cast (--no-dgrad-cast) and the head's dgrad casting
-#      too (--head-dgrad-cast) bitwise, two and three hidden layers, an FP8
-#      head.
+#      The dgrad's cast of the dY of the FP8 layer below, the head's
+#      included (the default), equals each layer's own cast (--no-dgrad-cast)
+#      and the top hidden layer's own (--no-head-dgrad-cast) bitwise, two and
+#      three hidden layers, an FP8 head.
 #   8. (host, where valgrind is installed) a short FP8 run and a short bf16 run
 #      under valgrind: no invalid access, nothing definitely lost at exit.
 #   9. (GPU) the GEMM plans lean8-train asks cuBLASLt for (L8_GEMM_DEBUG=1 logs
 #      each): on 784-512-512-10 the comm stream's wgrads planned for 32 SMs in
 #      both modes, layer 2's FP8 dgrad beside them for 100, a bf16 dgrad for
-#      the whole GPU.
+#      the whole GPU, and none for the head's dgrad (K = 10: lean8's small
+#      kernel takes it).
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
 bin=$1/bin/lean8-train
@@ -207,13 +208,14 @@ if [ "$(core "$tmp/off.txt")" = "$(core "$tmp/b.txt")" ] && [ -n "$(core "$tmp/b
 else bad "fp8 --batch 256: split and --offload differ"; diff <(core "$tmp/b.txt") <(core "$tmp/off.txt"); fi
 # FP8 hidden layers (the default): the dgrad of the FP8 layer above each
 # casts its dY (l8_linear_backward_fp8_dx: on a GPU in the small GEMM kernel's
-# launch at these shapes), with --head-dgrad-cast the head's too
-# (l8_linear_backward_dx); --no-dgrad-cast: each layer casts its own.
+# launch at these shapes), the head's too (l8_linear_backward_dx);
+# --no-head-dgrad-cast: the top hidden layer casts its own; --no-dgrad-cast:
+# each layer casts its own.
 # Bitwise the same, with two hidden layers and with three (the dY8 buffer's
 # two slots in turn), and with the head in FP8
 for h in "64,32" "64,48,32" "64,32 --fp8-head"; do
     "$bin" "${args[@]}" --fp8 --hidden $h --epochs 2 > "$tmp/dc.txt" 2>&1 || bad "fp8 --hidden $h exited non-zero"
-    for f in --no-dgrad-cast --head-dgrad-cast; do
+    for f in --no-dgrad-cast --no-head-dgrad-cast; do
         "$bin" "${args[@]}" --fp8 --hidden $h --epochs 2 $f > "$tmp/nd.txt" 2>&1 ||
             bad "fp8 --hidden $h $f exited non-zero"
         if [ "$(core "$tmp/dc.txt")" = "$(core "$tmp/nd.txt")" ] && [ -n "$(core "$tmp/dc.txt")" ]; then
@@ -394,15 +396,18 @@ if [ "$dev" != host ]; then
         t=$([ $mode = fp8 ] && echo e5m2 || echo bf16)
         wg="^lean8: gemm plan 512x512x256 $t x [a-z0-9]+ -> f32: .*\(for 32 SMs\)$"
         dg="^lean8: gemm plan 256x512x512 $t x [a-z0-9]+ -> bf16: .*\(for 100 SMs\)$"
+        hd="^lean8: gemm plan 256x512x10 "
         n100=$(grep -c '(for 100 SMs)$' "$tmp/plans.txt")
         if ! grep -Eq "$wg" "$tmp/plans.txt"; then
             bad "$mode plans: no line matching '$wg'"; grep 'gemm plan' "$tmp/plans.txt"
+        elif grep -Eq "$hd" "$tmp/plans.txt" || ! grep -Eq "^lean8: gemm plan 10x512x256 " "$tmp/plans.txt"; then
+            bad "$mode plans: a plan for the head's dgrad, or none for its wgrad"; grep 'gemm plan' "$tmp/plans.txt"
         elif [ $mode = fp8 ] && { ! grep -Eq "$dg" "$tmp/plans.txt" || [ "$n100" != 1 ]; }; then
             bad "$mode plans: not one line, matching '$dg', for 100 SMs"; grep 'gemm plan' "$tmp/plans.txt"
         elif [ $mode = bf16 ] && [ "$n100" != 0 ]; then
             bad "bf16 plans: a plan for 100 SMs"; grep 'gemm plan' "$tmp/plans.txt"
         else
-            ok "$mode plans: layer 2's wgrad for 32 SMs, $([ $mode = fp8 ] && echo "its dgrad for 100" || echo "no plan for 100")"
+            ok "$mode plans: layer 2's wgrad for 32 SMs, $([ $mode = fp8 ] && echo "its dgrad for 100" || echo "no plan for 100"), none for the head's dgrad"
         fi
     done
 fi

@@ -105,7 +105,7 @@ typedef struct opts {
     int step_times;               /* --step-times: the GPU's time per training step */
     int drop_last;                /* --drop-last: whole batches only */
     int no_dgrad_cast;            /* --no-dgrad-cast: each FP8 layer casts its own dY */
-    int head_dgrad_cast;          /* --head-dgrad-cast: the head's dgrad casts it too */
+    int no_head_dgrad_cast;       /* --no-head-dgrad-cast: the head's dgrad does not cast */
     int offload, offload_keep;    /* --offload[=K] */
     float lr, wd;
     uint64_t seed;
@@ -153,8 +153,8 @@ typedef struct model {
     int dgrad_cast;                           /* with split_casts, not --no-dgrad-cast:
                                                  a split layer's dgrad casts the dY of the
                                                  split layer below (backward_split) */
-    int head_cast;                            /* with dgrad_cast, --head-dgrad-cast: the
-                                                 head's dgrad too (backward_head) */
+    int head_cast;                            /* with dgrad_cast, not --no-head-dgrad-cast:
+                                                 the head's dgrad too (backward_head) */
     int64_t dg_slot;                          /* bytes of one dY8 slot: B x the widest */
     l8_storage *dg8[2];                       /* with split_casts: dY8, two slots of B x
                                                  the widest layer (layer i's at slot i % 2:
@@ -210,16 +210,16 @@ static void usage(FILE *f)
             "                   [--limit N] [--drop-last] [--quiet] [--tp N] [--dp N [--zero1]]\n"
             "                   [--no-graph] [--graph-steps N] [--step-times] [--help]\n"
             "                   [--version] [--offload[=K]] [--no-dgrad-cast]\n"
-            "                   [--head-dgrad-cast]\n"
+            "                   [--no-head-dgrad-cast]\n"
             "  --fp8-head  FP8 mode: the head in FP8 too (default: hidden layers FP8, head bf16)\n"
             "  --drop-last  whole batches only: each epoch leaves out its last, partial batch\n"
             "          (as --limit at the last whole batch)\n"
             "  --graph-steps N  CUDA graphs: N full training steps a launch (1..64, default 16)\n"
             "  --no-dgrad-cast  FP8: each hidden layer casts its own output gradient (default:\n"
             "          the dgrad of the FP8 layer above casts it, l8_linear_backward_fp8_dx)\n"
-            "  --head-dgrad-cast  FP8: the head's dgrad casts the top hidden layer's too\n"
-            "          (l8_linear_backward_dx; in one launch with L8_GEMM_SMALL=1; off:\n"
-            "          slower on an H100, docs/perf.md)\n"
+            "  --no-head-dgrad-cast  FP8: the top hidden layer casts its own output gradient\n"
+            "          (default: the head's dgrad casts it, l8_linear_backward_dx;\n"
+            "          --head-dgrad-cast asks for the default)\n"
             "  --step-times  after each epoch, the GPU's time per training step (events\n"
             "          around each launch)\n"
             "  --tp N  tensor parallel over N ranks (start with lean8-run -n N): fc1 column-,\n"
@@ -290,7 +290,8 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--step-times")) o->step_times = 1;
         else if (!strcmp(a, "--drop-last")) o->drop_last = 1;
         else if (!strcmp(a, "--no-dgrad-cast")) o->no_dgrad_cast = 1;
-        else if (!strcmp(a, "--head-dgrad-cast")) o->head_dgrad_cast = 1;
+        else if (!strcmp(a, "--head-dgrad-cast")) o->no_head_dgrad_cast = 0;
+        else if (!strcmp(a, "--no-head-dgrad-cast")) o->no_head_dgrad_cast = 1;
         else if (!strcmp(a, "--zero1")) o->zero1 = 1;
         else if (!strcmp(a, "--offload")) { o->offload = 1; o->offload_keep = 1; }
         else if (!strncmp(a, "--offload=", 10)) {
@@ -632,7 +633,7 @@ static l8_status model_build(model *m, const opts *o)
         }
     m->split_casts = widest > 0;
     m->dgrad_cast = m->split_casts && !o->no_dgrad_cast;
-    m->head_cast = m->dgrad_cast && o->head_dgrad_cast;
+    m->head_cast = m->dgrad_cast && !o->no_head_dgrad_cast;
     m->dg_slot = m->lb * widest;
     m->gelu_out = m->tp == 1;
     /* an FP8 h's amax, deferred to the end of the step (gelu_amax) */
@@ -867,10 +868,11 @@ out:
 /* The head's backward (layer i = nl - 1, above FP8 layer i - 1, with
  * m->head_cast): l8_linear_backward whose dgrad also casts layer i - 1's dY
  * through its GELU into the split's dY8 and dY8t (l8_linear_backward_dx:
- * one launch where lean8's small GEMM kernel takes the dgrad - the default
- * model's K = 10 with L8_GEMM_SMALL=1); layer i - 1 then runs
- * backward_split with cast_done. The same bits as the head's l8_linear_backward_act and the
- * cast in backward_split (tests/train.sh, --no-dgrad-cast). */
+ * one launch where lean8's small GEMM kernel takes the dgrad - a bf16
+ * head's, K = 10); layer i - 1 then runs
+ * backward_split with cast_done. The same bits as the head's
+ * l8_linear_backward_act and the cast in backward_split (tests/train.sh,
+ * --no-head-dgrad-cast, --no-dgrad-cast). */
 static l8_status backward_head(model *m, batch_views *v, int i, int64_t rows,
                                l8_linear_ctx **saved, l8_tensor *dx)
 {
@@ -1034,11 +1036,21 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
     }
     if (train) {
         if (m->ddp) L8_TRY(st, l8_ddp_begin_micro_batch(m->ddp, 1), out);
-        if (pre8 && !m->off) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);   /* fc1's wgrad */
+        /* fc1's wgrad reads the images' transpose (x8t, on the side
+         * stream). Where the head is bf16, s waits for it just before fc1,
+         * so that the head's dgrad (lean8's small kernel, with PDL) follows
+         * the softmax at once: launched just after a join it ran 5-7 us in
+         * place of 1.5 (H100), and the late join made the step 0.8 and 1.1
+         * us faster (H200; with cuBLASLt's head dgrad, L8_GEMM_SMALL=0, 1.2
+         * us slower: docs/perf.md, thirty-sixth session). Where the head is
+         * FP8, s waits just after the softmax */
+        const int late_xt = pre8 && !m->off && !fp8_layer(m, m->nl - 1);
+        if (pre8 && !m->off && !late_xt) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
         int cast_done = 0;        /* layer i's dY8 cast by the dgrad above */
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
+            if (late_xt && i == 0) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
             if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i)) {
