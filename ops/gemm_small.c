@@ -15,7 +15,7 @@
  *
  * Its bf16 entries take bf16 GEMMs with K <= 32 (mode 1 only, see
  * takes_bf16) - a Linear's dgrad below a narrow output, as lean8-train's
- * head (K = 10 classes) - where a tensor core kernel has almost nothing to
+ * head (K = 16: its 10 classes padded) - where a tensor core kernel has almost nothing to
  * multiply: a CTA stages its 32 rows of op(A) and 32 columns of op(B) in
  * shared memory and each thread sums 4 outputs in f32 chains. With
  * L8_GEMM_EPI_DGELU_CAST they cast the layer below's dY in the same launch,
@@ -68,8 +68,8 @@ static int takes_bf16(int mode, const problem *p)
     if (p->k > SMALL_BF16_MAX_K || p->n % 4 || p->ldd % 4 || (uintptr_t)p->d % 8)
         return 0;
     /* auto takes them below the size limit of the FP8 calls (D and the
-     * operands stay in L2): at lean8-train's heads (128 x 128 x 10, 256 x
-     * 512 x 10) the kernel alone takes half cuBLASLt's time, and with the
+     * operands stay in L2): at lean8-train's heads (128 x 128 x 16, 256 x
+     * 512 x 16) the kernel alone takes half cuBLASLt's time, and with the
      * dGELU cast fused in it made the FP8 step 0.8 and 1.1 us faster on an
      * H200, once the backward's join no longer came just before it; the
      * bf16 step ran 0.5 us slower on 784-512-512-10 and 0.3 faster on the

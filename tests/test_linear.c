@@ -1715,12 +1715,12 @@ END_TEST
 
 START_TEST(test_gpu_backward_bf16_dx_cast)
 {
-    /* the small kernel's default (auto, ops/gemm.h): lean8-train's heads
-     * (bf16, N = 10: the small kernel's bf16 entry with the cast inside), a
-     * bf16 layer cuBLASLt takes (N = 64), an FP8 layer */
+    /* the small kernel's default (auto, ops/gemm.h): bf16 heads (N = 10,
+     * and 16 as lean8-train's: the small kernel's bf16 entry with the cast
+     * inside), a bf16 layer cuBLASLt takes (N = 64), an FP8 layer */
     unsetenv("L8_GEMM_SMALL");
     static const int64_t shp[][5] = { { L8_LINEAR_BF16, 128, 128, 10, 1 },
-                                      { L8_LINEAR_BF16, 256, 512, 10, 1 },
+                                      { L8_LINEAR_BF16, 256, 512, 16, 1 },
                                       { L8_LINEAR_BF16, 128, 256, 64, 0 },
                                       { L8_LINEAR_FP8, 128, 256, 128, 1 } };
     bf16_dx_cast_run("cuda:0", (l8_linear_mode)shp[_i][0], shp[_i][1], shp[_i][2], shp[_i][3],

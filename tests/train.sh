@@ -36,7 +36,7 @@
 #   9. (GPU) the GEMM plans lean8-train asks cuBLASLt for (L8_GEMM_DEBUG=1 logs
 #      each): on 784-512-512-10 the comm stream's wgrads planned for 32 SMs in
 #      both modes, layer 2's FP8 dgrad beside them for 100, a bf16 dgrad for
-#      the whole GPU, and none for the head's dgrad (K = 10: lean8's small
+#      the whole GPU, and none for the head's dgrad (K = 16: lean8's small
 #      kernel takes it).
 # Usage: [TRAIN_DEVICE=host|cuda:N] tests/train.sh BUILD_DIR DATA_DIR
 set -u
@@ -396,11 +396,11 @@ if [ "$dev" != host ]; then
         t=$([ $mode = fp8 ] && echo e5m2 || echo bf16)
         wg="^lean8: gemm plan 512x512x256 $t x [a-z0-9]+ -> f32: .*\(for 32 SMs\)$"
         dg="^lean8: gemm plan 256x512x512 $t x [a-z0-9]+ -> bf16: .*\(for 100 SMs\)$"
-        hd="^lean8: gemm plan 256x512x10 "
+        hd="^lean8: gemm plan 256x512x16 "
         n100=$(grep -c '(for 100 SMs)$' "$tmp/plans.txt")
         if ! grep -Eq "$wg" "$tmp/plans.txt"; then
             bad "$mode plans: no line matching '$wg'"; grep 'gemm plan' "$tmp/plans.txt"
-        elif grep -Eq "$hd" "$tmp/plans.txt" || ! grep -Eq "^lean8: gemm plan 10x512x256 " "$tmp/plans.txt"; then
+        elif grep -Eq "$hd" "$tmp/plans.txt" || ! grep -Eq "^lean8: gemm plan 16x512x256 " "$tmp/plans.txt"; then
             bad "$mode plans: a plan for the head's dgrad, or none for its wgrad"; grep 'gemm plan' "$tmp/plans.txt"
         elif [ $mode = fp8 ] && { ! grep -Eq "$dg" "$tmp/plans.txt" || [ "$n100" != 1 ]; }; then
             bad "$mode plans: not one line, matching '$dg', for 100 SMs"; grep 'gemm plan' "$tmp/plans.txt"
