@@ -71,9 +71,11 @@ static int takes_bf16(int mode, const problem *p)
      * operands stay in L2): at lean8-train's heads (128 x 128 x 16, 256 x
      * 512 x 16) the kernel alone takes half cuBLASLt's time, and with the
      * dGELU cast fused in it made the FP8 step 0.8 and 1.1 us faster on an
-     * H200, once the backward's join no longer came just before it; the
-     * bf16 step ran 0.5 us slower on 784-512-512-10 and 0.3 faster on the
-     * default model (docs/perf.md, thirty-sixth session). A shape rule, not
+     * H200 (0.3 and 0.2 on an H100), once the backward's join no longer
+     * came just before it; the bf16 step ran 0.5 us slower on
+     * 784-512-512-10 and 0.3 faster on the default model on the H200, 0.5
+     * faster on both on the H100 (docs/perf.md, thirty-sixth session). A
+     * shape rule, not
      * one that looks at the epilogue: with and without the fused cast the
      * GEMM runs the same kernel and gives the same bits. */
     return mode == 1 || (mode == 2 && p->m * p->n <= SMALL_MAX_MNK / p->k);

@@ -1040,10 +1040,11 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
          * stream). Where the head is bf16, s waits for it just before fc1,
          * so that the head's dgrad (lean8's small kernel, with PDL) follows
          * the softmax at once: launched just after a join it ran 5-7 us in
-         * place of 1.5 (H100), and the late join made the step 0.8 and 1.1
-         * us faster (H200; with cuBLASLt's head dgrad, L8_GEMM_SMALL=0, 1.2
-         * us slower: docs/perf.md, thirty-sixth session). Where the head is
-         * FP8, s waits just after the softmax */
+         * place of 1.5 (H100), and with the late join the step ran 0.8 and
+         * 1.1 us faster (H200; 0.3 and 0.2 on an H100). With cuBLASLt's head
+         * dgrad the late join alone cost 1.2 and 1.5 us (H200, docs/perf.md,
+         * thirty-sixth session). Where the head is FP8, s waits just after
+         * the softmax */
         const int late_xt = pre8 && !m->off && !fp8_layer(m, m->nl - 1);
         if (pre8 && !m->off && !late_xt) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
         int cast_done = 0;        /* layer i's dY8 cast by the dgrad above */
