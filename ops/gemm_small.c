@@ -13,9 +13,9 @@
  * its rows of A and B from L2, and 1.3x with K = 784, two rounds of loads
  * (docs/perf.md, 2026-12-06 thirtieth session): hence the auto policy.
  *
- * Its bf16 entries take bf16 GEMMs with K <= 32 (mode 1 only, see
- * takes_bf16) - a Linear's dgrad below a narrow output, as lean8-train's
- * head (K = 16: its 10 classes padded) - where a tensor core kernel has almost nothing to
+ * Its bf16 entries take bf16 GEMMs with K <= 32 (see takes_bf16) - a
+ * Linear's dgrad below a narrow output, as lean8-train's head (K = 16: its
+ * 10 classes padded) - where a tensor core kernel has almost nothing to
  * multiply: a CTA stages its 32 rows of op(A) and 32 columns of op(B) in
  * shared memory and each thread sums 4 outputs in f32 chains. With
  * L8_GEMM_EPI_DGELU_CAST they cast the layer below's dY in the same launch,
@@ -75,9 +75,8 @@ static int takes_bf16(int mode, const problem *p)
      * came just before it; the bf16 step ran 0.5 us slower on
      * 784-512-512-10 and 0.3 faster on the default model on the H200, 0.5
      * faster on both on the H100 (docs/perf.md, thirty-sixth session). A
-     * shape rule, not
-     * one that looks at the epilogue: with and without the fused cast the
-     * GEMM runs the same kernel and gives the same bits. */
+     * shape rule, not one that looks at the epilogue: with and without the
+     * fused cast the GEMM runs the same kernel and gives the same bits. */
     return mode == 1 || (mode == 2 && p->m * p->n <= SMALL_MAX_MNK / p->k);
 }
 

@@ -869,10 +869,9 @@ out:
  * m->head_cast): l8_linear_backward whose dgrad also casts layer i - 1's dY
  * through its GELU into the split's dY8 and dY8t (l8_linear_backward_dx:
  * one launch where lean8's small GEMM kernel takes the dgrad - a bf16
- * head's, K = 16); layer i - 1 then runs
- * backward_split with cast_done. The same bits as the head's
- * l8_linear_backward_act and the cast in backward_split (tests/train.sh,
- * --no-head-dgrad-cast, --no-dgrad-cast). */
+ * head's, K = 16); layer i - 1 then runs backward_split with cast_done.
+ * The same bits as the head's l8_linear_backward_act and the cast in
+ * backward_split (tests/train.sh, --no-head-dgrad-cast, --no-dgrad-cast). */
 static l8_status backward_head(model *m, batch_views *v, int i, int64_t rows,
                                l8_linear_ctx **saved, l8_tensor *dx)
 {
