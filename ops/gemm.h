@@ -92,10 +92,10 @@
  * It also takes bf16 GEMMs with a short K: bf16 A, B and D, any
  * transposes, K <= 32, N % 4 == 0, D's row stride a multiple of 4 elements
  * and D 8-byte aligned, beta any, no epilogue - a Linear's dgrad below a
- * narrow output, as lean8-train's head (K = 16: its 10 classes padded); auto
- * those with M * N * K <= 2^27, 1 all. It sums each output in one f32 chain over k in
- * order (a fused multiply-add a step, from 0: the host reference's FMA
- * arithmetic), then alpha and beta in f32, one rounding to bf16. At
+ * narrow output, as lean8-train's head (K = 16: its 10 classes padded);
+ * auto those with M * N * K <= 2^27, 1 all. It sums each output in one f32
+ * chain over k in order (a fused multiply-add a step, from 0: the host
+ * reference's FMA arithmetic), then alpha and beta in f32, one rounding to bf16. At
  * lean8-train's heads it takes half cuBLASLt's time, and with
  * L8_GEMM_EPI_DGELU_CAST the cast runs in the same launch (docs/perf.md,
  * 2026-12-06 thirty-sixth session). Which kernel runs depends on the

@@ -39,6 +39,12 @@
 /* the bf16 entries' largest K (their shared memory: 32 k-rows of A and B) */
 #define SMALL_BF16_MAX_K 32
 
+/* M * N * K <= SMALL_MAX_MNK (K >= 1), without overflowing */
+static int within_max_mnk(const problem *p)
+{
+    return p->m * p->n <= SMALL_MAX_MNK / p->k;
+}
+
 l8_status l8i_gemm_small_mode(int cfg, int *mode)
 {
     if (cfg < -1 || cfg > 2)
@@ -77,7 +83,7 @@ static int takes_bf16(int mode, const problem *p)
      * faster on both on the H100 (docs/perf.md, thirty-sixth session). A
      * shape rule, not one that looks at the epilogue: with and without the
      * fused cast the GEMM runs the same kernel and gives the same bits. */
-    return mode == 1 || (mode == 2 && p->m * p->n <= SMALL_MAX_MNK / p->k);
+    return mode == 1 || (mode == 2 && within_max_mnk(p));
 }
 
 int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
@@ -94,7 +100,7 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
      * there only needs N % 4), no empty dimension */
     if (p->d_fp8 || (p->dt_d != L8_BF16 && p->dt_d != L8_F32) || p->n % 8)
         return 0;
-    if (p->m * p->n > SMALL_MAX_MNK / p->k)
+    if (!within_max_mnk(p))
         return 0;
     /* auto: a grid of at most half the SMs, and K in one round of the
      * warps. Each CTA rereads its rows of A and B from L2, so the traffic

@@ -463,9 +463,9 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
  * The dgrad's l8_gemm runs with L8_GEMM_EPI_DGELU_CAST: one launch where
  * lean8's small GEMM kernel takes it (for a bf16 layer: the layer's output
  * width at most 32, its input width a multiple of 4, and by default T x
- * input x output width at most 2^27; ops/gemm.h). z, dx8, dx8t and A's bias gradient as
- * in l8_linear_backward_fp8_dx; none of dx, z, dx8, dx8t may overlap dy,
- * the saved input or each other. Errors: those of l8_linear_backward and
+ * input x output width at most 2^27; ops/gemm.h). z, dx8, dx8t and A's
+ * bias gradient as in l8_linear_backward_fp8_dx; none of dx, z, dx8, dx8t
+ * may overlap dy, the saved input or each other. Errors: those of l8_linear_backward and
  * of the cast (dx "in", dx8 "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */

@@ -6,7 +6,8 @@
  *   bf16   cuBLASLt's bf16 GEMM of the same shape and D dtype (what the
  *          step's bf16 mode runs)
  * Row-major D[M,N] = A[M,K] . B[N,K]^T (l8_gemm's FP8 TN form), random data;
- * the heads' dgrads are bf16 with K = 16 (10 classes padded), D = dY[M,K] . W[K,N] (trans_b 0):
+ * the heads' dgrads are bf16 with K = 16 (10 classes padded), D = dY[M,K] .
+ * W[K,N] (trans_b 0):
  * lt and bf16 both cuBLASLt's bf16 GEMM there, small the kernel's bf16 entry.
  * Each variant is one CUDA graph of ITERS back-to-back calls (as in a
  * training step's graph: no host launch cost between them); the rounds

@@ -1042,15 +1042,14 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
          * place of 1.5 (H100), and with the late join the step ran 0.8 and
          * 1.1 us faster (H200; 0.3 and 0.2 on an H100). With cuBLASLt's head
          * dgrad the late join alone cost 1.2 and 1.5 us (H200, docs/perf.md,
-         * thirty-sixth session). Where the head is FP8, s waits just after
-         * the softmax */
-        const int late_xt = pre8 && !m->off && !fp8_layer(m, m->nl - 1);
-        if (pre8 && !m->off && !late_xt) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
+         * thirty-sixth session). Where the head is FP8, s waits just before
+         * the head. With offload the forward waited already. */
+        const int xt_at = !pre8 || m->off ? -1 : fp8_layer(m, m->nl - 1) ? m->nl - 1 : 0;
         int cast_done = 0;        /* layer i's dY8 cast by the dgrad above */
         for (int i = m->nl - 1; i >= 0; i--) {
             l8_tensor *dx = i > 0 ? v.grad[i] : NULL;
             if (m->off) L8_TRY(st, l8_offload_backward_layer(m->off, i), out);
-            if (late_xt && i == 0) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
+            if (i == xt_at) L8_TRY(st, l8_stream_wait_event(m->s, m->ev_xt), out);
             /* below the head, the output went through a GELU: the layer
              * takes the gradient of gelu(pre[i]) and its derivative at pre[i] */
             if (m->split_casts && i + 1 < m->nl && fp8_layer(m, i)) {
