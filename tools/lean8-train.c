@@ -1043,7 +1043,7 @@ static l8_status run_batch(model *m, int split, int64_t at, int64_t rows, int tr
          * 1.1 us faster (H200; 0.3 and 0.2 on an H100). With cuBLASLt's head
          * dgrad the late join alone cost 1.2 and 1.5 us (H200, docs/perf.md,
          * thirty-sixth session). Where the head is FP8, s waits just before
-         * the head. With offload the forward waited already. */
+         * the head (0.4 us faster than before fc1); offload waits in the forward. */
         const int xt_at = !pre8 || m->off ? -1 : fp8_layer(m, m->nl - 1) ? m->nl - 1 : 0;
         int cast_done = 0;        /* layer i's dY8 cast by the dgrad above */
         for (int i = m->nl - 1; i >= 0; i--) {
