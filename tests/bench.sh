@@ -20,9 +20,10 @@
 #   7. tools/bench_torch_gemm.py times the shapes and modes of `lean8-bench
 #      gemm` in its order (modes outer, shapes in bench_gemm.c's order);
 #   8. tools/device-run.sh ab: this tree, a tree with files laid over it (an
-#      incremental build of its own), a tree from a tarball (git archive) and
-#      an environment, alternated (each round starting one build later),
-#      each round a report of its own, and tools/bench_ab.py's table of them;
+#      incremental build of its own), a tree from a tarball (git archive), a
+#      patched tree and an environment, alternated (each round starting one
+#      build later), each round a report of its own, and tools/bench_ab.py's
+#      table of them; a patch that does not apply, or is missing, left out;
 #   9. tools/device-run.sh fortran: one SKIPPED line without the binaries
 #      (FORTRAN_BIN); with them (this build's, where gfortran made them) the
 #      test on cuda:0 and under memcheck, the example where .data/ is, and no
@@ -30,7 +31,7 @@
 #  10. tools/device-run.sh racecheck: racecheck, then synccheck, over each
 #      suite of RACE_SUITES, a step each;
 #  11. tools/device-run.sh trainab (with DATA_DIR): lean8-train of this tree
-#      and an overlaid one, two configurations, two rounds (each round one
+#      and a patched one, two configurations, two rounds (each round one
 #      build later), tools/train_json.py's reports and bench_ab.py's table of
 #      them: the same losses in both builds; tools/train_json.py on a log
 #      without an epoch line and on bad arguments.
@@ -205,20 +206,28 @@ mkdir -p "$tmp/ab/ov" && echo overlay > "$tmp/ab/ov/AB_OVERLAY"
 # a whole tree as docs/gpu-machine.md makes one (git archive), else the files without build/
 (cd "$root" && { git archive HEAD 2>/dev/null || tar c --exclude=./build --exclude=./.git .; }) \
     > "$tmp/ab/base.tar"
-(cd "$root" && TMPDIR=$tmp/ab OUT=$tmp/ab/out AB_TREES="ov=$tmp/ab/ov base=$tmp/ab/base.tar" \
+# a patch that applies (a new file), a stale one (its context is not in the
+# Makefile) and a missing one: the last two are left out with FAILED(patch)
+printf -- '--- /dev/null\n+++ b/AB_PATCHED\n@@ -0,0 +1 @@\n+patched\n' > "$tmp/ab/pt.patch"
+printf -- '--- a/Makefile\n+++ b/Makefile\n@@ -1,2 +1,2 @@\n-no such line\n-nor this one\n+x\n+y\n' \
+    > "$tmp/ab/stale.diff"
+(cd "$root" && TMPDIR=$tmp/ab OUT=$tmp/ab/out \
+    AB_TREES="ov=$tmp/ab/ov base=$tmp/ab/base.tar pt=$tmp/ab/pt.patch st=$tmp/ab/stale.diff no=$tmp/ab/no.patch" \
     AB_ENVS="e:L8_AB_TEST=1" \
     AB_BENCH=alloc AB_ROUNDS=2 AB_KEYS='^pair_ns_lean8_512$' DEADLINE=300 \
     bash tools/device-run.sh ab) > "$tmp/ab.txt" 2>&1
 ablog=$(ls -d "$tmp"/ab/l8logs.*)
-n=$(ls "$ablog"/ab-{this,ov,base,e}-[12].json 2>/dev/null | wc -l)
+n=$(ls "$ablog"/ab-{this,ov,base,pt,e}-[12].json 2>/dev/null | wc -l)
 f='[0-9.]+/[0-9.]+ +'
-if [ "$n" = 8 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab build base  *ok' "$tmp/ab.txt" &&
-   grep -Eq '^key +this +ov +base +e +ov/this +base/this +e/this$' "$tmp/ab.txt" &&
-   grep -Eq "^pair_ns_lean8_512 +$f$f$f$f[0-9.]+ +[0-9.]+ +[0-9.]+\$" "$tmp/ab.txt" &&
+if [ "$n" = 10 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab build base  *ok' "$tmp/ab.txt" &&
+   grep -q '^ab build pt  *ok' "$tmp/ab.txt" && grep -Eq '^ab tree st +FAILED\(patch\)' "$tmp/ab.txt" &&
+   grep -Eq '^ab tree no +FAILED\(patch\)' "$tmp/ab.txt" && ! grep -Eq '^ab (build )?(st|no) ' "$tmp/ab.txt" &&
+   grep -Eq '^key +this +ov +base +pt +e +ov/this +base/this +pt/this +e/this$' "$tmp/ab.txt" &&
+   grep -Eq "^pair_ns_lean8_512 +$f$f$f$f$f[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\$" "$tmp/ab.txt" &&
    [ "$(grep -Eo '^ab [a-z]+ #[12]' "$tmp/ab.txt" | tr '\n' ' ')" = \
-     "ab this #1 ab ov #1 ab base #1 ab e #1 ab ov #2 ab base #2 ab e #2 ab this #2 " ] &&
-   ! ls -d "$tmp"/ab/l8ab.* > /dev/null 2>&1; then
-    ok "device-run.sh ab: this tree, an overlaid one, a tarball's and an environment (each round one later), one table"
+     "ab this #1 ab ov #1 ab base #1 ab pt #1 ab e #1 ab ov #2 ab base #2 ab pt #2 ab e #2 ab this #2 " ] &&
+   ! ls -d "$tmp"/ab/l8ab.* > /dev/null 2>&1 && [ ! -e "$root/AB_PATCHED" ]; then
+    ok "device-run.sh ab: this tree, an overlaid one, a tarball's, a patched one and an environment (each round one later), one table; a stale and a missing patch left out"
 else bad "device-run.sh ab ($n reports)"; tail -20 "$tmp/ab.txt"; fi
 
 # ---- 9. device-run.sh fortran: skipped without the binaries, else each one run ----
@@ -256,27 +265,27 @@ else bad "device-run.sh racecheck's steps"; tail -20 "$tmp/rc.txt"; fi
 
 # ---- 11. device-run.sh trainab: two builds, two configurations, two rounds ----
 if [ -n "$data" ]; then
-    mkdir -p "$tmp/ta/ov" && echo overlay > "$tmp/ta/ov/AB_OVERLAY"
-    (cd "$root" && TMPDIR=$tmp/ta OUT=$tmp/ta/out AB_TREES="ov=$tmp/ta/ov" AB_ROUNDS=2 \
+    mkdir -p "$tmp/ta" && printf -- '--- /dev/null\n+++ b/AB_PATCHED\n@@ -0,0 +1 @@\n+patched\n' > "$tmp/ta/pt.patch"
+    (cd "$root" && TMPDIR=$tmp/ta OUT=$tmp/ta/out AB_TREES="pt=$tmp/ta/pt.patch" AB_ROUNDS=2 \
         TRAIN_AB_DATA=$data TRAIN_AB="--hidden 32 --batch 64;--hidden 32 --batch 64 --bf16" \
         TRAIN_AB_ARGS="--limit 1000 --epochs 1" DEADLINE=300 \
         bash tools/device-run.sh trainab) > "$tmp/ta.txt" 2>&1
     talog=$(ls -d "$tmp"/ta/l8logs.*)
-    n=$(ls "$talog"/trainab-{this,ov}-[12].json 2>/dev/null | wc -l)
+    n=$(ls "$talog"/trainab-{this,pt}-[12].json 2>/dev/null | wc -l)
     same() {  # the row of KEY: both builds' two rounds one value, the ratio 1.000
         grep -Eq "^$1 +([0-9.]+)/\1 +\1/\1 +1\.000\$" "$tmp/ta.txt"
     }
-    if [ "$n" = 4 ] && grep -q '^trainab build ov  *ok' "$tmp/ta.txt" &&
+    if [ "$n" = 4 ] && grep -q '^trainab build pt  *ok' "$tmp/ta.txt" &&
        grep -q '^   c1: --hidden 32 --batch 64 --bf16$' "$tmp/ta.txt" &&
        [ "$(grep -Eo '^trainab [a-z]+ c[01] #[12]' "$tmp/ta.txt" | tr '\n' ' ')" = \
-         "trainab this c0 #1 trainab ov c0 #1 trainab this c1 #1 trainab ov c1 #1 trainab ov c0 #2 trainab this c0 #2 trainab ov c1 #2 trainab this c1 #2 " ] &&
-       grep -Eq '^key +this +ov +ov/this$' "$tmp/ta.txt" &&
+         "trainab this c0 #1 trainab pt c0 #1 trainab this c1 #1 trainab pt c1 #1 trainab pt c0 #2 trainab this c0 #2 trainab pt c1 #2 trainab this c1 #2 " ] &&
+       grep -Eq '^key +this +pt +pt/this$' "$tmp/ta.txt" &&
        grep -Eq '^c1_million_images_per_s +[0-9.]+/[0-9.]+ +[0-9.]+/[0-9.]+ +[0-9.]+$' "$tmp/ta.txt" &&
        same c0_loss && same c0_test_acc && same c1_loss && same c1_test_acc &&
        grep -Eq "^c1_loss +$(awk '$2 == "epoch" { l = $5 } END { printf "%.3f", l }' \
-           "$talog/trainab-ov-c1-2.log")/" "$tmp/ta.txt" &&
+           "$talog/trainab-pt-c1-2.log")/" "$tmp/ta.txt" &&
        ! grep -q '_failed' "$tmp/ta.txt" && ! ls -d "$tmp"/ta/l8ab.* > /dev/null 2>&1; then
-        ok "device-run.sh trainab: two builds alternated over two configurations and rounds, one table, the same losses"
+        ok "device-run.sh trainab: this tree and a patched one alternated over two configurations and rounds, one table, the same losses"
     else bad "device-run.sh trainab ($n reports)"; tail -25 "$tmp/ta.txt"; fi
 else echo "  skip  device-run.sh trainab: no DATA_DIR"; fi
 echo "nothing here" > "$tmp/noepoch.log"

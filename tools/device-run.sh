@@ -58,9 +58,11 @@
 #             alternated (round r starting with the r-th build), and a table
 #             of them side by side (tools/bench_ab.py): this tree, then each
 #             AB_TREES entry NAME=PATH (PATH a directory of files laid over
-#             a copy of this tree, its build/ copied along so only what they
-#             change is rebuilt; or a tarball of a whole tree, e.g. `git
-#             archive REV > .device/base.tar`, built afresh), then each
+#             a copy of this tree, or a patch, PATH ending in .patch or .diff,
+#             that `patch -p1` applies to one (`git diff > .device/x.patch`): its
+#             build/ copied along so only what they change is rebuilt; or a
+#             tarball of a whole tree, e.g. `git archive REV >
+#             .device/base.tar`, built afresh), then each
 #             AB_ENVS entry NAME:VAR=VALUE (this tree's binary under that
 #             environment). AB_BENCH (default cast) and AB_ARGS (default
 #             --quick) give the lean8-bench command, AB_ROUNDS (default 2)
@@ -119,9 +121,16 @@ ab_builds() {
     ab_names=(this) ab_dirs=(.) ab_envs=("")
     for v in ${AB_TREES:-}; do
         n=${v%%=*} p=${v#*=} t=$(mktemp -d "${TMPDIR:-/tmp}/l8ab.XXXX")
-        if [ -d "$p" ]; then
+        if [ -d "$p" ] || [[ $p == *.patch || $p == *.diff ]]; then
             tar c --exclude=./.device --exclude=./.data --exclude=./.git . | tar x -C "$t"
-            cp -r "$p"/. "$t"/
+            if [ -d "$p" ]; then
+                cp -r "$p"/. "$t"/
+            elif [ ! -f "$p" ] || ! patch -d "$t" -p1 -s -t --no-backup-if-mismatch < "$p" \
+                    > "$OUT/$st-patch-$n.log" 2>&1; then   # (-t: never a question)
+                summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(patch)")")
+                echo "== $st tree $n: FAILED(patch)"; tail -n 4 "$OUT/$st-patch-$n.log" 2>/dev/null
+                rm -rf "$t"; continue
+            fi
         else
             tar xf "$p" -C "$t" || { summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(tar)")"); continue; }
         fi
