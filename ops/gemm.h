@@ -95,8 +95,8 @@
  * narrow output, as lean8-train's head (K = 16: its 10 classes padded);
  * auto those with M * N * K <= 2^27, 1 all. It sums each output in one f32
  * chain over k in order (a fused multiply-add a step, from 0: the host
- * reference's FMA arithmetic), then alpha and beta in f32, one rounding to bf16. At
- * lean8-train's heads it takes half cuBLASLt's time, and with
+ * reference's FMA arithmetic), then alpha and beta in f32, one rounding to
+ * bf16. At lean8-train's heads it takes half cuBLASLt's time, and with
  * L8_GEMM_EPI_DGELU_CAST the cast runs in the same launch (docs/perf.md,
  * 2026-12-06 thirty-sixth session). Which kernel runs depends on the
  * shapes, dtypes and layouts alone, not on the epilogue: a dgrad gives the

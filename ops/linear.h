@@ -465,8 +465,8 @@ L8_NODISCARD l8_status l8_linear_backward_fp8_dx(l8_linear *l, l8_linear_ctx **s
  * width at most 32, its input width a multiple of 4, and by default T x
  * input x output width at most 2^27; ops/gemm.h). z, dx8, dx8t and A's
  * bias gradient as in l8_linear_backward_fp8_dx; none of dx, z, dx8, dx8t
- * may overlap dy, the saved input or each other. Errors: those of l8_linear_backward and
- * of the cast (dx "in", dx8 "out", dx8t "out_t"),
+ * may overlap dy, the saved input or each other. Errors: those of
+ * l8_linear_backward and of the cast (dx "in", dx8 "out", dx8t "out_t"),
  * L8_ERR_INVALID_ARG for a NULL dy, z, dx8, dx8t or dx and an overlap,
  * L8_ERR_UNSUPPORTED with tensor parallelism. */
 L8_NODISCARD l8_status l8_linear_backward_dx(l8_linear *l, l8_linear_ctx **saved,

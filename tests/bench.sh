@@ -265,8 +265,8 @@ else bad "device-run.sh racecheck's steps"; tail -20 "$tmp/rc.txt"; fi
 
 # ---- 11. device-run.sh trainab: two builds, two configurations, two rounds ----
 if [ -n "$data" ]; then
-    mkdir -p "$tmp/ta" && printf -- '--- /dev/null\n+++ b/AB_PATCHED\n@@ -0,0 +1 @@\n+patched\n' > "$tmp/ta/pt.patch"
-    (cd "$root" && TMPDIR=$tmp/ta OUT=$tmp/ta/out AB_TREES="pt=$tmp/ta/pt.patch" AB_ROUNDS=2 \
+    mkdir -p "$tmp/ta"            # the patched tree: part 8's patch
+    (cd "$root" && TMPDIR=$tmp/ta OUT=$tmp/ta/out AB_TREES="pt=$tmp/ab/pt.patch" AB_ROUNDS=2 \
         TRAIN_AB_DATA=$data TRAIN_AB="--hidden 32 --batch 64;--hidden 32 --batch 64 --bf16" \
         TRAIN_AB_ARGS="--limit 1000 --epochs 1" DEADLINE=300 \
         bash tools/device-run.sh trainab) > "$tmp/ta.txt" 2>&1

@@ -113,6 +113,8 @@ step() {  # step NAME LOGFILE COMMAND...
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 step "build" build.log make -j16 all build/tests/comm_prog WERROR=1
+# copy_tree DIR: this tree (its build/ along, not .device, .data or .git) into DIR
+copy_tree() { tar c --exclude=./.device --exclude=./.data --exclude=./.git . | tar x -C "$1"; }
 # ab_builds STAGE TARGET: the variants of an A/B stage in ab_names, ab_dirs
 # and ab_envs - this tree, each AB_TREES entry with TARGET built in a copy
 # (left out when its build fails), each AB_ENVS entry
@@ -121,22 +123,22 @@ ab_builds() {
     ab_names=(this) ab_dirs=(.) ab_envs=("")
     for v in ${AB_TREES:-}; do
         n=${v%%=*} p=${v#*=} t=$(mktemp -d "${TMPDIR:-/tmp}/l8ab.XXXX")
-        if [ -d "$p" ] || [[ $p == *.patch || $p == *.diff ]]; then
-            tar c --exclude=./.device --exclude=./.data --exclude=./.git . | tar x -C "$t"
-            if [ -d "$p" ]; then
-                cp -r "$p"/. "$t"/
-            elif [ ! -f "$p" ] || ! patch -d "$t" -p1 -s -t --no-backup-if-mismatch < "$p" \
+        if [ -d "$p" ]; then
+            copy_tree "$t" && cp -r "$p"/. "$t"/
+        elif [[ $p == *.patch || $p == *.diff ]]; then
+            copy_tree "$t"
+            if [ ! -f "$p" ] || ! patch -d "$t" -p1 -s -t --no-backup-if-mismatch < "$p" \
                     > "$OUT/$st-patch-$n.log" 2>&1; then   # (-t: never a question)
                 summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(patch)")")
                 echo "== $st tree $n: FAILED(patch)"; tail -n 4 "$OUT/$st-patch-$n.log" 2>/dev/null
                 rm -rf "$t"; continue
             fi
-        else
-            tar xf "$p" -C "$t" || { summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(tar)")"); continue; }
+        elif ! tar xf "$p" -C "$t"; then
+            summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(tar)")"); rm -rf "$t"; continue
         fi
         rm -f "$t/$target"                          # a failed build leaves none, not this tree's
         step "$st build $n" $st-build-$n.log make -C "$t" -j16 "$target" WERROR=1
-        [ -x "$t/$target" ] && ab_names+=("$n") ab_dirs+=("$t") ab_envs+=("")
+        if [ -x "$t/$target" ]; then ab_names+=("$n") ab_dirs+=("$t") ab_envs+=(""); else rm -rf "$t"; fi
     done
     for v in ${AB_ENVS:-}; do ab_names+=("${v%%:*}") ab_dirs+=(.) ab_envs+=("${v#*:}"); done
 }
