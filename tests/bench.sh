@@ -23,7 +23,8 @@
 #      incremental build of its own), a tree from a tarball (git archive), a
 #      patched tree and an environment, alternated (each round starting one
 #      build later), each round a report of its own, and tools/bench_ab.py's
-#      table of them; a patch that does not apply, or is missing, left out;
+#      table of them; a patch that does not apply, or is missing (the reason
+#      printed), left out;
 #   9. tools/device-run.sh fortran: one SKIPPED line without the binaries
 #      (FORTRAN_BIN); with them (this build's, where gfortran made them) the
 #      test on cuda:0 and under memcheck, the example where .data/ is, and no
@@ -221,7 +222,7 @@ n=$(ls "$ablog"/ab-{this,ov,base,pt,e}-[12].json 2>/dev/null | wc -l)
 f='[0-9.]+/[0-9.]+ +'
 if [ "$n" = 10 ] && grep -q '^ab build ov  *ok' "$tmp/ab.txt" && grep -q '^ab build base  *ok' "$tmp/ab.txt" &&
    grep -q '^ab build pt  *ok' "$tmp/ab.txt" && grep -Eq '^ab tree st +FAILED\(patch\)' "$tmp/ab.txt" &&
-   grep -Eq '^ab tree no +FAILED\(patch\)' "$tmp/ab.txt" && ! grep -Eq '^ab (build )?(st|no) ' "$tmp/ab.txt" &&
+   grep -Eq '^ab tree no +FAILED\(patch\)' "$tmp/ab.txt" && grep -q 'no\.patch: No such file' "$tmp/ab.txt" && ! grep -Eq '^ab (build )?(st|no) ' "$tmp/ab.txt" &&
    grep -Eq '^key +this +ov +base +pt +e +ov/this +base/this +pt/this +e/this$' "$tmp/ab.txt" &&
    grep -Eq "^pair_ns_lean8_512 +$f$f$f$f$f[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\$" "$tmp/ab.txt" &&
    [ "$(grep -Eo '^ab [a-z]+ #[12]' "$tmp/ab.txt" | tr '\n' ' ')" = \

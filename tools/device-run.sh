@@ -127,10 +127,12 @@ ab_builds() {
             copy_tree "$t" && cp -r "$p"/. "$t"/
         elif [[ $p == *.patch || $p == *.diff ]]; then
             copy_tree "$t"
-            if [ ! -f "$p" ] || ! patch -d "$t" -p1 -s -t --no-backup-if-mismatch < "$p" \
-                    > "$OUT/$st-patch-$n.log" 2>&1; then   # (-t: never a question)
+            # (-t: never a question; the input redirected last, so that a
+            # missing patch's "No such file" lands in the log too)
+            if ! patch -d "$t" -p1 -s -t --no-backup-if-mismatch > "$OUT/$st-patch-$n.log" 2>&1 \
+                    < "$p"; then
                 summary+=("$(printf '%-24s %-11s' "$st tree $n" "FAILED(patch)")")
-                echo "== $st tree $n: FAILED(patch)"; tail -n 4 "$OUT/$st-patch-$n.log" 2>/dev/null
+                echo "== $st tree $n: FAILED(patch)"; tail -n 4 "$OUT/$st-patch-$n.log"
                 rm -rf "$t"; continue
             fi
         elif ! tar xf "$p" -C "$t"; then
