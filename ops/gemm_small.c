@@ -106,7 +106,10 @@ int l8i_gemm_small_takes(int mode, unsigned nsm, const problem *p)
      * warps. Each CTA rereads its rows of A and B from L2, so the traffic
      * grows with the grid, and a grid near the SM count takes two waves
      * beside the step's other stream; a second round of loads (K > 512)
-     * waits for the first's mmas. */
+     * waits for the first's mmas. A bf16 D is no exception: up to one CTA
+     * an SM, its dGELU cast inside, 784-512-512-10's layer-2 dgrad (128
+     * CTAs) cost 0.35 us a step on an H100 against cuBLASLt's plan for
+     * 100 SMs (docs/perf.md, fortieth session). */
     int64_t ctas = ((p->m + SMALL_TILE - 1) / SMALL_TILE) * ((p->n + SMALL_TILE - 1) / SMALL_TILE);
     if (mode == 2 && (2 * ctas > (int64_t)nsm || p->k > SMALL_AUTO_MAX_K))
         return 0;
