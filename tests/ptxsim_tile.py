@@ -23,7 +23,10 @@ must take any tile through its edge path); the grid is one CTA a tile unless a c
 gives fewer. Every output sits between guard bytes the host never writes: the test
 checks that the kernel wrote every byte it should and nothing else, and compares every
 byte. The FP8 reference is l8_fp8_from_f32 (build/liblean8.so, ctypes) where it loads,
-else the encoder of tests/ptxsim_ref.py.
+else the encoder of tests/ptxsim_ref.py. Before the cases (not with --only),
+l8_dbias_reduce runs alone on random partials at 1, 63, 64, 65 and 130 tile rows (the
+cases reach a few: these cross its batches of loads and their remainder) and 1 to 129
+columns, each dbias type, against the sequential sum.
 
     python3 tests/ptxsim_tile.py [--ptx FILE] [--quick] [--only SUBSTR] [--seed N]
                                  [--fuzz N] [--strict-undef]
@@ -283,6 +286,37 @@ def cases(quick, fuzz, seed):
     return L
 
 
+def reduce_checks(mod, seed):
+    """l8_dbias_reduce alone, at tile-row counts around its batch of 64 loads in flight (1,
+    63, 64, 65, 130) and column counts around its 64-thread CTAs, every output type,
+    against dbias_total (the sequential f32 sum). Returns (checks, failures)."""
+    nc = fails = 0
+    rnd = random.Random(seed)
+    for ntr in (1, 63, 64, 65, 130):
+        for cols, otype in ((1, 0), (70, 1), (129, 2), (64, 0)):
+            mem = ptxsim.Memory()
+            part = [[R.to_f32(rnd.choice((1, -1)) * rnd.random() * 2.0 ** rnd.randint(-20, 20))
+                     for _ in range(cols)] for _ in range(ntr)]
+            ws = mem.alloc(4 * ntr * cols)
+            mem.write(ws, struct.pack('<%df' % (ntr * cols), *[v for row in part for v in row]))
+            esz = 4 if otype == 0 else 2
+            db = mem.alloc(esz * cols)
+            st, err = R.run_launch(mod, 'l8_dbias_reduce', grid=((cols + 63) // 64, 1, 1),
+                                   block=(64, 1, 1), params=[ws, db, ntr, cols, otype], mem=mem)
+            want = [R.f32_to_dtype_bits(x, otype) for x in R.dbias_total(part, cols)]
+            got = None if err else list(struct.unpack('<%d%s' % (cols, 'I' if esz == 4 else 'H'),
+                                                      mem.read(db, esz * cols)))
+            ok = got == want
+            nc += 1
+            fails += not ok
+            print('%s l8_dbias_reduce %3d tile rows x %3d columns, dbias %s' % (
+                'ok  ' if ok else 'FAIL', ntr, cols, ('f32', 'bf16', 'f16')[otype]))
+            if not ok:
+                print('     ' + (err or 'first difference at column %d' % next(
+                    i for i in range(cols) if got[i] != want[i])))
+    return nc, fails
+
+
 def main(argv=None):
     a, t0, mod = R.start(R.arg_parser(__doc__, 'cast_transpose.ptx', 50), argv)
     fp8, desc = R.fp8_encoder()
@@ -292,7 +326,8 @@ def main(argv=None):
         errs, dt, ni, (entry, kf, grid) = run_case(mod, case, rnd, fp8, a.strict_undef)
         return errs, dt, ni, ' [%s flags %#x grid %d]' % (
             entry[len('l8_cast_transpose_'):], kf, grid)
-    return R.run_cases('tile', cases(a.quick, a.fuzz, a.seed), one, a, t0)
+    nc, fails = reduce_checks(mod, a.seed) if not a.only else (0, 0)
+    return R.run_cases('tile', cases(a.quick, a.fuzz, a.seed), one, a, t0, nc, fails)
 
 
 if __name__ == '__main__':
