@@ -287,9 +287,9 @@ def cases(quick, fuzz, seed):
 
 
 def reduce_checks(mod, seed):
-    """l8_dbias_reduce alone, at tile-row counts around its batch of 64 loads in flight (1,
-    63, 64, 65, 130) and column counts around its 64-thread CTAs, every output type,
-    against dbias_total (the sequential f32 sum). Returns (checks, failures)."""
+    """l8_dbias_reduce alone, at tile-row counts across its batches of loads and their
+    remainder (1, 63, 64, 65, 130) and column counts around its 64-thread CTAs, every
+    output type, against dbias_total (the sequential f32 sum). Returns (checks, failures)."""
     nc = fails = 0
     rnd = random.Random(seed)
     for ntr in (1, 63, 64, 65, 130):
