@@ -97,6 +97,13 @@ class Case:
         return s + (' with inf/NaN' if self.special else '')
 
 
+def launch_reduce(mod, mem, p_ws, p_db, ntr, cols, otype, strict=False):
+    """l8_dbias_reduce as ops/cast.c launches it: 64 threads a CTA, one column each."""
+    return R.run_launch(mod, 'l8_dbias_reduce', grid=((cols + 63) // 64, 1, 1),
+                        block=(64, 1, 1), params=[p_ws, p_db, ntr, cols, otype], mem=mem,
+                        strict_undef=strict)
+
+
 def run_case(mod, case, rnd, fp8, strict=False):
     rows, cols, dt, ldo, ldt = case.rows, case.cols, case.dt, case.ldo, case.ldt
     n = rows * cols
@@ -157,10 +164,8 @@ def run_case(mod, case, rnd, fp8, strict=False):
     if err:
         return [err], 0.0, 0, info
     sec, ni = st['seconds'], st['instructions']
-    if p_ws and cols:                    # l8_dbias_reduce: 64 threads a CTA
-        st, err = R.run_launch(mod, 'l8_dbias_reduce', grid=((cols + 63) // 64, 1, 1),
-                               block=(64, 1, 1), params=[p_ws, p_db, ntr, cols, case.db],
-                               mem=mem, strict_undef=strict)
+    if p_ws and cols:
+        st, err = launch_reduce(mod, mem, p_ws, p_db, ntr, cols, case.db, strict)
         if err:
             return ['l8_dbias_reduce: ' + err], sec, ni, info
         sec, ni = sec + st['seconds'], ni + st['instructions']
@@ -301,8 +306,7 @@ def reduce_checks(mod, seed):
             mem.write(ws, struct.pack('<%df' % (ntr * cols), *[v for row in part for v in row]))
             esz = 4 if otype == 0 else 2
             db = mem.alloc(esz * cols)
-            st, err = R.run_launch(mod, 'l8_dbias_reduce', grid=((cols + 63) // 64, 1, 1),
-                                   block=(64, 1, 1), params=[ws, db, ntr, cols, otype], mem=mem)
+            err = launch_reduce(mod, mem, ws, db, ntr, cols, otype)[1]
             want = [R.f32_to_dtype_bits(x, otype) for x in R.dbias_total(part, cols)]
             got = None if err else list(struct.unpack('<%d%s' % (cols, 'I' if esz == 4 else 'H'),
                                                       mem.read(db, esz * cols)))
