@@ -67,13 +67,22 @@ Checks (each raises SimError naming the entry, CTA, thread, pc and PTX line)
     to what any cluster thread does after its wait of that phase; transitively), so a
     write handed to another CTA of the cluster through bar.sync and another thread's
     .release arrive is ordered. Nothing orders different clusters, nor different CTAs
-    of a launch without clusters. The accesses of one CTA's threads to global memory
+    of a launch without clusters but flag mode's release / acquire (below). The
+    accesses of one CTA's threads to global memory
     are not checked against each other. Atomics (atom / red .global) do not race with
     each other, only with plain accesses (a plain read of a red.max target by another
     CTA races). Reads are tracked too, so a write after another CTA's read (in either
-    order of the simulation) is caught. ld / st .relaxed / .acquire / .release /
-    .volatile count as plain accesses: synchronizing through them (flags) is not
-    modelled. A fault names the other access too (its CTA, thread, pc, line), and the
+    order of the simulation) is caught. Scalar ld / st .global .relaxed / .acquire /
+    .release / .volatile are morally strong: like atomics, they race with plain
+    accesses only. Flag mode (an entry with ld.acquire or st.release .global, launched
+    without clusters; the CTAs still run one after another): a st.release orders what
+    its thread did before it, and what any thread of its CTA did before a bar.sync
+    before it, before what the thread of a later ld.acquire of that address does after
+    the acquire, and what any thread of that CTA does after a bar.sync after it;
+    transitively (a later st.relaxed of the address ends the release's hold on it,
+    atomics keep it). Fences, atom / red with .acquire / .release, and acquire / release
+    in cluster mode order nothing here (in clusters only barrier.cluster does). A fault
+    names the other access too (its CTA, thread, pc, line), and the
     bytes as an offset from the pointer parameter they are in and in their allocation;
   - ld.global.nc (.nc: the non-coherent path) of a byte that any thread - the reader
     included - writes or updates atomically during the launch, before or after the
@@ -131,8 +140,9 @@ Not implemented (PTXError at parse time): .func / call, .local / .const / module
   may differ in the last bits), bar.arrive / bar.red, textures, tensor-core and async
   copy instructions. The memory model is sequential (each thread's accesses take effect
   in program order, threads interleave only at synchronizing instructions): the race
-  checks stand in for everything weaker; fences are no-ops, and shared-memory atomics
-  take no part in the shared-memory race check (in cluster mode not even against plain
+  checks stand in for everything weaker (a spin on a flag another CTA sets ends only
+  if that CTA ran first: CTAs run in x, y, z order); fences are no-ops, and
+  shared-memory atomics take no part in the shared-memory race check (in cluster mode not even against plain
   accesses; global atomics race with plain accesses, see above). Costs of the global
   check: per allocation a launch touches, 4-byte arrays of the last writer and reader of
   each byte (8-byte for ld.global.nc), about 5-10% of the run time. f32 min/max order
@@ -712,8 +722,14 @@ def _global_helpers(mem):
         rec, off = find(addr, n, 'atomic')
         return atomic(rec, off, n, fn, b, c, addr)
 
+    def ldgs(addr, n, t, k, acq):
+        return ldg(addr, n)
+
+    def stgs(addr, n, v, t, k, rel):
+        stg(addr, n, v)
+
     return {'LDG': ldg, 'LDGV': ldgv, 'LDGN': ldg, 'LDGNV': ldgv, 'STG': stg, 'STGV': stgv,
-            'ATOMG': atomg,
+            'ATOMG': atomg, 'LDGS': ldgs, 'STGS': stgs,
             '_raw': (find, load, loadv, store, storev, atomic)}
 
 
@@ -924,6 +940,7 @@ class Entry:
         self.reqnctapercluster = self.maxclusterrank = None
         self.explicitcluster = False
         self.uses_cluster = False  # barrier.cluster, mapa, getctarank, .shared::cluster
+        self.uses_flags = False    # ld.acquire / st.release .global (release / acquire)
         self.code = None          # compiled lazily
 
 
@@ -2129,6 +2146,12 @@ class _Codegen:
         if sp == 'global' and 'nc' in mods:
             fn = 'LDGN'                 # the non-coherent path (ld.global.nc)
         tid = ', r[0]' if sp != 'global' else ', r[0], %d' % ins.idx
+        if sp == 'global' and {'relaxed', 'acquire', 'volatile'} & set(mods):
+            if vec != 1 or w > 64:      # a strong load (morally strong: ld.acquire syncs)
+                self.fail(ins, 'vector .relaxed / .acquire / .volatile loads are not '
+                          'implemented')
+            fn, tid = 'LDGS', tid + ', %d' % ('acquire' in mods)
+            self.e.uses_flags |= 'acquire' in mods
         if vec == 1:
             dd = self.dst(ins, d, w)
             idx, rw = self.reg(ins, d, True)
@@ -2156,6 +2179,12 @@ class _Codegen:
         a = self.addr(ins, aop, sp)
         fn = {'global': 'STG', 'shared': 'STS', 'cluster': 'STC'}[sp]
         tid = ', r[0]' if sp != 'global' else ', r[0], %d' % ins.idx
+        if sp == 'global' and {'relaxed', 'release', 'volatile'} & set(mods):
+            if vec != 1 or w > 64:      # a strong store (st.release syncs)
+                self.fail(ins, 'vector .relaxed / .release / .volatile stores are not '
+                          'implemented')
+            fn, tid = 'STGS', tid + ', %d' % ('release' in mods)
+            self.e.uses_flags |= 'release' in mods
         if vec == 1:
             return ['%s(%s, %d, %s%s)' % (fn, a, n, self.src(ins, s, w, 'f'), tid)]
         if s[0] != 'vec' or len(s[1]) != vec:
@@ -2423,7 +2452,8 @@ _NS_STATIC = {'_fadd': _fadd, '_fsub': _fsub, '_fmul': _fmul, '_fdiv': _fdiv, '_
 # Running: the per-CTA scheduler
 
 class _Thread:
-    __slots__ = ('regs', 'pc', 'tid', 'state', 'cta', 'gtid', 'vc', 'arr', 'wtd')
+    __slots__ = ('regs', 'pc', 'tid', 'state', 'cta', 'gtid', 'vc', 'arr', 'wtd', 'fseg', 'fq',
+                 'fk')
 
     def __init__(self, regs, tid, cta):
         self.regs, self.tid, self.pc, self.state, self.cta = regs, tid, 0, 'run', cta
@@ -2440,8 +2470,9 @@ class _CTA:
         self.threads, self.runnable, self.bar = [], [], []
         self.coll, self.cbar = {}, {}    # pending warp collectives, barrier.cluster warps
         self.live = 0
-        self.nbar = 0                    # bar.sync completions (cluster mode)
+        self.nbar = 0                    # bar.sync completions (cluster and flag mode)
         self.sh = self.helpers = self.seg = None
+        self.lin = 0                     # flag mode: the linear CTA index
 
 
 # Distributed shared memory: the shared::cluster address of byte `off` of cluster rank r's
@@ -2811,7 +2842,12 @@ class _GRace:
     Two accesses to a global byte by different CTAs, at least one of them a write, race
     unless happens-before orders them: in cluster mode _Cluster's (program order, bar.sync
     in a CTA, a barrier.cluster phase from a .release arrive to a wait); nothing orders
-    different clusters, nor the CTAs of a launch without clusters. Accesses of one CTA are
+    different clusters, nor the CTAs of a launch without clusters but, in flag mode, a
+    st.release read by an ld.acquire (the module docstring). Flag mode's ids are
+    segments of a thread's run, cut at bar.sync, st.release and ld.acquire, each with
+    its CTA's epoch (bar.syncs completed), its thread's releases so far and its
+    knowledge: per earlier CTA, the highest epoch and per-thread release count released
+    to it (fjoin). Accesses of one CTA are
     not checked against each other. Atomics (atom / red .global) do not race with each
     other, only with plain accesses. ld.global.nc of a byte that any thread writes during
     the launch (before or after, ordered or not) faults: PTX ISA 8.1, the memory model does
@@ -2833,6 +2869,59 @@ class _GRace:
         self.st = {}           # allocation base -> [wr, wx, rd, rx, rds, nc, at]
         self.cls = []          # cluster mode: (base, cids, seg_thr, nthr) per cluster
         self.base = 0          # cluster mode: the running cluster's first id
+        # flag mode (see _GRace's docstring): the segments (CTA, thread, epoch, release
+        # count, knowledge) and, per address, the knowledge its last st.release handed on
+        self.flags = not run.cmode and run.e.uses_flags
+        self.fseg, self.frel = [], {}
+
+    # -- flag mode: release / acquire between the CTAs of a launch without clusters
+    @staticmethod
+    def fjoin(a, b):
+        """The union of two knowledges: per CTA, the highest released epoch and, per
+        thread, the highest released release count."""
+        if not a or a is b:
+            return b
+        if not b:
+            return a
+        k = dict(a)
+        for cta, (e, qm) in b.items():
+            old = k.get(cta)
+            if old is None:
+                k[cta] = (e, qm)
+            else:
+                q2 = dict(old[1])
+                for t, q in qm.items():
+                    if q > q2.get(t, -1):
+                        q2[t] = q
+                k[cta] = (max(old[0], e), q2)
+        return k
+
+    def fnew(self, th):
+        """A new segment of th's run (its id: th.fseg)."""
+        th.fseg = len(self.fseg)
+        self.fseg.append((th.cta.lin, th.tid, th.cta.nbar, th.fq, th.fk))
+
+    def fbar(self, c, ths):
+        """bar.sync completed in CTA c by ths: a new epoch; their knowledges join."""
+        c.nbar += 1
+        k = None
+        for th in ths:
+            k = self.fjoin(k, th.fk)
+        for th in ths:
+            th.fk = k
+            self.fnew(th)
+
+    def frelease(self, th, key):
+        c = th.cta
+        self.frel[key] = self.fjoin(th.fk, {c.lin: (c.nbar, {th.tid: th.fq})})
+        th.fq += 1
+        self.fnew(th)
+
+    def facquire(self, th, key):
+        k = self.frel.get(key)
+        if k:
+            th.fk = self.fjoin(th.fk, k)
+            self.fnew(th)
 
     def state(self, rec):
         st = self.st[rec[0]] = [None, None, None, None, {}, None, None]
@@ -2849,6 +2938,8 @@ class _GRace:
         run = self.run
         t, pc = xi >> 20, xi & 0xfffff
         bx, by, _ = run.block
+        if self.flags:
+            x = self.fseg[x][0]
         if run.cmode:
             for base, cids, seg_thr, nthr in reversed(self.cls):
                 if x >= base:
@@ -2878,7 +2969,12 @@ class _GRace:
 
     def fault(self, kind, addr, n, x, xi, why=None):
         if why is None:
-            if not self.run.cmode:
+            if self.flags:
+                why = ('no st.release / ld.acquire orders them (the first before a '
+                       'st.release in its thread or its CTA\'s bar.sync before it, the '
+                       'second after the ld.acquire that read what it stored, or after a '
+                       'bar.sync after that)')
+            elif not self.run.cmode:
                 why = 'nothing orders different CTAs of a launch without clusters'
             elif x < self.base:
                 why = 'nothing orders the CTAs of different clusters'
@@ -2895,7 +2991,38 @@ class _GRace:
         find, load, loadv, store, storev, atomic = self.raw
         gst, newst, arrays, fault, run = self.st, self.state, self.arrays, self.fault, self.run
         A = array.array
-        if cl is None:
+        flags = self.flags
+        if cl is None and flags:
+            gx, gy, _ = run.grid
+            c.lin = c.cid[0] + gx * (c.cid[1] + gy * c.cid[2])
+            fseg, threads = self.fseg, c.threads
+            for th in threads:
+                th.fq, th.fk = 0, {}
+                self.fnew(th)
+
+            def sid(t):
+                return threads[t].fseg
+
+            def ok(x, s):          # x happens before s, or the same CTA's
+                if x == s:
+                    return True
+                cx, tx, ex, qx, _ = fseg[x]
+                cs, _, _, _, ks = fseg[s]
+                if cx == cs:
+                    return True
+                k = ks.get(cx)
+                return k is not None and (ex < k[0] or qx <= k[1].get(tx, -1))
+
+            def covered(y, s):     # y happens before s in s's CTA
+                if y == s:
+                    return True
+                cy, ty, ey, _, _ = fseg[y]
+                cs, ts, es, _, _ = fseg[s]
+                return cy == cs and (ey < es or ty == ts)
+
+            def earlier(y):
+                return False
+        elif cl is None:
             gx, gy, _ = run.grid
             me = c.cid[0] + gx * (c.cid[1] + gy * c.cid[2])
 
@@ -3127,7 +3254,51 @@ class _GRace:
                     d[s] = xi
             return atomic(rec, off, n, fn, b, c, addr)
 
-        return {'LDG': ldg, 'LDGV': ldgv, 'LDGN': ldgn, 'LDGNV': ldgnv, 'STG': stg,
+        def strong(st, off, n, s, xi):
+            """Recorded as an atomic access: morally strong accesses do not race with
+            each other, only with plain ones."""
+            at = st[6]
+            if at is None:
+                at = st[6] = {}
+            for i in range(off, off + n):
+                d = at.get(i)
+                if d is None:
+                    at[i] = {s: xi}
+                elif s not in d:
+                    d[s] = xi
+
+        def ldgs(addr, n, t, k, acq):
+            rec, off = find(addr, n, 'load')
+            st = gst.get(rec[0]) or newst(rec)
+            s, xi = sid(t), t << 20 | k
+            wr = st[0]
+            if wr is not None:
+                for i in range(off, off + n):
+                    x = wr[i]
+                    if x != -1 and not ok(x, s):
+                        fault(('reads', 'wrote'), addr, n, x, st[1][i])
+            strong(st, off, n, s, xi)
+            v = load(rec, off, n, addr)
+            if acq and flags:
+                self.facquire(c.threads[t], addr)
+            return v
+
+        def stgs(addr, n, v, t, k, rel):
+            rec, off = find(addr, n, 'store')
+            st = gst.get(rec[0]) or newst(rec)
+            s, xi = sid(t), t << 20 | k
+            on_write(st, rec, off, n, s, xi, addr, 'writes', True)
+            strong(st, off, n, s, xi)
+            store(rec, off, n, v)
+            if not flags:
+                pass
+            elif rel:
+                self.frelease(c.threads[t], addr)
+            else:
+                self.frel.pop(addr, None)
+
+        return {'LDGS': ldgs, 'STGS': stgs,
+                'LDG': ldg, 'LDGV': ldgv, 'LDGN': ldgn, 'LDGNV': ldgnv, 'STG': stg,
                 'STGV': stgv, 'ATOMG': atomg}
 
 
@@ -3257,6 +3428,8 @@ class _Runner:
                     if len(c.bar) == c.live:
                         self.enter(c)
                         self.barrier(c.bar)
+                        if self.grace and self.grace.flags:
+                            self.grace.fbar(c, c.bar)
                         for th in c.bar:
                             th.pc += 1
                             th.state = 'run'
@@ -4165,6 +4338,54 @@ _G_CHECKS = [
      '@%p0 red.global.add.u32 [%rd1], 1; @%p1 ld.global.u32 %r2, [%rd1];'),
     ('read; nothing orders', 32, (2, 1, 1), None,
      '@%p0 ld.global.u32 %r2, [%rd1]; @%p1 red.global.add.u32 [%rd1], 1;'),
+    (None, 32, (2, 1, 1), None,          # strong accesses do not race with each other
+     '@%p0 st.relaxed.gpu.global.u32 [%rd1], %tx; @%p1 ld.relaxed.gpu.global.u32 %r2, [%rd1];'
+     '@%p1 st.volatile.global.u32 [%rd1], %tx;'),
+    ('updated atomically', 32, (2, 1, 1), None,           # but with plain accesses
+     '@%p0 st.relaxed.gpu.global.u32 [%rd1], %tx; @%p1 ld.global.u32 %r2, [%rd1];'),
+    (None, 64, (2, 1, 1), None,          # st.release / ld.acquire order them (flag mode)
+     '@%p0 st.global.u32 [%rd1+8], %tx; @%p0 st.release.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1]; @%p1 ld.global.u32 %r3, [%rd1+8];'
+     '@%p1 st.global.u32 [%rd1+8], %r3;'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # after the release
+     '@%p0 st.release.gpu.global.u32 [%rd1], %tx; @%p0 st.global.u32 [%rd1+8], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1]; @%p1 ld.global.u32 %r3, [%rd1+8];'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # .relaxed store
+     '@%p0 st.global.u32 [%rd1+8], %tx; @%p0 st.relaxed.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1]; @%p1 ld.global.u32 %r3, [%rd1+8];'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # .relaxed load
+     '@%p0 st.global.u32 [%rd1+8], %tx; @%p0 st.release.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.relaxed.gpu.global.u32 %r2, [%rd1]; @%p1 ld.global.u32 %r3, [%rd1+8];'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # another address
+     '@%p0 st.global.u32 [%rd1+8], %tx; @%p0 st.release.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1+4]; @%p1 ld.global.u32 %r3, [%rd1+8];'),
+    (None, 64, (2, 1, 1), None,          # another thread's write, bar.sync, the release;
+     'setp.eq.u32 %p2, %tx, 33; setp.eq.and.u32 %p2, %c, 0, %p2;'    # the acquire,
+     '@%p2 st.global.u32 [%rd1+8], %tx; bar.sync 0;'                  # bar.sync, another
+     '@%p0 st.release.gpu.global.u32 [%rd1], %tx;'                    # thread's read
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1]; bar.sync 0;'
+     'setp.eq.u32 %p2, %tx, 40; setp.eq.and.u32 %p2, %c, 1, %p2;'
+     '@%p2 ld.global.u32 %r3, [%rd1+8];'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # no bar.sync
+     'setp.eq.u32 %p2, %tx, 33; setp.eq.and.u32 %p2, %c, 0, %p2;'    # before the release
+     '@%p2 st.global.u32 [%rd1+8], %tx;'
+     '@%p0 st.release.gpu.global.u32 [%rd1], %tx; bar.sync 0;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1]; bar.sync 0;'
+     'setp.eq.u32 %p2, %tx, 40; setp.eq.and.u32 %p2, %c, 1, %p2;'
+     '@%p2 ld.global.u32 %r3, [%rd1+8];'),
+    ('no st.release / ld.acquire orders them', 64, (2, 1, 1), None,    # nor after the
+     'setp.eq.u32 %p2, %tx, 33; setp.eq.and.u32 %p2, %c, 0, %p2;'    # acquire
+     '@%p2 st.global.u32 [%rd1+8], %tx; bar.sync 0;'
+     '@%p0 st.release.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1];'
+     'setp.eq.u32 %p2, %tx, 40; setp.eq.and.u32 %p2, %c, 1, %p2;'
+     '@%p2 ld.global.u32 %r3, [%rd1+8]; bar.sync 0;'),
+    (None, 32, (3, 1, 1), None,          # transitively: CTA 0 -> 1 -> 2
+     '@%p0 st.global.u32 [%rd1+8], %tx; @%p0 st.release.gpu.global.u32 [%rd1], %tx;'
+     '@%p1 ld.acquire.gpu.global.u32 %r2, [%rd1];'
+     '@%p1 st.release.gpu.global.u32 [%rd1+4], %tx;'
+     'setp.eq.u32 %p2, %c, 2; and.pred %p2, %p2, %p3;'
+     '@%p2 ld.acquire.gpu.global.u32 %r2, [%rd1+4]; @%p2 st.global.u32 [%rd1+8], %tx;'),
 ]
 
 
