@@ -3238,34 +3238,26 @@ class _GRace:
                      'writes')
             storev(rec, off, n, vals)
 
+        def strong(st, off, n, s, xi):
+            """An atomic or otherwise morally strong access, recorded in st[6]: these do
+            not race with each other, only with plain ones."""
+            at = st[6]
+            if at is None:
+                at = st[6] = {}
+            for i in range(off, off + n):
+                d = at.get(i)
+                if d is None:
+                    at[i] = {s: xi}
+                elif s not in d:
+                    d[s] = xi
+
         def atomg(addr, n, fn, b, c, t, k):
             rec, off = find(addr, n, 'atomic')
             st = gst.get(rec[0]) or newst(rec)
             s, xi = sid(t), t << 20 | k
             on_write(st, rec, off, n, s, xi, addr, 'atomically updates', True)
-            at = st[6]
-            if at is None:
-                at = st[6] = {}
-            for i in range(off, off + n):
-                d = at.get(i)
-                if d is None:
-                    at[i] = {s: xi}
-                elif s not in d:
-                    d[s] = xi
+            strong(st, off, n, s, xi)
             return atomic(rec, off, n, fn, b, c, addr)
-
-        def strong(st, off, n, s, xi):
-            """Recorded as an atomic access: morally strong accesses do not race with
-            each other, only with plain ones."""
-            at = st[6]
-            if at is None:
-                at = st[6] = {}
-            for i in range(off, off + n):
-                d = at.get(i)
-                if d is None:
-                    at[i] = {s: xi}
-                elif s not in d:
-                    d[s] = xi
 
         def ldgs(addr, n, t, k, acq):
             rec, off = find(addr, n, 'load')
@@ -3290,11 +3282,9 @@ class _GRace:
             on_write(st, rec, off, n, s, xi, addr, 'writes', True)
             strong(st, off, n, s, xi)
             store(rec, off, n, v)
-            if not flags:
-                pass
-            elif rel:
+            if flags and rel:
                 self.frelease(c.threads[t], addr)
-            else:
+            elif flags:           # a relaxed store ends the release's hold on the address
                 self.frel.pop(addr, None)
 
         return {'LDGS': ldgs, 'STGS': stgs,
