@@ -142,11 +142,12 @@ Not implemented (PTXError at parse time): .func / call, .local / .const / module
   in program order, threads interleave only at synchronizing instructions): the race
   checks stand in for everything weaker (a spin on a flag another CTA sets ends only
   if that CTA ran first: CTAs run in x, y, z order); fences are no-ops, and
-  shared-memory atomics take no part in the shared-memory race check (in cluster mode not even against plain
-  accesses; global atomics race with plain accesses, see above). Costs of the global
-  check: per allocation a launch touches, 4-byte arrays of the last writer and reader of
-  each byte (8-byte for ld.global.nc), about 5-10% of the run time. f32 min/max order
-  -0.0 below +0.0 (not checked against hardware; no kernel here uses them).
+  shared-memory atomics take no part in the shared-memory race check (in cluster mode
+  not even against plain accesses; global atomics race with plain accesses, see
+  above). Costs of the global check: per allocation a launch touches, 4-byte arrays of
+  the last writer and reader of each byte (8-byte for ld.global.nc), about 5-10% of the
+  run time. f32 min/max order -0.0 below +0.0 (not checked against hardware; no kernel
+  here uses them).
 """
 
 import array
@@ -2112,6 +2113,18 @@ class _Codegen:
                 rest.append(x)
         return sp or 'global', vec, rest
 
+    def strong(self, ins, mods, vec, sync, what):
+        """Whether a global ld / st is morally strong (.relaxed, .volatile or sync:
+        .acquire for loads, .release for stores); scalar only. sync marks the entry as
+        one using flags (_GRace's flag mode)."""
+        if not {'relaxed', 'volatile', sync} & set(mods):
+            return False
+        if vec != 1:
+            self.fail(ins, 'vector .relaxed / .%s / .volatile %s are not implemented'
+                      % (sync, what))
+        self.e.uses_flags |= sync in mods
+        return True
+
     def g_ld(self, ins, mods):
         ty, w = self.itype(ins, mods)
         sp, vec, rest = self.space(ins, mods)
@@ -2146,12 +2159,8 @@ class _Codegen:
         if sp == 'global' and 'nc' in mods:
             fn = 'LDGN'                 # the non-coherent path (ld.global.nc)
         tid = ', r[0]' if sp != 'global' else ', r[0], %d' % ins.idx
-        if sp == 'global' and {'relaxed', 'acquire', 'volatile'} & set(mods):
-            if vec != 1 or w > 64:      # a strong load (morally strong: ld.acquire syncs)
-                self.fail(ins, 'vector .relaxed / .acquire / .volatile loads are not '
-                          'implemented')
+        if sp == 'global' and self.strong(ins, mods, vec, 'acquire', 'loads'):
             fn, tid = 'LDGS', tid + ', %d' % ('acquire' in mods)
-            self.e.uses_flags |= 'acquire' in mods
         if vec == 1:
             dd = self.dst(ins, d, w)
             idx, rw = self.reg(ins, d, True)
@@ -2179,12 +2188,8 @@ class _Codegen:
         a = self.addr(ins, aop, sp)
         fn = {'global': 'STG', 'shared': 'STS', 'cluster': 'STC'}[sp]
         tid = ', r[0]' if sp != 'global' else ', r[0], %d' % ins.idx
-        if sp == 'global' and {'relaxed', 'release', 'volatile'} & set(mods):
-            if vec != 1 or w > 64:      # a strong store (st.release syncs)
-                self.fail(ins, 'vector .relaxed / .release / .volatile stores are not '
-                          'implemented')
+        if sp == 'global' and self.strong(ins, mods, vec, 'release', 'stores'):
             fn, tid = 'STGS', tid + ', %d' % ('release' in mods)
-            self.e.uses_flags |= 'release' in mods
         if vec == 1:
             return ['%s(%s, %d, %s%s)' % (fn, a, n, self.src(ins, s, w, 'f'), tid)]
         if s[0] != 'vec' or len(s[1]) != vec:
@@ -3082,15 +3087,18 @@ class _GRace:
                         if not ok(y, s):
                             fault(kind, addr, n, y, yi)
 
+        def check_wr(st, off, n, s, addr, what):
+            """s's access (`what`: 'reads', 'writes'...) against the plain writes before."""
+            w = st[0][off:off + n]
+            if w.count(-1) + w.count(s) != n:
+                for i in range(n):
+                    x = w[i]
+                    if x != -1 and not ok(x, s):
+                        fault((what, 'wrote'), addr, n, x, st[1][off + i])
+
         def on_read(st, rec, off, n, s, xi, addr):
-            wr = st[0]
-            if wr is not None:
-                w = wr[off:off + n]
-                if w.count(-1) + w.count(s) != n:
-                    for i in range(n):
-                        x = w[i]
-                        if x != -1 and not ok(x, s):
-                            fault(('reads', 'wrote'), addr, n, x, st[1][off + i])
+            if st[0] is not None:
+                check_wr(st, off, n, s, addr, 'reads')
             if st[6]:
                 check_at(st[6], off, n, s, addr, ('reads', 'updated atomically'))
             rd = st[2]
@@ -3123,12 +3131,7 @@ class _GRace:
             if wr is None:
                 wr = arrays(st, 0, rec[1])
             else:
-                w = wr[off:off + n]
-                if w.count(-1) + w.count(s) != n:
-                    for i in range(n):
-                        x = w[i]
-                        if x != -1 and not ok(x, s):
-                            fault((what, 'wrote'), addr, n, x, st[1][off + i])
+                check_wr(st, off, n, s, addr, what)
             rd = st[2]
             if rd is not None:
                 r = rd[off:off + n]
@@ -3263,12 +3266,8 @@ class _GRace:
             rec, off = find(addr, n, 'load')
             st = gst.get(rec[0]) or newst(rec)
             s, xi = sid(t), t << 20 | k
-            wr = st[0]
-            if wr is not None:
-                for i in range(off, off + n):
-                    x = wr[i]
-                    if x != -1 and not ok(x, s):
-                        fault(('reads', 'wrote'), addr, n, x, st[1][i])
+            if st[0] is not None:
+                check_wr(st, off, n, s, addr, 'reads')
             strong(st, off, n, s, xi)
             v = load(rec, off, n, addr)
             if acq and flags:
