@@ -10,7 +10,8 @@ names they pass and the PTX modules for the entries they define.
   python3 tools/ptx_entries.py PTX_FILE... -- C_FILE...
 
 Names are taken from
-  - l8i_kernel(ctx, MODULE, ENTRY, ...): MODULE a literal or `c ? "a" : "b"`,
+  - l8i_kernel(ctx, MODULE, ENTRY, &f) and l8i_kernel_smem(ctx, MODULE, ENTRY,
+    SMEM, &f): MODULE a literal or `c ? "a" : "b"`,
     ENTRY a literal, `c ? "a" : "b"`, an expression of an array declared
     `static const char *const NAME[...] = { ... }` in the same file (every
     literal of the array), or a parameter passed on by a helper;
@@ -26,7 +27,7 @@ import re
 import sys
 
 ENTRY_DEF = re.compile(r'^\s*\.visible\s+\.entry\s+(\w+)\s*\(', re.M)
-CALL = re.compile(r'\bl8i_kernel\s*\(')
+CALL = re.compile(r'\bl8i_kernel(_smem)?\s*\(')
 ARRAY = re.compile(r'static\s+const\s+char\s*\*\s*const\s+(\w+)\s*(?:\[[^\]]*\])+\s*=\s*\{',
                    re.S)
 LIT = re.compile(r'"([^"\\]*)"')
@@ -128,11 +129,14 @@ def main(argv):
                 continue                                  # the definition
             line = text.count('\n', 0, m.start()) + 1
             where = '%s:%d' % (path, line)
-            if len(args) != 4:
-                missing.append('%s: l8i_kernel with %d arguments' % (where, len(args)))
-                continue
             fn = [f for f in funcs if f[0] < m.start()]
             fname, params = (fn[-1][1], fn[-1][2]) if fn else ('', [])
+            if fname == 'l8i_kernel':
+                continue                                  # passes its own arguments on
+            if len(args) != (5 if m.group(1) else 4):
+                missing.append('%s: l8i_kernel%s with %d arguments' % (where, m.group(1) or '',
+                                                                       len(args)))
+                continue
             mods = LIT.findall(args[1])
             if not mods:
                 missing.append('%s: module %s is not a literal' % (where, args[1]))
