@@ -191,12 +191,29 @@ static unsigned tile_grid(uint64_t ntiles)
     return ntiles == 0 ? 1u : ntiles > MAX_TILE_CTAS ? MAX_TILE_CTAS : (unsigned)ntiles;
 }
 
-static l8_status zero_amax(l8_stream *s, float *amax)
+static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* The amax words of n (1..L8_CAST_MANY_MAX) casts zeroed on s by one launch
+ * of l8_amax_zero, for casts without L8_CAST_ACCUMULATE_AMAX. A kernel and
+ * not a memset each: a memset node stops programmatic dependent launch on
+ * both its sides (ptx/cast.ptx says what that cost). */
+_Static_assert(L8_CAST_MANY_MAX <= 64, "l8_amax_zero takes at most 64 words");
+static l8_status zero_amaxes(l8_ctx *ctx, l8_stream *s, float *const *amax, int n)
 {
-    return L8_CU(cuMemsetD32Async, (CUdeviceptr)(uintptr_t)amax, 0u, (size_t)1, l8i_stream_cu(s));
+    CUfunction f;
+    L8_CHECK(l8i_kernel(ctx, "cast", "l8_amax_zero", &f));
+    _Alignas(8) uint64_t words[64] = { 0 };
+    for (int i = 0; i < n; i++)
+        words[i] = dptr(amax[i]);
+    uint32_t count = (uint32_t)n;
+    void *args[] = { words, &count };
+    return l8i_launch(s, f, 1, 1, 1, 64, 1, 1, 0, args);
 }
 
-static uint64_t dptr(const void *p) { return (uint64_t)(uintptr_t)p; }
+static l8_status zero_amax(l8_ctx *ctx, l8_stream *s, float *amax)
+{
+    return zero_amaxes(ctx, s, &amax, 1);
+}
 
 /* ------------------------------------------------------------------------ */
 /* l8_fp8_cast                                                               */
@@ -237,7 +254,7 @@ l8_status l8_fp8_cast(const l8_tensor *in, l8_tensor *out, unsigned flags, l8_st
     L8_CHECK(l8i_ctx_bind(ctx));
     L8_CHECK(l8i_kernel(ctx, "cast", "l8_cast_fp8", &f));
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-        L8_CHECK(zero_amax(s, amax));
+        L8_CHECK(zero_amax(ctx, s, amax));
     /* 16-element chunks need 16-B aligned input and output rows */
     uint64_t nn = (uint64_t)n;
     uint64_t nvec = (aligned(x, 16) && aligned(y, 16)) ? nn / 16 : 0;
@@ -515,7 +532,7 @@ static l8_status cast_transpose_sm(const ct_job *j, l8_act act, int grad, const 
     L8_CHECK(l8i_kernel(j->ctx, "cast_transpose_sm", entry[k][j->idt], &f));
     float *amax = l8_fp8_meta_amax(j->m);
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-        L8_CHECK(zero_amax(s, amax));
+        L8_CHECK(zero_amax(j->ctx, s, amax));
     uint32_t kf = 0;
     if (j->R % 8 == 0 && j->yt && aligned(j->yt, 8))
         kf |= KF_SM_VEC_T8;
@@ -685,7 +702,7 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
         L8_CHECK(l8_ctx_malloc(j->ctx, (size_t)(j->ntr * (uint64_t)j->C * sizeof(float)), s, &ws));
     float *amax = l8_fp8_meta_amax(j->m);
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-        L8_TRY(st, zero_amax(s, amax), out);
+        L8_TRY(st, zero_amax(j->ctx, s, amax), out);
     {
         uint64_t a_in = dptr(j->x), a_out = dptr(j->y), a_outt = dptr(j->yt);
         uint64_t a_scale = dptr(l8_fp8_meta_scale(j->m)), a_amax = dptr(amax);
@@ -775,7 +792,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     if (dbias && !direct && ntr * (uint64_t)C > 0)
         L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
     if (!(flags & L8_CAST_ACCUMULATE_AMAX))
-        L8_TRY(st, zero_amax(s, amax), out);
+        L8_TRY(st, zero_amax(ctx, s, amax), out);
     {
         uint64_t a_in = dptr(x), a_out = dptr(y), a_outt = split ? 0 : dptr(yt);
         uint64_t a_scale = dptr(scale);
@@ -1176,9 +1193,12 @@ static l8_status many_impl(int n, const l8_tensor *const *in, l8_tensor *const *
         return L8_OK;
     }
     L8_CHECK(l8i_ctx_bind(ctx));
-    if (!(flags & L8_CAST_ACCUMULATE_AMAX))
+    if (!(flags & L8_CAST_ACCUMULATE_AMAX)) {
+        float *amax[L8_CAST_MANY_MAX];
         for (int i = 0; i < n; i++)
-            L8_CHECK(zero_amax(s, l8_fp8_meta_amax(jobs[i].m)));
+            amax[i] = l8_fp8_meta_amax(jobs[i].m);
+        L8_CHECK(zero_amaxes(ctx, s, amax, n));
+    }
     /* the biases too: one launch of the small-tile group kernel for all */
     uint64_t bias[GROUP_MAX][2];
     int fold = bias_in && bias_out && n <= GROUP_MAX && group_sm(jobs, n);

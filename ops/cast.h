@@ -42,8 +42,9 @@
  *    round to nearest even, saturate to +-max, NaN -> L8_FP8_NAN_BYTE.
  *  - Amax is max |x| of the UNSCALED input by the bit-pattern rule of
  *    runtime/fp8.h (a NaN anywhere makes it NaN). It is overwritten (the word is
- *    zeroed on the stream first) unless L8_CAST_ACCUMULATE_AMAX is given, in
- *    which case it is max-accumulated with what the meta holds.
+ *    zeroed on the stream first, by a one-CTA kernel launched just before the
+ *    cast's) unless L8_CAST_ACCUMULATE_AMAX is given, in which case it is
+ *    max-accumulated with what the meta holds.
  *  - L8_CAST_FEW_SMS (the single-tensor casts, not the group op): the same
  *    bytes, amax and dbias from the 128 x 128 tile kernel, a CTA a tile,
  *    instead of the small-tile kernel's many CTAs: for a cast on a second
@@ -194,9 +195,8 @@ L8_NODISCARD l8_status l8_dbias_dact(l8_act act, const l8_tensor *dy, const l8_t
  * with its own meta (two tensors sharing a meta: L8_ERR_INVALID_ARG), the
  * same bytes, amaxes and scale_invs as n single calls. For the per-step
  * casts of many small tensors (every layer's weights), where a launch costs
- * more than its work. Without L8_CAST_ACCUMULATE_AMAX each amax is zeroed
- * first by a memset of its own (n more launches): l8_linear_refresh_weights
- * accumulates. n is 1..L8_CAST_MANY_MAX; all on one context. Errors: those
+ * more than its work. Without L8_CAST_ACCUMULATE_AMAX the n amaxes are
+ * zeroed first (one more launch); l8_linear_refresh_weights accumulates. n is 1..L8_CAST_MANY_MAX; all on one context. Errors: those
  * of l8_fp8_cast_transpose, naming the tensor; nothing is enqueued unless
  * every tensor passes. */
 #define L8_CAST_MANY_MAX 64

@@ -161,6 +161,46 @@ def run_case(mod, enc, case, rnd, strict=False):
     return errs, st['seconds'], st['instructions'], note
 
 
+class ZeroCase:
+    """l8_amax_zero (ops/cast.c zero_amaxes): n amax words, each its own buffer, zeroed;
+    `decoys` words the host never lists stay unwritten; the unused address slots past n
+    hold `junk` (the launcher's are zeros; the kernel must not read them either way)."""
+
+    def __init__(self, n, decoys=2, junk=0xffffffffffffffff, block=64):
+        self.n, self.decoys, self.junk, self.block = n, decoys, junk, block
+
+    def __str__(self):
+        return 'amax_zero n %-2d decoys %d junk %#x block %d' % (self.n, self.decoys, self.junk,
+                                                                 self.block)
+
+
+def run_zero(mod, case, rnd, strict=False):
+    mem = ptxsim.Memory()
+    outs = R.Outputs(mem)
+    words = [outs.alloc('w%d' % i, 4, 4 * rnd.randint(0, 3)) for i in range(case.n)]
+    for i in range(case.decoys):
+        outs.alloc('decoy%d' % i, 4, 4 * rnd.randint(0, 3))
+    rnd.shuffle(words)
+    names = {}
+    for i in range(case.n):
+        names[words[i]] = i
+    slots = words + [case.junk] * (64 - case.n)
+    st, err = R.run_launch(mod, 'l8_amax_zero', grid=(1, 1, 1), block=(case.block, 1, 1),
+                           params=[struct.pack('<64Q', *slots), case.n], mem=mem,
+                           strict_undef=strict)
+    if err:
+        return [err], 0.0, 0, ''
+    errs = []
+    for i in range(case.n):
+        errs += outs.check_coverage('w%d' % i)
+        if outs.read('w%d' % i) != bytes(4):
+            errs.append('w%d: %s, not zero' % (i, outs.read('w%d' % i).hex()))
+    for i in range(case.decoys):
+        if outs.written('decoy%d' % i):
+            errs.append('decoy%d: written, though no slot names it' % i)
+    return errs, st['seconds'], st['instructions'], ''
+
+
 def cases(quick, fuzz, seed):
     """Every input type with both formats; odd counts (the scalar tail after the vector
     chunks), misaligned input or output (all scalar), n = 0, amax zeroed / accumulated /
@@ -208,6 +248,10 @@ def cases(quick, fuzz, seed):
                       block=32 * rnd.randint(1, 8) if rnd.random() < 0.3 else CTA_THREADS))
     if quick:
         L = [c for c in L if c.n <= 5000]
+    # l8_amax_zero: one word (a single cast), a few, all 64 slots (L8_CAST_MANY_MAX); unused
+    # slots of junk or of zeros (the launcher's); a block of only as many threads as words
+    L += [ZeroCase(1), ZeroCase(3, junk=0), ZeroCase(17, decoys=4), ZeroCase(64, decoys=1),
+          ZeroCase(5, block=5)]
     return L
 
 
@@ -217,6 +261,8 @@ def main(argv=None):
     print('ptxsim cast: %s; FP8 encoder: %s' % (a.ptx, what))
 
     def one(case, rnd):
+        if isinstance(case, ZeroCase):
+            return run_zero(mod, case, rnd, a.strict_undef)
         return run_case(mod, enc, case, rnd, a.strict_undef)
     return R.run_cases('cast', cases(a.quick, a.fuzz, a.seed), one, a, t0)
 
