@@ -164,7 +164,7 @@ def run_case(mod, enc, case, rnd, strict=False):
 class ZeroCase:
     """l8_amax_zero (ops/cast.c zero_amaxes): n amax words, each its own buffer, zeroed;
     `decoys` words the host never lists stay unwritten; the unused address slots past n
-    hold `junk` (the launcher's are zeros; the kernel must not read them either way)."""
+    hold `junk` (the launcher's are zeros; the kernel must not store through them)."""
 
     def __init__(self, n, decoys=2, junk=0xffffffffffffffff, block=64):
         self.n, self.decoys, self.junk, self.block = n, decoys, junk, block
@@ -180,11 +180,9 @@ def run_zero(mod, case, rnd, strict=False):
     words = [outs.alloc('w%d' % i, 4, 4 * rnd.randint(0, 3)) for i in range(case.n)]
     for i in range(case.decoys):
         outs.alloc('decoy%d' % i, 4, 4 * rnd.randint(0, 3))
-    rnd.shuffle(words)
-    names = {}
-    for i in range(case.n):
-        names[words[i]] = i
-    slots = words + [case.junk] * (64 - case.n)
+    order = list(range(case.n))
+    rnd.shuffle(order)                       # slot k names word order[k]
+    slots = [words[i] for i in order] + [case.junk] * (64 - case.n)
     st, err = R.run_launch(mod, 'l8_amax_zero', grid=(1, 1, 1), block=(case.block, 1, 1),
                            params=[struct.pack('<64Q', *slots), case.n], mem=mem,
                            strict_undef=strict)
