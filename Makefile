@@ -286,6 +286,12 @@ test-abi: $(BUILD)/liblean8.so
 
 test-host: $(BUILD)/bin/lean8-tests
 	$(Q)timeout 1200 $(BUILD)/bin/lean8-tests --tags host
+	$(Q)out=$$($(BUILD)/bin/lean8-tests --tags host --suites tensor,status) && \
+	    echo "$$out" | grep -qx 'Running suite(s): status' && echo "$$out" | grep -qx ' tensor' && \
+	    ! echo "$$out" | grep -qx ' alloc' || { echo "lean8-tests --suites: not just the two suites"; exit 1; }
+	$(Q)! $(BUILD)/bin/lean8-tests --tags host --suites tensor,nosuch 2>/dev/null || \
+	    { echo "lean8-tests --suites: an unknown suite was accepted"; exit 1; }
+	@echo "  SUITES  lean8-tests --suites runs the suites named, refuses an unknown one"
 
 # Communicators across processes: lean8-run, the TCP rendezvous, a dead rank
 # (tests/comm.sh with the rank program tests/comm_prog.c).

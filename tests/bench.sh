@@ -35,7 +35,9 @@
 #      and a patched one, two configurations, two rounds (each round one
 #      build later), tools/train_json.py's reports and bench_ab.py's table of
 #      them: the same losses in both builds; tools/train_json.py on a log
-#      without an epoch line and on bad arguments.
+#      without an epoch line and on bad arguments;
+#  12. tools/device-run.sh gpu with GPU_SUITES: the names reach lean8-tests
+#      --suites (an unknown one fails the step, naming it).
 # Usage: tests/bench.sh BUILD_DIR [DATA_DIR] (run from the repository root)
 set -u
 build=$(cd "$1" && pwd)
@@ -296,6 +298,15 @@ if [ $rc1 = 0 ] && grep -q 'no epoch line' "$tmp/tj.txt" && grep -q '"c0_failed"
    [ $rc2 = 2 ] && [ ! -e "$tmp/tj2.json" ]; then
     ok "train_json.py: a log without an epoch line is reported failed; bad arguments exit 2"
 else bad "train_json.py: rc $rc1 / $rc2"; cat "$tmp/tj.txt"; fi
+
+# ---- 12. device-run.sh gpu: GPU_SUITES reaches lean8-tests --suites ----
+mkdir -p "$tmp/gs"
+(cd "$root" && TMPDIR=$tmp/gs OUT=$tmp/gs/out GPU_SUITES=linear,nosuch DEADLINE=300 \
+    bash tools/device-run.sh gpu) > "$tmp/gs.txt" 2>&1
+if grep -Eq '^gpu suites +FAILED\(2\)' "$tmp/gs.txt" &&
+   grep -q 'no suite "nosuch"' "$tmp"/gs/l8logs.*/gpu.log; then
+    ok "device-run.sh gpu: GPU_SUITES handed to lean8-tests --suites (an unknown suite refused)"
+else bad "device-run.sh gpu with GPU_SUITES"; tail -20 "$tmp/gs.txt"; fi
 
 # every flag --help names is in the README, and every benchmark --help lists
 "$bench" --help > "$tmp/help.txt" 2>&1

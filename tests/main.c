@@ -4,6 +4,9 @@
  *   lean8-tests --tags gpu      GPU suites, CK_NOFORK, only when a CUDA device
  *                               is usable; otherwise one line says they were
  *                               skipped and nothing is counted
+ *   --suites a,b,...            only these suites (names as the run prints
+ *                               them), e.g. the rest of a GPU run cut short;
+ *                               an unknown name is refused (exit 2)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,12 +41,59 @@ float l8_rng_float(l8_rng *r, float lo, float hi)
 
 int l8_test_quick(void) { return getenv("L8_TEST_QUICK") != NULL; }
 
+/* Every suite, in the order they run; a suite's name is its function's
+ * without l8_ and _suite (the name it gives suite_create). */
+#define SUITE(n) { #n, l8_##n##_suite }
+static const struct { const char *name; Suite *(*make)(void); } k_suites[] = {
+    SUITE(status), SUITE(alloc), SUITE(pinned), SUITE(trace), SUITE(tensor), SUITE(gpu),
+    SUITE(fp8), SUITE(gemm), SUITE(loss), SUITE(recipe), SUITE(linear), SUITE(checkpoint),
+    SUITE(fmnist), SUITE(params), SUITE(optim), SUITE(gather), SUITE(comm), SUITE(tp),
+    SUITE(ddp), SUITE(interleave), SUITE(abi), SUITE(gemm_cache), SUITE(graph), SUITE(offload),
+    SUITE(zero), SUITE(streams), SUITE(fuzz),
+};
+#define NSUITES (sizeof k_suites / sizeof k_suites[0])
+
+/* Whether the comma-separated list has the name (n bytes at name). */
+static int has_name(const char *list, const char *name, size_t n)
+{
+    for (const char *p = list;; p++) {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, name, n)) return 1;
+        p += k;
+        if (!*p) return 0;
+    }
+}
+
+/* Whether every name of the list is a suite's: else prints the first that
+ * is not. */
+static int known_suites(const char *list)
+{
+    for (const char *p = list;; p++) {
+        size_t k = strcspn(p, ","), i = 0;
+        while (i < NSUITES && !has_name(k_suites[i].name, p, k)) i++;
+        if (i == NSUITES) {
+            fprintf(stderr, "lean8-tests: --suites: no suite \"%.*s\"\n", (int)k, p);
+            return 0;
+        }
+        p += k;
+        if (!*p) return 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
-    const char *tags = "host";
+    const char *tags = "host", *suites = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tags") && i + 1 < argc) tags = argv[++i];
-        else { fprintf(stderr, "usage: %s [--tags host|gpu|slow]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--suites") && i + 1 < argc) suites = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--tags host|gpu|slow] [--suites NAME,...]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (suites && (!*suites || !known_suites(suites))) {
+        if (!*suites) fprintf(stderr, "lean8-tests: --suites: an empty list\n");
+        return 2;
     }
     const char *env_seed = getenv("L8_TEST_SEED");
     g_seed = env_seed ? strtoull(env_seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
@@ -60,33 +110,10 @@ int main(int argc, char **argv)
            (unsigned long long)g_seed, (unsigned long long)g_seed);
     fflush(stdout);
 
-    SRunner *sr = srunner_create(l8_status_suite());
-    srunner_add_suite(sr, l8_alloc_suite());
-    srunner_add_suite(sr, l8_pinned_suite());
-    srunner_add_suite(sr, l8_trace_suite());
-    srunner_add_suite(sr, l8_tensor_suite());
-    srunner_add_suite(sr, l8_gpu_suite());
-    srunner_add_suite(sr, l8_fp8_suite());
-    srunner_add_suite(sr, l8_gemm_suite());
-    srunner_add_suite(sr, l8_loss_suite());
-    srunner_add_suite(sr, l8_recipe_suite());
-    srunner_add_suite(sr, l8_linear_suite());
-    srunner_add_suite(sr, l8_checkpoint_suite());
-    srunner_add_suite(sr, l8_fmnist_suite());
-    srunner_add_suite(sr, l8_params_suite());
-    srunner_add_suite(sr, l8_optim_suite());
-    srunner_add_suite(sr, l8_gather_suite());
-    srunner_add_suite(sr, l8_comm_suite());
-    srunner_add_suite(sr, l8_tp_suite());
-    srunner_add_suite(sr, l8_ddp_suite());
-    srunner_add_suite(sr, l8_interleave_suite());
-    srunner_add_suite(sr, l8_abi_suite());
-    srunner_add_suite(sr, l8_gemm_cache_suite());
-    srunner_add_suite(sr, l8_graph_suite());
-    srunner_add_suite(sr, l8_offload_suite());
-    srunner_add_suite(sr, l8_zero_suite());
-    srunner_add_suite(sr, l8_streams_suite());
-    srunner_add_suite(sr, l8_fuzz_suite());
+    SRunner *sr = srunner_create(NULL);
+    for (size_t i = 0; i < NSUITES; i++)
+        if (!suites || has_name(suites, k_suites[i].name, strlen(k_suites[i].name)))
+            srunner_add_suite(sr, k_suites[i].make());
     /* Never initialize CUDA before a fork: GPU suites run in this process. */
     if (gpu) srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_tagged(sr, NULL, NULL, tags, NULL, CK_NORMAL);

@@ -8,8 +8,11 @@
 #   source .device/setup.sh && bash tools/device-run.sh [STAGE...]
 #
 # Stages (default: all but "test"):
-#   gpu       lean8-tests --tags gpu (full: the exhaustive 2^32 sweep too)
-#   memcheck  the GPU suites in quick mode under compute-sanitizer (runs last)
+#   gpu       lean8-tests --tags gpu (full: the exhaustive 2^32 sweep too);
+#             GPU_SUITES=a,b,... runs only those suites (lean8-tests --suites),
+#             e.g. the rest of a run cut short
+#   memcheck  the GPU suites in quick mode under compute-sanitizer (runs last;
+#             GPU_SUITES too)
 #   test      make test (host suites, link check, train.sh with .data/)
 #   info      lean8-info
 #   alloc cast gemm linear offload    lean8-bench NAME and its PyTorch script
@@ -207,7 +210,8 @@ if want trainab && [ -d "${TRAIN_AB_DATA:-.data}" ]; then
 elif want trainab; then
     summary+=("$(printf '%-24s %-11s' trainab "SKIPPED(no ${TRAIN_AB_DATA:-.data})")")
 fi
-want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu
+want gpu && step "gpu suites" gpu.log env CK_LOG_FILE_NAME=- stdbuf -oL build/bin/lean8-tests --tags gpu \
+    ${GPU_SUITES:+--suites "$GPU_SUITES"}
 want test && step "make test" test.log make test FMNIST_DIR=$PWD/.data
 want info && step "lean8-info" info.log build/bin/lean8-info
 if want alloc; then
@@ -363,7 +367,7 @@ fi
 # last: the slowest step, and the one the deadline may cut
 want memcheck && step "gpu suites (memcheck)" memcheck.log env L8_TEST_QUICK=1 \
     CK_LOG_FILE_NAME=- stdbuf -oL compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 \
-    build/bin/lean8-tests --tags gpu
+    build/bin/lean8-tests --tags gpu ${GPU_SUITES:+--suites "$GPU_SUITES"}
 
 echo
 echo "==== summary ($(cat "$OUT/gpu.txt"))"
