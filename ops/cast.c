@@ -631,16 +631,44 @@ static int strip_grid(const ct_job *j, unsigned sms, unsigned *gx, unsigned *gy,
     return *gy == 1 || seg_steps >= 8 || l8i_cast_strip == 2;
 }
 
-/* dbias[c] = sum over the ntr rows of ws[ntr][C] (l8_dbias_reduce, fr): the
- * second launch of every dbias that goes through column partials. */
-static l8_status dbias_reduce(l8_stream *s, CUfunction fr, void *ws, void *db, uint64_t ntr,
+/* l8_dbias_reduce and how it is launched (reducer_get, before anything is
+ * enqueued; dbias_reduce). */
+typedef struct reducer {
+    CUfunction f;
+    unsigned sms;                 /* multiprocessors */
+    unsigned smem;                /* dynamic shared memory for one CTA a multiprocessor */
+} reducer;
+
+static l8_status reducer_get(l8_ctx *ctx, reducer *r)
+{
+    unsigned per_sm = 0;
+    L8_CHECK(l8i_sm_count(ctx, &r->sms));
+    L8_CHECK(l8i_sm_smem(ctx, &per_sm));
+    r->smem = per_sm / 2 + 1024;
+    return l8i_kernel_smem(ctx, "cast_transpose", "l8_dbias_reduce", r->smem, &r->f);
+}
+
+/* dbias[c] = sum over the ntr rows of ws[ntr][C] (l8_dbias_reduce): the
+ * second launch of every dbias that goes through column partials. Where its
+ * grid is one wave, it asks for more shared memory than it uses (r->smem,
+ * over half a multiprocessor's), so that each multiprocessor runs one of its
+ * CTAs. Launched with PDL, its CTAs otherwise crowded onto the few
+ * multiprocessors the cast before it left free (up to 32 CTAs of 64 threads
+ * each) and waited there, and those few then did that share of the sums: on
+ * an H100 (forty-third session, lean8-bench cast --quick, libl8ktrace) after
+ * the strip kernel (130 CTAs on 132 SMs) it ended 7.5 us after the cast, and
+ * 4.1 us spread out; bf16 cast_t_db 8191 x 8200 0.749-0.750 -> 0.769-0.774
+ * of copy, 8191^2 0.758-0.759 -> 0.779-0.782, the tile kernel's cells
+ * unchanged. Wider grids (over 64 x SMs columns) launch as before: not
+ * measured. */
+static l8_status dbias_reduce(l8_stream *s, const reducer *r, void *ws, void *db, uint64_t ntr,
                               int64_t C, l8_dtype ddt)
 {
     uint64_t a_ws = dptr(ws), a_db = dptr(db);
     uint32_t n_tr = (uint32_t)ntr, cols = (uint32_t)C, otype = (uint32_t)ddt;
     void *args[] = { &a_ws, &a_db, &n_tr, &cols, &otype };
     unsigned g = (unsigned)(((uint64_t)C + 63) / 64);   /* 64 threads a CTA: see the .ptx */
-    return l8i_launch(s, fr, g, 1, 1, 64, 1, 1, 0, args);
+    return l8i_launch(s, r->f, g, 1, 1, 64, 1, 1, g <= r->sms ? r->smem : 0u, args);
 }
 
 /* The strip kernel's launch (strip_grid's); the amax word is zeroed first
@@ -669,7 +697,8 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
     const int db = j->db != NULL, w = !(j->kf & KF_VEC_ROW);
     const unsigned smem = db ? STRIP_DB_SMEM((unsigned)l8_dtype_size(j->idt)) : 0;
     int cl = db && gy <= 8 && l8i_cast_strip_cl && l8i_ctx_clusters(j->ctx);
-    CUfunction f, fr = NULL;
+    CUfunction f;
+    reducer red = { 0 };
     if (cl && gy > 1 && w && l8i_cast_strip_cl < 2) {
         /* not the w entries (columns % 8 != 0) in clusters of several CTAs:
          * H100 SXM, 2026-12-05, lean8-bench cast --quick, x copy, two rounds:
@@ -695,7 +724,7 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
     L8_CHECK(l8i_kernel_smem(j->ctx, "cast_transpose_strip", entry[db + cl][w][j->idt],
                              smem, &f));
     if (db && !cl)
-        L8_CHECK(l8i_kernel(j->ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+        L8_CHECK(reducer_get(j->ctx, &red));
     l8_status st = L8_OK;
     void *ws = NULL;
     if (db)
@@ -716,7 +745,7 @@ static l8_status cast_transpose_strip(const ct_job *j, unsigned gx, unsigned gy,
                                       smem, args), out);
     }
     if (db && !cl)
-        L8_TRY(st, dbias_reduce(s, fr, ws, j->db, j->ntr, j->C, ddt), out);
+        L8_TRY(st, dbias_reduce(s, &red, ws, j->db, j->ntr, j->C, ddt), out);
 out:
     if (ws) {
         l8_status fst = l8_ctx_free(j->ctx, ws);   /* stream-ordered, as below */
@@ -774,10 +803,11 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         { "l8_cast_transpose_f32", "l8_cast_transpose_bf16", "l8_cast_transpose_f16" },
         { "l8_cast_transpose_w_f32", "l8_cast_transpose_w_bf16", "l8_cast_transpose_w_f16" } };
     const int form = j.kf & KF_VEC_ROW ? 0 : 1;
-    CUfunction f, fr = NULL;
+    CUfunction f;
+    reducer red = { 0 };
     L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[form][idt], &f));
     if (dbias)
-        L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+        L8_CHECK(reducer_get(ctx, &red));
     uint32_t kf = j.kf;
     uint64_t ntr = j.ntr, ntc = j.ntc, ntiles = ntr * ntc;
     unsigned grid = tile_grid(ntiles);
@@ -804,7 +834,7 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         L8_TRY(st, l8i_launch(s, f, grid, 1, 1, CTA_THREADS, 1, 1, 0, args), out);
     }
     if (dbias && !direct && C > 0)
-        L8_TRY(st, dbias_reduce(s, fr, ws, db, ntr, C, l8_tensor_dtype(dbias)), out);
+        L8_TRY(st, dbias_reduce(s, &red, ws, db, ntr, C, l8_tensor_dtype(dbias)), out);
     if (split)
         st = l8_fp8_transpose(out, out_t, s);
 out:
@@ -977,7 +1007,8 @@ static l8_status dbias_launch(l8_ctx *ctx, l8_dtype idt, const void *x, int64_t 
     static const char *const entry[3] = { "l8_dbias_f32", "l8_dbias_bf16", "l8_dbias_f16" };
     if (C == 0)
         return L8_OK;
-    CUfunction f, fr = NULL;
+    CUfunction f;
+    reducer red = { 0 };
     L8_CHECK(l8i_ctx_bind(ctx));
     L8_CHECK(l8i_kernel(ctx, "cast_transpose_sm", entry[idt], &f));
     const uint64_t ntr = ((uint64_t)R + 127) / 128;
@@ -990,7 +1021,7 @@ static l8_status dbias_launch(l8_ctx *ctx, l8_dtype idt, const void *x, int64_t 
     void *ws = NULL;
     l8_status st = L8_OK;
     if (ws_mode) {
-        L8_CHECK(l8i_kernel(ctx, "cast_transpose", "l8_dbias_reduce", &fr));
+        L8_CHECK(reducer_get(ctx, &red));
         L8_CHECK(l8_ctx_malloc(ctx, (size_t)(ntr * (uint64_t)C * sizeof(float)), s, &ws));
     }
     {
@@ -1001,7 +1032,7 @@ static l8_status dbias_launch(l8_ctx *ctx, l8_dtype idt, const void *x, int64_t 
         L8_TRY(st, l8i_launch(s, f, gx, gy, 1, 1024, 1, 1, 0, args), out);
     }
     if (ws_mode)
-        L8_TRY(st, dbias_reduce(s, fr, ws, db, ntr, C, ddt), out);
+        L8_TRY(st, dbias_reduce(s, &red, ws, db, ntr, C, ddt), out);
 out:
     if (ws) {
         l8_status fst = l8_ctx_free(ctx, ws);   /* stream-ordered, as above */

@@ -704,12 +704,15 @@ l8_status l8i_max_clusters(l8_ctx *ctx, CUfunction f, unsigned bx, unsigned cy, 
 
 #define MAX_DEVICES 64
 static int g_sm_count[MAX_DEVICES];     /* 0 = not asked yet; relaxed atomics */
+static int g_sm_smem[MAX_DEVICES];
 
-l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
+/* Attribute attr of ctx's device, asked once per device (cache[dev]); at
+ * least 1. */
+static l8_status device_attr(l8_ctx *ctx, CUdevice_attribute attr, int *cache, unsigned *out)
 {
     int dev = l8_ctx_device(ctx);
     if (dev >= 0 && dev < MAX_DEVICES) {
-        int v = __atomic_load_n(&g_sm_count[dev], __ATOMIC_RELAXED);
+        int v = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
         if (v > 0) {
             *out = (unsigned)v;
             return L8_OK;
@@ -718,13 +721,24 @@ l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
     CUdevice d;
     int n = 0;
     L8_CHECK(L8_CU(cuDeviceGet, &d, dev));
-    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    L8_CHECK(L8_CU(cuDeviceGetAttribute, &n, attr, d));
     if (n <= 0)
         n = 1;
     if (dev >= 0 && dev < MAX_DEVICES)
-        __atomic_store_n(&g_sm_count[dev], n, __ATOMIC_RELAXED);
+        __atomic_store_n(&cache[dev], n, __ATOMIC_RELAXED);
     *out = (unsigned)n;
     return L8_OK;
+}
+
+l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out)
+{
+    return device_attr(ctx, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g_sm_count, out);
+}
+
+l8_status l8i_sm_smem(l8_ctx *ctx, unsigned *out)
+{
+    return device_attr(ctx, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, g_sm_smem,
+                       out);
 }
 
 /* ---- strided copy ---- */

@@ -112,6 +112,10 @@ l8_status l8i_max_clusters(l8_ctx *ctx, CUfunction f, unsigned bx, unsigned cy, 
 /* Multiprocessors of ctx's device (a CUDA context), asked once per device;
  * what capped grids are sized from. Errors: L8_ERR_CUDA. */
 l8_status l8i_sm_count(l8_ctx *ctx, unsigned *out);
+/* Shared memory of one multiprocessor of ctx's device in bytes, asked once
+ * per device: a launch that asks for more than half of it runs at most one
+ * CTA a multiprocessor. Errors: L8_ERR_CUDA. */
+l8_status l8i_sm_smem(l8_ctx *ctx, unsigned *out);
 
 /* dst[i] = src[i] over an ndim (<= 4) index space of `shape`, with element
  * strides for each side, elements of elem_size bytes (1, 2, 4 or 8), on s.
