@@ -598,11 +598,13 @@ static int split_wins(const ct_job *j, int dbias)
  * FEW_SMS keeps the tile kernel: the strip kernel wants every SM. */
 static int strip_can(const ct_job *j, unsigned flags)
 {
-    /* f32 by default only without dbias and with odd-pitch out_t rows (H200,
-     * lean8-bench cast, x copy against the tile kernel: cast_t 8191 x 8200
-     * 0.84 / 0.76, 8191^2 0.79 / 0.75, but 8200 x 8192 0.88 / 0.92; with
-     * dbias 0.67-0.69 / 0.69-0.73) */
-    const int f32_ok = l8i_cast_strip == 2 || (!j->db && j->R % 8 != 0);
+    /* f32 by default only with odd-pitch out_t rows (H200, lean8-bench cast,
+     * x copy against the tile kernel: cast_t 8191 x 8200 0.84 / 0.76, 8191^2
+     * 0.79 / 0.75, but 8200 x 8192 0.88 / 0.92). With dbias too since the
+     * reduce runs one CTA a multiprocessor (H100, cast_t_db 8191 x 8200
+     * 0.83-0.84 / 0.77-0.78, 8191^2 0.85-0.86 / 0.75-0.76; on H200 before
+     * that, 0.67-0.69 / 0.69-0.73) */
+    const int f32_ok = l8i_cast_strip == 2 || j->R % 8 != 0;
     return l8i_cast_strip && !(flags & L8_CAST_FEW_SMS) && j->C > 0 &&
            (j->idt == L8_BF16 || j->idt == L8_F16 || (j->idt == L8_F32 && f32_ok)) &&
            aligned(j->x, l8_dtype_size(j->idt)) && j->R % 16 != 0 &&
