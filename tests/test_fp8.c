@@ -1612,7 +1612,7 @@ static void gpu_strip_cases(l8_ctx *g, l8_ctx *h, l8_rng *r)
  * kernel without its transposed output), then with the strip kernel for
  * 2-byte and f32 inputs whose out_t rows are not 16-B multiples (rows % 16
  * != 0, any columns, with dbias or not; l8i_cast_strip = 2: also where its
- * segments are short, and f32 with dbias; and gpu_strip_cases, with dbias
+ * segments are short, and f32 with rows % 8 == 0; and gpu_strip_cases, with dbias
  * summed in the kernel by a cluster of a strip's segments where ops/cast.c
  * takes the clusters (up to 8 segments, the grid's clusters fitting; with
  * l8i_cast_strip_cl = 2, also for columns % 8 != 0, which the default leaves
