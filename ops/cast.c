@@ -808,8 +808,6 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
     CUfunction f;
     reducer red = { 0 };
     L8_CHECK(l8i_kernel(ctx, "cast_transpose", entry[form][idt], &f));
-    if (dbias)
-        L8_CHECK(reducer_get(ctx, &red));
     uint32_t kf = j.kf;
     uint64_t ntr = j.ntr, ntc = j.ntc, ntiles = ntr * ntc;
     unsigned grid = tile_grid(ntiles);
@@ -818,6 +816,8 @@ static l8_status cast_transpose_impl(const char *op, const l8_tensor *in, l8_ten
         kf |= KF_DB_DIRECT | (uint32_t)l8_tensor_dtype(dbias) << 6;
         grid = ntc ? (unsigned)ntc : 1u;
     }
+    if (dbias && !direct && C > 0)  /* what launches l8_dbias_reduce below */
+        L8_CHECK(reducer_get(ctx, &red));
 
     l8_status st = L8_OK;
     void *ws = NULL;
